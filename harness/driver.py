@@ -1,0 +1,149 @@
+"""A thin, checked face on the CUDA Driver API (cuda.bindings) for one device and one context.
+
+Every call's CUresult is checked and turned into :class:`CudaError` carrying the error's name, so
+the worker can tell a sticky fault (context lost: exit and be restarted) from a recoverable one
+(launch refused, out of memory: report and carry on).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .protocol import STICKY_ERRORS
+
+
+class CudaError(RuntimeError):
+    def __init__(self, code: str, call: str, detail: str = ""):
+        self.code = code
+        self.call = call
+        super().__init__(f"{call}: {code}{': ' + detail if detail else ''}")
+
+    @property
+    def sticky(self) -> bool:
+        return self.code in STICKY_ERRORS
+
+
+def _cu():
+    from cuda.bindings import driver
+
+    return driver
+
+
+def check(result, call: str):
+    """Unpack a cuda.bindings ``(CUresult, *values)`` tuple, raising on error."""
+    cu = _cu()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        _, name = cu.cuGetErrorName(err)
+        _, text = cu.cuGetErrorString(err)
+        raise CudaError(name.decode() if name else str(err), call, text.decode() if text else "")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+class Device:
+    """The primary context of one device, made current, with one non-blocking stream."""
+
+    def __init__(self, ordinal: int = 0):
+        cu = _cu()
+        check(cu.cuInit(0), "cuInit")
+        count = check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+        if count == 0:
+            raise CudaError("CUDA_ERROR_NO_DEVICE", "cuDeviceGetCount", "no CUDA device")
+        self.handle = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+        self.ordinal = ordinal
+        self.context = check(cu.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
+        check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    def attribute(self, name: str) -> int:
+        cu = _cu()
+        attr = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        return check(cu.cuDeviceGetAttribute(attr, self.handle), f"cuDeviceGetAttribute({name})")
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.attribute('COMPUTE_CAPABILITY_MAJOR')}{self.attribute('COMPUTE_CAPABILITY_MINOR')}"
+
+    def describe(self) -> dict:
+        cu = _cu()
+        name = check(cu.cuDeviceGetName(256, self.handle), "cuDeviceGetName")
+        version = check(cu.cuDriverGetVersion(), "cuDriverGetVersion")
+        uuid = check(cu.cuDeviceGetUuid(self.handle), "cuDeviceGetUuid")
+        raw = bytes(uuid.bytes) if hasattr(uuid, "bytes") else bytes(uuid)
+        hexed = raw.hex()
+        return {
+            "ordinal": self.ordinal,
+            "name": name.split(b"\x00", 1)[0].decode(),
+            "arch": self.arch,
+            "compute_capability": f"{self.attribute('COMPUTE_CAPABILITY_MAJOR')}.{self.attribute('COMPUTE_CAPABILITY_MINOR')}",
+            "sm_count": self.attribute("MULTIPROCESSOR_COUNT"),
+            "l2_bytes": self.attribute("L2_CACHE_SIZE"),
+            "memory_total_bytes": check(cu.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem"),
+            "max_threads_per_block": self.attribute("MAX_THREADS_PER_BLOCK"),
+            "max_shared_per_block_optin": self.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            "cuda_driver_version": f"{version // 1000}.{(version % 1000) // 10}",
+            "pci_bus_id": check(cu.cuDeviceGetPCIBusId(32, self.handle), "cuDeviceGetPCIBusId").split(b"\x00", 1)[0].decode(),
+            "uuid": f"GPU-{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:32]}",
+        }
+
+    # -- memory -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> int:
+        return int(check(_cu().cuMemAlloc(max(int(nbytes), 1)), "cuMemAlloc"))
+
+    def free(self, ptr: int) -> None:
+        _cu().cuMemFree(ptr)  # best effort: after a sticky fault frees fail and that is fine
+
+    def upload(self, ptr: int, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array)
+        if array.nbytes:
+            check(_cu().cuMemcpyHtoD(ptr, array, array.nbytes), "cuMemcpyHtoD")
+
+    def download(self, ptr: int, array: np.ndarray) -> np.ndarray:
+        if array.nbytes:
+            check(_cu().cuMemcpyDtoH(array, ptr, array.nbytes), "cuMemcpyDtoH")
+        return array
+
+    def fill(self, ptr: int, byte: int, nbytes: int) -> None:
+        if nbytes:
+            check(_cu().cuMemsetD8Async(ptr, byte, nbytes, self.stream), "cuMemsetD8Async")
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes:
+            check(_cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")
+
+    def synchronize(self) -> None:
+        check(_cu().cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+
+    # -- modules and launches --------------------------------------------------------------------
+    def load(self, cubin: bytes, name: str) -> tuple[object, object]:
+        cu = _cu()
+        module = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+        function = check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        return module, function
+
+    def unload(self, module) -> None:
+        _cu().cuModuleUnload(module)
+
+    def allow_dynamic_shared(self, function, nbytes: int) -> None:
+        cu = _cu()
+        attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check(cu.cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+    def launch(self, function, grid, block, shared_bytes: int, params: np.ndarray) -> None:
+        check(_cu().cuLaunchKernel(function, *grid, *block, shared_bytes, self.stream, params.ctypes.data, 0),
+              "cuLaunchKernel")
+
+    # -- events ------------------------------------------------------------------------------------
+    def event(self):
+        return check(_cu().cuEventCreate(_cu().CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+    def record(self, event) -> None:
+        check(_cu().cuEventRecord(event, self.stream), "cuEventRecord")
+
+    def elapsed_ms(self, start, end) -> float:
+        return float(check(_cu().cuEventElapsedTime(start, end), "cuEventElapsedTime"))
+
+    def destroy_event(self, event) -> None:
+        _cu().cuEventDestroy(event)

@@ -1,0 +1,208 @@
+"""The harness client: runs requests in a worker subprocess and survives whatever a kernel does.
+
+A kernel that faults (illegal address poisons the CUDA context), hangs, or kills its process costs
+exactly its own case: the client records the reason, starts a fresh worker and resubmits the cases
+not yet answered. Nothing already answered is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class WorkerUnavailable(RuntimeError):
+    """No worker can run on this machine (no driver, no device); the message says why."""
+
+
+@dataclass
+class RunResult:
+    compile: dict
+    cases: dict[str, dict] = field(default_factory=dict)
+    restarts: int = 0
+
+
+class HarnessClient:
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, env: dict | None = None):
+        self.timeout_s = timeout_s
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+        self.hello: dict | None = None
+        self.restarts = 0
+        self._lines: queue.Queue = queue.Queue()
+        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        self._ids = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> dict:
+        """Start a worker and return its hello (device description); raise if there is no GPU."""
+        self.close()
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cudagate_harness.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            env=self.env, start_new_session=True,  # its own process group, so a kill takes children too
+        )
+        self._lines = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
+        hello = self._next(self.timeout_s)
+        if hello is None or hello.get("type") != "hello":
+            reason = "did not start" if hello is None else f"said {hello!r}"
+            self.close()
+            raise WorkerUnavailable(f"the harness worker {reason}: {self.stderr_tail()}")
+        if not hello.get("ok"):
+            self.close()
+            raise WorkerUnavailable(hello.get("error", "no CUDA device"))
+        self.hello = hello
+        return hello
+
+    @property
+    def device(self) -> dict:
+        return (self.hello or {}).get("device", {})
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    self.proc.stdin.close()
+                    self.proc.wait(timeout=5)
+                except (OSError, subprocess.TimeoutExpired):
+                    self._kill()
+            self.proc = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        self._stderr.close()
+
+    def stderr_tail(self, limit: int = 2000) -> str:
+        self._stderr.flush()
+        self._stderr.seek(0)
+        text = self._stderr.read().decode(errors="replace")
+        return text[-limit:].strip()
+
+    # -- requests ---------------------------------------------------------------------------------
+    def compile(self, kernel: dict, arch: str | None = None) -> dict:
+        result = self.run({"op": "compile", "kernel": kernel, **({"arch": arch} if arch else {})})
+        return result.compile
+
+    def run(self, request: dict) -> RunResult:
+        """Send ``request``; return its compile line and one body per case, whatever happens."""
+        pending = list(request.get("cases", []))
+        result = RunResult(compile={})
+        while True:
+            if self.proc is None or self.proc.poll() is not None:
+                self._restart()
+            self._ids += 1
+            message = {**request, "id": self._ids, "cases": pending}
+            try:
+                self.proc.stdin.write((json.dumps(message) + "\n").encode())
+                self.proc.stdin.flush()
+            except OSError:
+                self._restart()
+                continue
+            current = pending[0]["name"] if pending else None
+            while True:
+                line = self._next(self.timeout_s)
+                if line is None:  # silence past the watchdog, or the worker died
+                    exited = self.proc.poll() is not None
+                    if not exited:
+                        self._kill()
+                    reason = self._death_reason(exited)
+                    if current is None:
+                        result.compile = result.compile or {"ok": False, "log": reason["message"]}
+                        result.restarts = self.restarts
+                        return result
+                    result.cases[current] = {"case": current, "status": "error", "error": reason}
+                    pending = [c for c in pending if c["name"] not in result.cases]
+                    break
+                kind = line.get("type")
+                if kind == "compile":
+                    result.compile = {k: v for k, v in line.items() if k not in ("type", "id")}
+                elif kind == "case":
+                    result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
+                    pending = [c for c in pending if c["name"] not in result.cases]
+                    current = pending[0]["name"] if pending else None
+                elif kind == "error":
+                    raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
+                elif kind == "done":
+                    if not pending or not result.compile.get("ok", False):
+                        result.restarts = self.restarts
+                        return result
+                    # A sticky fault ended the request early and the worker is exiting: let it go,
+                    # then resubmit the rest to a fresh one.
+                    self._reap()
+                    break
+            if not pending:
+                result.restarts = self.restarts
+                return result
+
+    # -- internals -------------------------------------------------------------------------------
+    def _restart(self) -> None:
+        self.restarts += 1
+        self.start()
+
+    def _death_reason(self, exited: bool) -> dict:
+        if not exited:
+            return {"kind": "timeout", "code": "TIMEOUT",
+                    "message": f"timeout: no answer within {self.timeout_s:g} s (the kernel hung or ran too long); the worker was killed"}
+        code = self.proc.returncode
+        detail = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        return {"kind": "crash", "code": "WORKER_DIED",
+                "message": f"the harness worker died ({detail}): {self.stderr_tail(800) or 'no output'}"}
+
+    def _reap(self) -> None:
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._kill()
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _next(self, timeout: float) -> dict | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                line = self._lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                if self.proc is not None and self.proc.poll() is not None and self._lines.empty():
+                    return None
+                continue
+            if line is None:  # end of stream: the worker is exiting
+                self._reap()
+                return None
+            return line
+
+    @staticmethod
+    def _pump(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for raw in proc.stdout:
+            try:
+                lines.put(json.loads(raw))
+            except ValueError:
+                continue  # the worker writes only JSON on this channel; anything else is noise
+        lines.put(None)
+

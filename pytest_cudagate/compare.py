@@ -1,0 +1,110 @@
+"""Correctness: compare a kernel's output with the expected output under a suite tolerance.
+
+Elementwise ``|actual - expected| <= atol + rtol * |expected|`` with explicit rules for the values
+that rule says nothing about: NaN in the output fails unless the expected value is NaN and the
+suite says ``nan: equal``; an infinity must match exactly, sign included; -0.0 equals 0.0. The
+relative norm ``||actual - expected|| / ||expected||`` is always reported, and is a rule of its
+own when the suite sets ``max_rel_norm``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .suite.model import Tolerance
+
+
+@dataclass(frozen=True)
+class Comparison:
+    buffer: str
+    ok: bool
+    total: int
+    mismatches: int
+    rel_norm: float
+    max_abs_error: float
+    worst_index: tuple[int, ...] | None = None
+    worst_expected: float | None = None
+    worst_actual: float | None = None
+    worst_allowed: float | None = None
+    rel_norm_limit: float | None = None
+    unwritten: int = 0
+    tolerance: Tolerance | None = None
+
+    def describe(self) -> str:
+        tol = self.tolerance
+        if self.ok:
+            return (f"output {self.buffer!r}: {self.total} elements within tolerance "
+                    f"(max |error| {self.max_abs_error:.3g}, relative norm {self.rel_norm:.3g})")
+        if self.mismatches:
+            lines = [f"output {self.buffer!r}: {self.mismatches} of {self.total} elements outside tolerance "
+                     f"(atol={tol.atol:g}, rtol={tol.rtol:g}, nan={tol.nan})"]
+        else:
+            lines = [f"output {self.buffer!r}: relative norm error {self.rel_norm:.3g} exceeds max_rel_norm {self.rel_norm_limit:g}"]
+        if self.unwritten:
+            lines.append(f"  {self.unwritten} elements were never written by the kernel (still held the poison pattern)")
+        if self.worst_index is not None:
+            index = self.worst_index[0] if len(self.worst_index) == 1 else list(self.worst_index)
+            lines.append(f"  worst at index {index}: expected {self.worst_expected!r}, actual {self.worst_actual!r}, "
+                         f"|diff| {abs_diff(self.worst_actual, self.worst_expected)} > allowed {self.worst_allowed:.3g}")
+        limit = f" (limit {self.rel_norm_limit:g})" if self.rel_norm_limit is not None else ""
+        lines.append(f"  relative norm error {self.rel_norm:.3g}{limit}; max |error| {self.max_abs_error:.3g}")
+        return "\n".join(lines)
+
+
+def abs_diff(a, b) -> str:
+    try:
+        return f"{abs(float(a) - float(b)):.3g}"
+    except (TypeError, ValueError):
+        return "n/a"
+
+
+def compare(name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance,
+            shape: tuple[int, ...] | None = None, unwritten: int = 0) -> Comparison:
+    if actual.size != expected.size:
+        return Comparison(name, False, int(expected.size), int(expected.size), float("inf"), float("inf"),
+                          tolerance=tol, unwritten=unwritten)
+    a = actual.reshape(-1).astype(np.float64)
+    e = expected.reshape(-1).astype(np.float64)
+    a_nan, e_nan = np.isnan(a), np.isnan(e)
+    finite = np.isfinite(a) & np.isfinite(e)
+    allowed = tol.atol + tol.rtol * np.abs(e)
+    diff = np.where(finite, np.abs(a - e), np.inf)
+    ok = finite & (diff <= allowed)
+    ok |= np.isinf(e) & (a == e)  # infinities must match exactly, sign included
+    if tol.nan == "equal":
+        ok |= e_nan & a_nan
+    mismatches = int(np.count_nonzero(~ok))
+
+    both = finite
+    ref_norm = float(np.linalg.norm(e[both])) if both.any() else 0.0
+    err_norm = float(np.linalg.norm((a - e)[both])) if both.any() else 0.0
+    if mismatches and not both.all():
+        err_norm = float("inf") if (~ok & ~both).any() else err_norm
+    rel_norm = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
+    max_abs = float(diff[both].max()) if both.any() else 0.0
+    norm_ok = tol.max_rel_norm is None or rel_norm <= tol.max_rel_norm
+    passed = mismatches == 0 and norm_ok
+
+    worst = None
+    if mismatches and (~ok).any():
+        # Non-finite mismatches first, then the element furthest beyond its allowance.
+        excess = np.where(ok, -1.0, np.where(finite, diff / np.maximum(allowed, np.finfo(np.float64).tiny), np.inf))
+        flat = int(np.argmax(excess))
+        worst = np.unravel_index(flat, shape) if shape and int(np.prod(shape)) == a.size else (flat,)
+        worst = tuple(int(i) for i in worst)
+        worst_values = (_scalar(expected.reshape(-1)[flat]), _scalar(actual.reshape(-1)[flat]), float(allowed[flat]))
+    return Comparison(
+        buffer=name, ok=passed, total=int(a.size), mismatches=mismatches, rel_norm=rel_norm,
+        max_abs_error=max_abs, worst_index=worst,
+        worst_expected=worst_values[0] if worst else None,
+        worst_actual=worst_values[1] if worst else None,
+        worst_allowed=worst_values[2] if worst else None,
+        rel_norm_limit=tol.max_rel_norm, unwritten=unwritten, tolerance=tol,
+    )
+
+
+def _scalar(value):
+    value = value.item()
+    return value if not isinstance(value, float) or np.isfinite(value) else float(value)

@@ -1,0 +1,91 @@
+"""What a timing was measured on, and which of that decides whether timings are comparable."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+# Fields whose change can move kernel time, hence the fields of the baseline key.
+# Left out on purpose:
+# - uuid: a pool of identical cards must share one baseline, or every runner would
+#   start from nothing; per-card drift is caught by the run's own disturbance checks.
+# - cuda_bindings_version: the Python binding only wraps driver calls; it does not
+#   compile or run the kernel, so bumping it must not invalidate baselines.
+# - l2_bytes: fixed by the SKU, which gpu_name, memory size and SM count already pin.
+KEY_FIELDS = (
+    "gpu_name",
+    "compute_capability",
+    "memory_total_bytes",
+    "driver_version",
+    "cuda_driver_version",
+    "nvrtc_version",
+    "power_limit_w",
+    "ecc",
+    "mig",
+    "sm_count",
+)
+_KEY_SCHEMA = 1  # bump when KEY_FIELDS or their normalisation change
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    gpu_name: str
+    compute_capability: str  # "9.0"
+    memory_total_bytes: int
+    driver_version: str
+    cuda_driver_version: str  # "13.0"
+    nvrtc_version: str
+    cuda_bindings_version: str
+    power_limit_w: float | None = None
+    ecc: bool | None = None
+    mig: bool | None = None
+    uuid: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Fingerprint:
+        """Build from ``to_dict`` output; unknown keys (from newer versions) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def _key_values(self) -> dict:
+        values = {name: getattr(self, name) for name in KEY_FIELDS}
+        # NVML gives milliwatt-derived floats and JSON may round-trip 700 as 700.0:
+        # whole watts keep the key stable across both.
+        if values["power_limit_w"] is not None:
+            values["power_limit_w"] = round(float(values["power_limit_w"]))
+        return values
+
+    def key(self) -> str:
+        """Stable 16-hex-digit id of the timing-relevant configuration (see KEY_FIELDS)."""
+        payload = json.dumps(
+            {"schema": _KEY_SCHEMA, **self._key_values()}, sort_keys=True, separators=(",", ":")
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """One line for humans, e.g. "NVIDIA H200 (sm_90, 132 SMs) driver ... MIG off"."""
+        sm = "sm_" + self.compute_capability.replace(".", "")
+        sms = f", {self.sm_count} SMs" if self.sm_count is not None else ""
+        power = f"{self.power_limit_w:.0f} W" if self.power_limit_w is not None else "n/a"
+        return (
+            f"{self.gpu_name} ({sm}{sms}) driver {self.driver_version} "
+            f"CUDA {self.cuda_driver_version} NVRTC {self.nvrtc_version} "
+            f"power {power} ECC {_on_off(self.ecc)} MIG {_on_off(self.mig)}"
+        )
+
+
+def _on_off(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("on" if flag else "off")
+
+
+def differences(a: Fingerprint, b: Fingerprint) -> list[tuple[str, object, object]]:
+    """Key fields that differ, as (field, value in a, value in b), in KEY_FIELDS order."""
+    ka, kb = a._key_values(), b._key_values()
+    return [(f, getattr(a, f), getattr(b, f)) for f in KEY_FIELDS if ka[f] != kb[f]]

@@ -1,0 +1,85 @@
+"""Build harness requests (``schemas/harness-request.schema.json``) from a suite.
+
+A request is self-contained: kernel source and headers inline, case data by path, and, for
+``cudagate run``, the expected outputs and tolerances. The same builder serves the pytest items,
+``cudagate run`` files and the optimizer's ``best-case-N.json`` replays, so all replay alike.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from .paths import display_path
+from .suite.model import Case, Program, Suite
+
+REQUEST_PROTOCOL = 1
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
+    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name.
+
+    They travel inline so a request replays anywhere and so the compile cache key sees them.
+    """
+    headers: dict[str, str] = {}
+    todo = [(source.parent, text if text is not None else source.read_text(encoding="utf-8"))]
+    while todo:
+        folder, body = todo.pop()
+        for name in _INCLUDE.findall(body):
+            candidate = folder / name
+            if name in headers or not candidate.is_file():
+                continue  # not ours (a system or toolkit header): NVRTC resolves it itself
+            headers[name] = candidate.read_text(encoding="utf-8")
+            todo.append((candidate.parent, headers[name]))
+    return headers
+
+
+def kernel_spec(program: Program, source_text: str | None = None) -> dict:
+    text = source_text if source_text is not None else program.source.read_text(encoding="utf-8")
+    return {
+        "name": program.name,
+        "entry": program.entry,
+        "source": text,
+        "source_name": display_path(program.source),
+        "headers": quoted_includes(program.source, text),
+        "options": list(program.options),
+        "arch_suffix": program.arch_suffix,
+    }
+
+
+def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = False,
+              data_dir: Path | None = None) -> dict:
+    """One case of a request. ``data_dir`` replaces the suite's case folder (fresh inputs)."""
+    counts = suite.counts(case)
+    folder = (data_dir or suite.data_dir) / case.name
+    spec = {
+        "name": case.name,
+        "scalars": dict(case.scalars),
+        "buffers": {
+            p.name: {"count": counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
+            for p in suite.buffers
+        },
+        "launch": program.launch_for(case.name).resolve(case.scalars),
+    }
+    if expected:
+        spec["expected"] = {p.name: str(folder / "expected" / f"{p.name}.npy") for p in suite.outputs}
+        spec["tolerance"] = {name: asdict(tol) for name, tol in suite.tolerance.items()}
+        spec["shapes"] = {p.name: list(suite.shape(p, case)) for p in suite.buffers}
+    return spec
+
+
+def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,
+                timing: dict | None = None, expected: bool = False, source_text: str | None = None,
+                data_dir: Path | None = None) -> dict:
+    return {
+        "protocol": REQUEST_PROTOCOL,
+        "op": "run",
+        "suite": display_path(suite.path),
+        "kernel": kernel_spec(program, source_text),
+        "signature": [p.protocol() for p in suite.signature],
+        "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
+        "timing": timing,
+        "output_dir": str(output_dir),
+    }

@@ -1,0 +1,249 @@
+"""Load ``cudagate.yaml``: parse, validate against ``schemas/suite.schema.json``, check meaning.
+
+Every problem is collected (not just the first) and reported with the file, the line, the YAML
+path and what is expected, because a suite author fixes them all in one edit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .. import schema
+from ..errors import FileError
+from .expr import ExprError, parse
+from .model import Case, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
+
+SUITE_FILENAME = "cudagate.yaml"
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _locator(text: str):
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+
+    def locate(parts):
+        node = root
+        for part in parts:
+            if isinstance(node, yaml.MappingNode):
+                node = next((v for k, v in node.value if k.value == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+            else:
+                break
+            if node is None:
+                return None
+        return node.start_mark.line + 1 if node is not None else None
+
+    return locate
+
+
+def load_suite(path: str | Path) -> Suite:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileError(path, [f"cannot read the suite file: {exc.strerror}"]) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise FileError(path, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    locate = _locator(text)
+    if not isinstance(raw, dict):
+        raise FileError(path, ["(top level): expected a mapping with keys suite, signature, reference, kernels, cases, tolerance"])
+    schema.validate(raw, "suite", path, locate)
+    checker = _Checker(path, locate)
+    suite = checker.build(raw)
+    checker.raise_if_any()
+    return suite
+
+
+class _Checker:
+    def __init__(self, path: Path, locate):
+        self.path = path
+        self.locate = locate
+        self.problems: list[str] = []
+
+    def add(self, parts: list, message: str) -> None:
+        line = self.locate(parts)
+        where = schema.format_path(parts)
+        self.problems.append(f"line {line}: {where}: {message}" if line else f"{where}: {message}")
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise FileError(self.path, self.problems)
+
+    def expr(self, value, parts: list, scalars: set[str]) -> str:
+        text = str(value)
+        try:
+            names = parse(text).names
+        except ExprError as exc:
+            self.add(parts, str(exc))
+            return text
+        unknown = sorted(names - scalars)
+        if unknown:
+            self.add(parts, f"{text!r} uses {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} not "
+                            f"a scalar parameter (scalars: {', '.join(sorted(scalars)) or 'none'})")
+        return text
+
+    def source(self, value: str, parts: list) -> Path:
+        path = (self.path.parent / value).resolve()
+        if not path.is_file():
+            self.add(parts, f"file {value!r} not found next to the suite (looked for {path})")
+        return path
+
+    def launch(self, raw: dict, parts: list, scalars: set[str]) -> Launch:
+        return Launch(
+            grid=tuple(self.expr(v, parts + ["grid", i], scalars) for i, v in enumerate(raw["grid"])),
+            block=tuple(self.expr(v, parts + ["block", i], scalars) for i, v in enumerate(raw["block"])),
+            shared_bytes=self.expr(raw.get("shared_bytes", 0), parts + ["shared_bytes"], scalars),
+        )
+
+    def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str]) -> Program:
+        overrides = {}
+        for case_name, launch in raw.get("launch_overrides", {}).items():
+            if case_name not in case_names:
+                self.add(parts + ["launch_overrides", case_name], f"no case named {case_name!r} (cases: {', '.join(sorted(case_names))})")
+            overrides[case_name] = self.launch(launch, parts + ["launch_overrides", case_name], scalars)
+        return Program(
+            name=name,
+            source=self.source(raw["source"], parts + ["source"]),
+            entry=raw.get("entry", name),
+            options=tuple(raw.get("options", [])),
+            launch=self.launch(raw["launch"], parts + ["launch"], scalars),
+            launch_overrides=overrides,
+            arch_suffix=raw.get("arch_suffix", ""),
+        )
+
+    def build(self, raw: dict) -> Suite:
+        signature = []
+        for i, p in enumerate(raw["signature"]):
+            if "buffer" in p:
+                signature.append(Param(p["name"], "buffer", p["buffer"], p["intent"], str(p["size"]),
+                                       tuple(str(s) for s in p["shape"]) if "shape" in p else None))
+            else:
+                signature.append(Param(p["name"], "scalar", p["scalar"]))
+        self.unique([p.name for p in signature], ["signature"], "parameter")
+        scalars = {p.name for p in signature if p.kind == "scalar"}
+        for i, p in enumerate(signature):
+            if p.kind == "buffer":
+                self.expr(p.size, ["signature", i, "size"], scalars)
+                for j, s in enumerate(p.shape or ()):
+                    self.expr(s, ["signature", i, "shape", j], scalars)
+        outputs = {p.name for p in signature if p.is_output}
+        inputs = {p.name for p in signature if p.is_input}
+        if not outputs:
+            self.add(["signature"], "no buffer has intent out or inout: there would be nothing to check")
+
+        cases = [Case(c["name"], c["kind"], dict(c["scalars"]), bool(c.get("holdout", False)), c.get("seed"))
+                 for c in raw["cases"]]
+        case_names = {c.name for c in cases}
+        self.unique([c.name for c in cases], ["cases"], "case")
+        if not any(c.kind == "performance" and not c.holdout for c in cases):
+            self.add(["cases"], "at least one non-holdout case needs kind: performance (the latency gate ranks those)")
+        for i, case in enumerate(cases):
+            self.case_scalars(case, i, signature)
+
+        ref_raw = raw["reference"]
+        if "python" in ref_raw:
+            file_name = ref_raw["python"].rsplit(":", 1)[0]
+            self.source(file_name, ["reference", "python"])
+            reference = Reference(python=ref_raw["python"])
+        else:
+            reference = Reference(program=self.program(ref_raw, ["reference"], scalars, "reference", case_names))
+
+        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names) for i, k in enumerate(raw["kernels"])]
+        self.unique([k.name for k in kernels], ["kernels"], "kernel")
+
+        tolerance = {}
+        for name, tol in raw["tolerance"].items():
+            if name not in outputs:
+                self.add(["tolerance", name], f"{name!r} is not an output buffer (outputs: {', '.join(sorted(outputs))})")
+            tolerance[name] = Tolerance(**tol)
+        for name in sorted(outputs - set(tolerance)):
+            self.add(["tolerance"], f"output {name!r} has no tolerance; add `{name}: {{atol: ..., rtol: ...}}`")
+        distributions = {}
+        for name, dist in raw.get("inputs", {}).items():
+            if name not in inputs:
+                self.add(["inputs", name], f"{name!r} is not an input buffer (inputs: {', '.join(sorted(inputs))})")
+            distributions[name] = Distribution(**dist)
+
+        suite = Suite(
+            path=self.path.resolve(),
+            name=raw["suite"],
+            signature=tuple(signature),
+            reference=reference,
+            kernels=tuple(kernels),
+            cases=tuple(cases),
+            tolerance=tolerance,
+            inputs=distributions,
+            timing=Timing(**raw.get("timing", {})),
+            threshold=float(raw.get("gate", {}).get("threshold", 0.02)),
+            data_dir=(self.path.parent / raw.get("data", "cases")).resolve(),
+            description=raw.get("description", ""),
+        )
+        if not self.problems:
+            self.resolve_everything(suite)
+        return suite
+
+    def unique(self, names: list[str], parts: list, what: str) -> None:
+        seen = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                self.add(parts + [i, "name"], f"{what} name {name!r} is used twice")
+            seen.add(name)
+
+    def case_scalars(self, case: Case, index: int, signature: list[Param]) -> None:
+        declared = {p.name: p for p in signature if p.kind == "scalar"}
+        parts = ["cases", index, "scalars"]
+        for name in sorted(set(declared) - set(case.scalars)):
+            self.add(parts, f"scalar {name!r} has no value in case {case.name!r}")
+        for name, value in case.scalars.items():
+            if name not in declared:
+                self.add(parts + [name], f"{name!r} is not a scalar parameter of the signature")
+            elif declared[name].dtype in INT_DTYPES and not (isinstance(value, int) and not isinstance(value, bool)):
+                self.add(parts + [name], f"{name} is {declared[name].dtype}, so its value must be a whole number, not {value!r}")
+
+    def resolve_everything(self, suite: Suite) -> None:
+        """Evaluate every size and launch expression for every case, so errors show at load time."""
+        for i, case in enumerate(suite.cases):
+            try:
+                for name, count in suite.counts(case).items():
+                    if count < 0:
+                        self.add(["cases", i], f"buffer {name!r} gets a negative size ({count}) in case {case.name!r}")
+                for param in suite.buffers:
+                    if param.shape:
+                        shape = suite.shape(param, case)
+                        count = suite.counts(case)[param.name]
+                        product = 1
+                        for dim in shape:
+                            product *= dim
+                        if product != count:
+                            self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} elements but size gives {count}")
+            except ExprError as exc:
+                self.add(["cases", i], f"case {case.name!r}: {exc}")
+            programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
+            for program in programs:
+                try:
+                    launch = program.launch_for(case.name).resolve(case.scalars)
+                except ExprError as exc:
+                    self.add(["cases", i], f"{program.name} launch in case {case.name!r}: {exc}")
+                    continue
+                if min(launch["grid"] + launch["block"]) < 1:
+                    self.add(["cases", i], f"{program.name} launch in case {case.name!r} has a zero or negative dimension: grid {launch['grid']}, block {launch['block']}")
+
+
+def discover(paths: list[Path]) -> list[Path]:
+    """Suite files named on the command line or found below the folders named."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(path.rglob(SUITE_FILENAME)))
+        elif path.name.endswith(".yaml") or path.name.endswith(".yml"):
+            found.append(path)
+    return found

@@ -65,6 +65,32 @@ class CompileResult:
 
 
 @lru_cache(maxsize=1)
+def toolkit_include_flags() -> tuple[str, ...]:
+    """``-I`` for a CUDA toolkit include folder, so kernels can use <cuda_fp16.h> and friends.
+
+    NVRTC from PyPI ships no headers; the first folder holding cuda_fp16.h wins: $CUDA_HOME,
+    $CUDA_PATH, /usr/local/cuda, then the nvidia-* wheels in site-packages.
+    """
+    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    candidates.append(Path("/usr/local/cuda/include"))
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            candidates.extend(sorted(Path(root).glob("*/include")))
+    except ImportError:
+        pass
+    for folder in candidates:
+        if (folder / "cuda_fp16.h").is_file():
+            return (f"-I{folder}",)
+    return ()
+
+
+def default_flags() -> list[str]:
+    return [*DEFAULT_OPTIONS, *toolkit_include_flags()]
+
+
+@lru_cache(maxsize=1)
 def nvrtc_version() -> str:
     from cuda.bindings import nvrtc
 
@@ -89,7 +115,7 @@ def cache_dir() -> Path:
 def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str) -> str:
     blob = json.dumps(
         {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry,
-         "options": list(DEFAULT_OPTIONS) + list(options), "source": source,
+         "options": default_flags() + list(options), "source": source,
          "headers": sorted(headers.items())},
         sort_keys=True,
     )
@@ -140,16 +166,38 @@ def parse_resources(log: str) -> dict:
 
 
 def _nvrtc(source, source_name, entry, arch, options, headers):
+    with tempfile.TemporaryDirectory(prefix="cudagate-headers-") as tree:
+        return _nvrtc_in(source, source_name, entry, arch, options, _header_tree(Path(tree), headers))
+
+
+def _header_tree(tree: Path, headers: dict[str, str]) -> list[str]:
+    """Write ``headers`` (paths relative to the source's folder) as real files; the -I to use.
+
+    Real files, not NVRTC's in-memory headers: a header's own quoted includes then resolve from
+    its folder, and one file reached under two spellings stays one file for #pragma once.
+    """
+    if not headers:
+        return []
+    depth = max(Path(name).parts.count("..") for name in headers)
+    source_dir = tree.joinpath(*(["d"] * depth)) if depth else tree
+    for name, text in headers.items():
+        target = (source_dir / name).resolve()
+        if tree.resolve() not in target.parents:
+            raise CompileOptionError(f"header {name!r} lies outside the request's header tree")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return [f"--include-path={source_dir}"]
+
+
+def _nvrtc_in(source, source_name, entry, arch, options, include_flags):
     from cuda.bindings import nvrtc
 
-    names = [n.encode() for n in headers]
-    bodies = [b.encode() for b in headers.values()]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), source_name.encode(), len(names), bodies, names)
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), source_name.encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
         # A name expression both finds C++-mangled entries and makes a missing entry a compile error.
         _check(nvrtc.nvrtcAddNameExpression(prog, entry.encode())[0], "nvrtcAddNameExpression")
-        flags = [f"--gpu-architecture={arch}", *DEFAULT_OPTIONS, *options]
+        flags = [f"--gpu-architecture={arch}", *default_flags(), *include_flags, *options]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _program_log(prog)
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
@@ -158,9 +206,11 @@ def _nvrtc(source, source_name, entry, arch, options, headers):
         _check(err, "nvrtcGetLoweredName")
         err, size = nvrtc.nvrtcGetCUBINSize(prog)
         _check(err, "nvrtcGetCUBINSize")
-        cubin = b" " * size
+        # A fresh mutable buffer: NVRTC writes into it, and `b" " * n` may hand out CPython's shared
+        # one-byte object (n == 1), corrupting every b" " in the process.
+        cubin = bytearray(size)
         _check(nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
-        return True, log, lowered.decode(), cubin
+        return True, log, lowered.decode(), bytes(cubin)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -170,9 +220,9 @@ def _program_log(prog) -> str:
 
     err, size = nvrtc.nvrtcGetProgramLogSize(prog)
     _check(err, "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    buf = bytearray(size)  # see _nvrtc: never let NVRTC write into a shared bytes object
     _check(nvrtc.nvrtcGetProgramLog(prog, buf)[0], "nvrtcGetProgramLog")
-    return buf.rstrip(b"\x00").decode(errors="replace").strip()
+    return bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
 
 
 def _explain_log(log: str, entry: str, source_name: str) -> str:

@@ -7,19 +7,26 @@ Exit codes: 0 all good, 1 a check or replay failed, 2 bad input (the message nam
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
 import tempfile
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import __version__
 from .build import compile_program
 from .client import HarnessClient, WorkerUnavailable
 from .errors import CudagateError
+from .paths import display_path
 from .suite.cases import case_data_fix, check_case_data, generate
 from .suite.loader import discover, load_suite
 from .suite.model import Tolerance
+from .trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
+from .trust.cli import register as register_trust
+from .trust.ledger import sign_ledger
 from .verdicts import judge, load_expected
 
 EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
@@ -37,6 +44,11 @@ def cmd_check(args) -> int:
     for path in _suites(args.suites):
         suite = load_suite(path)
         print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
+        if args.allow_unsigned:
+            print(f"  {UNSIGNED_WARNING}")
+        for problem in gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned):
+            failed = True
+            print(f"  trust: {problem}")
         bad_data = False
         for case in suite.cases:
             for problem in check_case_data(suite, case):
@@ -116,6 +128,79 @@ def cmd_cases_generate(args) -> int:
     return 0
 
 
+def cmd_approve(args) -> int:
+    """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
+    from .approvals import Baseline, Ledger, approval_for, build_identity, git_state
+    from .fingerprint import Fingerprint
+    from .gate import BASELINE_ROUNDS
+    from .requests import run_request
+    from .stats import summarize
+
+    suite = load_suite(next(iter(_suites([args.suite]))))
+    kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
+    ledger = Ledger.for_suite(suite)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    who = args.approved_by or _user_name(suite.root)
+    refused = False
+    with HarnessClient(timeout_s=args.timeout) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
+        fingerprint = Fingerprint.from_hello(client.start())
+        print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
+        for program in kernels:
+            problems, baseline_cases = [], {}
+            for case in suite.cases:
+                problems += [f"{case.name}: {p}" for p in check_case_data(suite, case)]
+                if problems:
+                    continue
+                timing = {**suite.timing.to_json(), "repeat": BASELINE_ROUNDS} if case.kind == "performance" else None
+                result = client.run(run_request(suite, program, [case], output_dir=Path(out), timing=timing))
+                if not result.compile.get("ok"):
+                    problems.append(f"does not compile:\n{result.compile.get('log', '')}")
+                    break
+                body = result.cases[case.name]
+                verdict = judge(program.name, case.name, body,
+                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
+                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
+                if not verdict.passed:
+                    problems.append(verdict.describe())
+                elif timing:
+                    samples = body["timing"]["samples_ms"]
+                    baseline_cases[case.name] = {"summary": summarize(samples).to_dict(), "samples_ms": samples,
+                                                 "cache": timing["cache"]}
+            if problems:
+                refused = True
+                print(f"{program.name}: NOT approved; it fails the gate:\n" + _indent("\n".join(problems), 2))
+                continue
+            current = ledger.approvals.get(program.name)
+            if current is None or current.identity() != build_identity(program):
+                if current is not None:
+                    ledger.history.append({**current.signed_payload(), "baselines": sorted(current.baselines)})
+                current = approval_for(ledger, program, approved_by=who, approved_at=now,
+                                       git=git_state(suite.root), tool_version=__version__)
+                ledger.approvals[program.name] = current
+                what = f"approved {current.source_sha256[:12]}"
+            else:
+                what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
+            current.baselines[fingerprint.key()] = Baseline(fingerprint.to_dict(), now, baseline_cases)
+            medians = ", ".join(f"{c} {v['summary']['median'] * 1000:.2f} µs" for c, v in baseline_cases.items())
+            print(f"{program.name}: {what} by {who}; baseline: {medians}")
+    key = load_private_key(args.key) if (args.key or os.environ.get(SIGNING_KEY_ENV)) else None
+    if key is not None:
+        sign_ledger(ledger, key, who)
+    ledger.save()
+    print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
+                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"))
+    return EXIT_FAILED if refused else 0
+
+
+def _user_name(root: Path) -> str:
+    try:
+        import git
+
+        return git.Repo(root, search_parent_directories=True).config_reader().get_value("user", "name")
+    except Exception:  # no repository or no user.name configured
+        return getpass.getuser()
+
+
 def _indent(text: str, n: int) -> str:
     return "\n".join(" " * n + line for line in text.splitlines())
 
@@ -128,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate suites, their case data, and compile every kernel (no GPU needed)")
     check.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
     check.add_argument("--arch", action="append", metavar="SM", help="compile target, repeatable (default sm_90)")
+    check.add_argument("--allow-unsigned", action="store_true",
+                       help="skip signature checks (local experiments only; says so loudly)")
     check.set_defaults(func=cmd_check)
 
     run = sub.add_parser("run", help="replay one harness request file on the GPU and print per-case results as JSON")
@@ -136,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=60.0, metavar="S", help="watchdog per case (default 60)")
     run.set_defaults(func=cmd_run)
 
+    approve = sub.add_parser("approve", help="record the current kernel(s) as approved, with baselines measured on this GPU")
+    approve.add_argument("suite", metavar="SUITE")
+    approve.add_argument("kernel", nargs="?", metavar="KERNEL", help="only this kernel (default: all)")
+    approve.add_argument("--approved-by", metavar="NAME", help="reviewer's name (default: git user.name)")
+    approve.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
+                         "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
+    approve.set_defaults(func=cmd_approve)
+
+    register_trust(sub)
     cases = sub.add_parser("cases", help="manage case data")
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
     gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference")

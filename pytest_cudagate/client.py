@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -30,6 +31,15 @@ class RunResult:
     compile: dict
     cases: dict[str, dict] = field(default_factory=dict)
     restarts: int = 0
+
+
+@dataclass
+class CompareResult:
+    """A ``compare`` conversation: compile lines by role, the chunks seen, the final case body."""
+
+    compile: dict[str, dict] = field(default_factory=dict)
+    chunks: list[dict] = field(default_factory=list)
+    body: dict | None = None
 
 
 class HarnessClient:
@@ -107,14 +117,13 @@ class HarnessClient:
             if self.proc is None or self.proc.poll() is not None:
                 self._restart()
             self._ids += 1
-            message = {**request, "id": self._ids, "cases": pending}
             try:
-                self.proc.stdin.write((json.dumps(message) + "\n").encode())
-                self.proc.stdin.flush()
+                self._send({**request, "id": self._ids, "cases": pending})
             except OSError:
                 self._restart()
                 continue
             current = pending[0]["name"] if pending else None
+            faulted = False
             while True:
                 line = self._next(self.timeout_s)
                 if line is None:  # silence past the watchdog, or the worker died
@@ -134,23 +143,69 @@ class HarnessClient:
                     result.compile = {k: v for k, v in line.items() if k not in ("type", "id")}
                 elif kind == "case":
                     result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
+                    faulted = line.get("error", {}).get("kind") == "fault"
                     pending = [c for c in pending if c["name"] not in result.cases]
                     current = pending[0]["name"] if pending else None
                 elif kind == "error":
                     raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
                 elif kind == "done":
+                    if faulted:
+                        # A sticky fault ended the request and the worker is exiting: let it go, so
+                        # the next request (or the rest of this one) starts a fresh worker.
+                        self._reap()
                     if not pending or not result.compile.get("ok", False):
                         result.restarts = self.restarts
                         return result
-                    # A sticky fault ended the request early and the worker is exiting: let it go,
-                    # then resubmit the rest to a fresh one.
-                    self._reap()
                     break
             if not pending:
                 result.restarts = self.restarts
                 return result
 
+    def compare(self, request: dict, decide: Callable[[dict], int]) -> CompareResult:
+        """Run a ``compare`` request; ``decide(chunk)`` returns the next chunk's rounds (0 stops).
+
+        A hang or crash ends the conversation with an error body for the case, as in :meth:`run`.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            self._restart()
+        self._ids += 1
+        result = CompareResult()
+        case = request["case"]["name"]
+        try:
+            self._send({**request, "id": self._ids})
+            while True:
+                line = self._next(self.timeout_s)
+                if line is None:
+                    exited = self.proc.poll() is not None
+                    if not exited:
+                        self._kill()
+                    result.body = {"case": case, "status": "error", "error": self._death_reason(exited)}
+                    return result
+                kind = line.get("type")
+                if kind == "compile":
+                    result.compile[line.get("role", "current")] = {k: v for k, v in line.items() if k not in ("type", "id")}
+                elif kind == "chunk":
+                    result.chunks.append(line)
+                    rounds = decide(line)
+                    self._send({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
+                elif kind == "case":
+                    result.body = {k: v for k, v in line.items() if k not in ("type", "id")}
+                elif kind == "error":
+                    raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
+                elif kind == "done":
+                    if result.body and result.body.get("error", {}).get("kind") == "fault":
+                        self._reap()
+                    return result
+        except OSError:  # the worker's stdin closed under us: it died
+            self._reap()
+            result.body = {"case": case, "status": "error", "error": self._death_reason(True)}
+            return result
+
     # -- internals -------------------------------------------------------------------------------
+    def _send(self, message: dict) -> None:
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
     def _restart(self) -> None:
         self.restarts += 1
         self.start()

@@ -51,6 +51,26 @@ class Fingerprint:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    @classmethod
+    def from_hello(cls, hello: dict) -> Fingerprint:
+        """From a harness worker's hello: CUDA's view of the device plus NVML's identity."""
+        device, identity = hello["device"], hello.get("identity") or {}
+        return cls(
+            gpu_name=device["name"],
+            compute_capability=device["compute_capability"],
+            memory_total_bytes=device["memory_total_bytes"],
+            driver_version=identity.get("driver_version") or "unknown",
+            cuda_driver_version=device["cuda_driver_version"],
+            nvrtc_version=hello.get("nvrtc_version", "unknown"),
+            cuda_bindings_version=hello.get("cuda_bindings_version", "unknown"),
+            power_limit_w=identity.get("enforced_power_limit_w") or identity.get("power_limit_w"),
+            ecc=identity.get("ecc"),
+            mig=identity.get("mig"),
+            uuid=device.get("uuid"),
+            sm_count=device.get("sm_count"),
+            l2_bytes=device.get("l2_bytes"),
+        )
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -13,19 +13,24 @@ import pytest
 
 from .build import compile_program
 from .errors import CudagateError
-from .requests import run_request
-from .runtime import GateRuntime, ItemRecord
+from .gate import CaseOutcome, GateOptions
+from .runtime import GateRuntime
+from .summary import render_table
+from .trust import UNSIGNED_WARNING
 from .settings import load_settings
 from .suite.cases import case_data_fix, check_case_data
 from .suite.loader import SUITE_FILENAME, load_suite
 from .suite.model import Case, Program, Suite
-from .verdicts import judge, load_expected
 
 RUNTIME = pytest.StashKey[GateRuntime]()
 
 
 class GateFailure(Exception):
     """An item's failure, reported as its message alone (no Python traceback)."""
+
+
+class CudagateWarning(UserWarning):
+    """A verdict that does not fail the build but must not pass unseen (inconclusive, incomparable)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +42,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="compile target when no GPU is present (default: [tool.cudagate] arch, else sm_90)")
     group.addoption("--cuda-gate-timeout", type=float, default=None, metavar="S",
                     help="watchdog per case in seconds; a kernel silent for longer is killed (default 60)")
+    group.addoption("--cuda-gate-strict", action="store_true",
+                    help="fail on inconclusive or unstable latency verdicts instead of warning")
+    group.addoption("--cuda-gate-release", action="store_true",
+                    help="release mode: also judge against the stored baseline of this hardware; incomparable fails")
+    group.addoption("--cuda-gate-budget", type=float, default=2.0, metavar="S",
+                    help="measurement time per performance case for the interleaved comparison (default 2)")
+    group.addoption("--cuda-gate-threshold", type=float, default=None, metavar="F",
+                    help="latency drift tolerated, as a fraction (overrides each suite's gate.threshold)")
+    group.addoption("--cuda-gate-allow-unsigned", action="store_true",
+                    help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
+    group.addoption("--cuda-gate-lock-timeout", type=float, default=600.0, metavar="S",
+                    help="how long to wait for another gate run to release the GPU (default 600)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,6 +65,10 @@ def pytest_configure(config: pytest.Config) -> None:
         timeout_s=config.getoption("cuda_gate_timeout") or settings.timeout_s or 60.0,
         default_arch=config.getoption("cuda_gate_arch") or settings.arch or "sm_90",
         require_gpu=config.getoption("cuda_gate_require_gpu"),
+        options=GateOptions(strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release"),
+                            budget_s=config.getoption("cuda_gate_budget"), threshold=config.getoption("cuda_gate_threshold")),
+        lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
+        allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
     )
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -72,6 +93,9 @@ class SuiteFile(pytest.File):
             suite = load_suite(self.path)
         except CudagateError as exc:
             yield SuiteErrorItem.from_parent(self, name="suite", message=str(exc))
+            return
+        except Exception as exc:  # a loader bug must cost this suite only, never the whole session
+            yield SuiteErrorItem.from_parent(self, name="suite", message=f"{self.path}: cannot load: {exc!r}")
             return
         if suite.reference.program is not None:
             yield ProgramNode.from_parent(self, name="reference", suite=suite, program=suite.reference.program, cases=())
@@ -103,7 +127,7 @@ class GateItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, self.nodeid.split("::", 1)[-1]
+        return self.path, 0, self.nodeid.split("::", 1)[-1]
 
 
 class SuiteErrorItem(GateItem):
@@ -134,49 +158,48 @@ class CaseItem(GateItem):
     def runtest(self) -> None:
         node: ProgramNode = self.parent
         suite, program, case = node.suite, node.program, self.case
-        record = ItemRecord(suite.name, program.name, case.name, case.kind, "failed")
-        self.runtime.records.append(record)
+        runtime = self.runtime
+        distrust = runtime.trust_problems(suite)
+        if distrust:
+            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                                message="suite not trusted"))
+            raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
+                              + "\n".join(f"  - {p}" for p in distrust))
         problems = check_case_data(suite, case)
         if problems:
-            record.detail = "bad case data"
+            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                                message="bad case data"))
             raise GateFailure("case data does not match the signature:\n" + "\n".join(f"  - {p}" for p in problems)
                               + f"\n{case_data_fix(suite)}")
-        client = self.runtime.client()
-        if client is None:
-            reason = self.runtime.unavailable_reason
-            if self.runtime.require_gpu:
-                record.detail = "no CUDA device"
+        if runtime.client() is None:
+            reason = runtime.unavailable_reason
+            if runtime.require_gpu:
                 raise GateFailure(f"{reason} (--cuda-gate-require-gpu is set)")
-            record.outcome = "skipped"
+            runtime.skipped.append((suite.name, program.name, case.name, case.kind))
             pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
-        timing = suite.timing.to_json() if case.kind == "performance" else None
-        request = run_request(suite, program, [case], output_dir=self.runtime.output_dir / program.name, timing=timing)
-        result = client.run(request)
-        if not result.compile.get("ok"):
-            record.detail = "compile error"
-            raise GateFailure(f"{program.source} does not compile:\n{result.compile.get('log', '')}")
-        body = result.cases[case.name]
-        expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
-        shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        verdict = judge(program.name, case.name, body, expected, suite.tolerance, shapes)
-        record.median_ms, record.rel_norm = verdict.median_ms, verdict.rel_norm
-        if verdict.median_ms is not None:
+        outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite))
+        runtime.outcomes.append(outcome)
+        verdict = outcome.correctness
+        if verdict is not None and verdict.median_ms is not None:
             self.user_properties.append(("median_ms", verdict.median_ms))
-        if not verdict.passed:
-            record.detail = (verdict.problems or [c.describe().splitlines()[0] for c in verdict.comparisons if not c.ok])[0]
-            raise GateFailure(verdict.describe())
-        record.outcome = "passed"
+        if outcome.latency is not None:
+            self.user_properties.append(("latency_verdict", outcome.latency.verdict.value))
+            if outcome.latency.estimate is not None:
+                self.user_properties.append(("latency_ratio", outcome.latency.estimate.ratio))
+        if outcome.failed:
+            raise GateFailure(outcome.message)
+        if outcome.warning:
+            self.warn(CudagateWarning(f"{self.nodeid}: {outcome.warning}"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     runtime = config.stash.get(RUNTIME, None)
-    if runtime is None or not runtime.records:
+    if runtime is None or not (runtime.outcomes or runtime.skipped):
         return
-    from .summary import render_table
-
     terminalreporter.write_sep("=", "cudagate")
-    if runtime.client() is not None:
-        device = runtime.client().device
-        terminalreporter.write_line(f"device: {device.get('name')} ({device.get('arch')}), driver CUDA {device.get('cuda_driver_version')}")
-    for line in render_table(runtime.records):
+    if runtime.allow_unsigned:
+        terminalreporter.write_line(UNSIGNED_WARNING, red=True, bold=True)
+    if runtime._gate is not None:
+        terminalreporter.write_line(f"fingerprint {runtime._gate.fingerprint_text}")
+    for line in render_table(runtime.outcomes, runtime.skipped):
         terminalreporter.write_line(line)

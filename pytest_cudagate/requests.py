@@ -7,6 +7,7 @@ A request is self-contained: kernel source and headers inline, case data by path
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -27,10 +28,15 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
     todo = [(source.parent, text if text is not None else source.read_text(encoding="utf-8"))]
     while todo:
         folder, body = todo.pop()
-        for name in _INCLUDE.findall(body):
-            candidate = folder / name
-            if name in headers or not candidate.is_file():
+        for spelled in _INCLUDE.findall(body):
+            candidate = folder / spelled
+            if not candidate.is_file():
                 continue  # not ours (a system or toolkit header): NVRTC resolves it itself
+            # Keyed by path from the source's folder, not by spelling: one file reached as
+            # "inc/math.cuh" and as "math.cuh" stays one header, so #pragma once holds.
+            name = Path(os.path.relpath(candidate, source.parent)).as_posix()
+            if name in headers:
+                continue
             headers[name] = candidate.read_text(encoding="utf-8")
             todo.append((candidate.parent, headers[name]))
     return headers

@@ -1,27 +1,22 @@
-"""One gate run's shared state: the harness worker (started lazily, once), the compile target,
-the output folder, and every verdict, for the terminal summary and the reports."""
+"""One gate run's shared state: the harness worker (started lazily, once, under the GPU's lock),
+the hardware fingerprint, the compile target, ledgers, the output folder, and every outcome."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .approvals import Ledger
 from .client import HarnessClient, WorkerUnavailable
+from .fingerprint import Fingerprint
+from .gate import CaseOutcome, Gate, GateOptions
+from .gpulock import GpuLock
+from .suite.model import Suite
+from .trust import gate_problems
 
 DEFAULT_ARCH = "sm_90"
-
-
-@dataclass
-class ItemRecord:
-    suite: str
-    kernel: str
-    case: str
-    kind: str
-    outcome: str  # passed / failed / skipped
-    median_ms: float | None = None
-    rel_norm: float | None = None
-    detail: str = ""
 
 
 @dataclass
@@ -29,26 +24,60 @@ class GateRuntime:
     timeout_s: float = 60.0
     default_arch: str = DEFAULT_ARCH
     require_gpu: bool = False
-    records: list[ItemRecord] = field(default_factory=list)
+    options: GateOptions = field(default_factory=GateOptions)
+    lock_timeout_s: float = 600.0
+    keep_outputs: Path | None = None
+    allow_unsigned: bool = False
+    trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
+    outcomes: list[CaseOutcome] = field(default_factory=list)
+    skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
     _client: HarnessClient | None = None
+    _gate: Gate | None = None
+    _lock: GpuLock | None = None
     _unavailable: str | None = None
     _output_dir: Path | None = None
+    _ledgers: dict[Path, Ledger] = field(default_factory=dict)
+    _distrust: dict[str, list[str]] = field(default_factory=dict)
 
     def client(self) -> HarnessClient | None:
         """The worker client, or None with :attr:`unavailable_reason` set when there is no GPU."""
         if self._client is None and self._unavailable is None:
             client = HarnessClient(timeout_s=self.timeout_s)
             try:
-                client.start()
-                self._client = client
+                hello = client.start()
             except WorkerUnavailable as exc:
                 self._unavailable = str(exc)
+                return None
+            # Two gate runs must never time on one card at once: hold its lock for the whole run.
+            self._lock = GpuLock(hello["device"]["uuid"], timeout_s=self.lock_timeout_s)
+            self._lock.acquire()
+            self._client = client
         return self._client
 
     @property
     def unavailable_reason(self) -> str | None:
         self.client()
         return self._unavailable
+
+    def gate(self) -> Gate:
+        if self._gate is None:
+            fingerprint = Fingerprint.from_hello(self.client().hello)
+            self._gate = Gate(self._client, fingerprint, self.options, self.output_dir)
+        return self._gate
+
+    def trust_problems(self, suite: Suite) -> list[str]:
+        """Why the suite's oracle or approvals cannot be trusted ([] when they can), checked once."""
+        key = str(suite.path)
+        if key not in self._distrust:
+            self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned)
+            self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
+                               "verified" if not self._distrust[key] else "NOT TRUSTED: " + self._distrust[key][0])
+        return self._distrust[key]
+
+    def ledger(self, suite: Suite) -> Ledger:
+        if suite.path not in self._ledgers:
+            self._ledgers[suite.path] = Ledger.for_suite(suite)
+        return self._ledgers[suite.path]
 
     def arch(self) -> str:
         client = self.client()
@@ -57,10 +86,15 @@ class GateRuntime:
     @property
     def output_dir(self) -> Path:
         if self._output_dir is None:
-            self._output_dir = Path(tempfile.mkdtemp(prefix="cudagate-run-"))
+            self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix="cudagate-run-"))
         return self._output_dir
 
     def close(self) -> None:
         if self._client is not None:
             self._client.__exit__(None, None, None)
             self._client = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        if self._output_dir is not None and self.keep_outputs is None:
+            shutil.rmtree(self._output_dir, ignore_errors=True)

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from .runtime import ItemRecord
-
-_ORDER = {"failed": 0, "skipped": 1, "passed": 2}
+from .gate import CaseOutcome
 
 
 def _micros(ms: float | None) -> str:
     return f"{ms * 1000:.2f}" if ms is not None else "-"
 
 
-def render_table(records: list[ItemRecord]) -> list[str]:
-    rows = [("suite", "kernel", "case", "kind", "result", "median µs", "rel. error", "detail")]
-    for r in sorted(records, key=lambda r: (_ORDER.get(r.outcome, 3), r.suite, r.kernel, r.case)):
-        rows.append((r.suite, r.kernel, r.case, r.kind, r.outcome, _micros(r.median_ms),
-                     f"{r.rel_norm:.1e}" if r.rel_norm is not None else "-", r.detail[:60]))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+def row(o: CaseOutcome) -> tuple[str, ...]:
+    lat = o.latency
+    est = lat.estimate if lat else None
+    approved = lat.approved.median if lat and lat.approved else None
+    current = lat.current.median if lat and lat.current else (o.correctness.median_ms if o.correctness else None)
+    ratio = f"{est.ratio:.3f} [{est.low:.3f}, {est.high:.3f}]" if est else "-"
+    rel = o.correctness.rel_norm if o.correctness else None
+    detail = (o.message or o.warning or "").splitlines()[0] if (o.message or o.warning) else ""
+    return (o.suite, o.kernel, o.case, o.kind, o.outcome, f"{rel:.1e}" if rel is not None else "-",
+            _micros(approved), _micros(current), ratio, lat.verdict.value if lat else "-", detail[:70])
+
+
+def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str, str]] = ()) -> list[str]:
+    rows = [("suite", "kernel", "case", "kind", "result", "rel. error", "approved µs", "current µs",
+             "ratio [99% CI]", "latency", "detail")]
+    ordered = sorted(outcomes, key=lambda o: (not o.failed, o.warning is None, o.suite, o.kernel, o.case))
+    rows += [row(o) for o in ordered]
+    rows += [(s, k, c, kind, "skipped", "-", "-", "-", "-", "-", "no CUDA device") for s, k, c, kind in skipped]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return lines

@@ -158,7 +158,7 @@ def check_case_data(suite: Suite, case: Case) -> list[str]:
                 continue
             try:
                 array = np.load(path, allow_pickle=False, mmap_mode="r")
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
                 problems.append(f"{display_path(path)}: not a readable .npy file ({exc})")
                 continue
             if array.size != counts[param.name]:

@@ -106,7 +106,13 @@ def _eval(node: ast.AST, scalars: Mapping[str, int | float], text: str):
             raise ExprError(f"{text!r}: division by zero")
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise ExprError(f"{text!r}: exponent {right} is too large")
-        return _BINOPS[type(node.op)](left, right)
+        try:
+            value = _BINOPS[type(node.op)](left, right)
+        except (ZeroDivisionError, OverflowError) as exc:
+            raise ExprError(f"{text!r}: {exc}") from None
+        if isinstance(value, complex):
+            raise ExprError(f"{text!r}: the result is not a real number")
+        return value
     if isinstance(node, ast.Call):
         args = [_eval(arg, scalars, text) for arg in node.args]
         try:

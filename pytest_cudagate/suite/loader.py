@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from .. import schema
@@ -47,6 +48,8 @@ def load_suite(path: str | Path) -> Suite:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise FileError(path, [f"cannot read the suite file: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise FileError(path, [f"not UTF-8 text (byte {exc.start}): save the suite file as UTF-8"]) from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -208,6 +211,11 @@ class _Checker:
                 self.add(parts + [name], f"{name!r} is not a scalar parameter of the signature")
             elif declared[name].dtype in INT_DTYPES and not (isinstance(value, int) and not isinstance(value, bool)):
                 self.add(parts + [name], f"{name} is {declared[name].dtype}, so its value must be a whole number, not {value!r}")
+            elif declared[name].dtype in INT_DTYPES:
+                info = np.iinfo(declared[name].dtype)
+                if not info.min <= value <= info.max:
+                    self.add(parts + [name], f"{value} does not fit {name}'s type {declared[name].dtype} "
+                                             f"({info.min} to {info.max})")
 
     def resolve_everything(self, suite: Suite) -> None:
         """Evaluate every size and launch expression for every case, so errors show at load time."""

@@ -72,9 +72,12 @@ class Timing:
     warmup: int = 10
     repeat: int = 100
     cache: str = "cold"
+    warmup_ms: float = 50.0  # keep warming up until the clocks have ramped (see harness runner)
+    batch: int = 1  # launches per event pair; hot cache only
 
     def to_json(self) -> dict:
-        return {"warmup": self.warmup, "repeat": self.repeat, "cache": self.cache}
+        return {"warmup": self.warmup, "repeat": self.repeat, "cache": self.cache, "warmup_ms": self.warmup_ms,
+                "batch": self.batch}
 
 
 @dataclass(frozen=True)

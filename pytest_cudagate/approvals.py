@@ -1,0 +1,181 @@
+"""The approvals ledger: which version of each kernel is approved, and its baseline timings.
+
+``cudagate.approvals.json`` sits beside the suite file. An approved kernel is pinned by content:
+its source and headers are copied to ``approved/<sha256>.<ext>`` so the gate can always replay the
+approved version next to the current one, whatever the branch has done to the source since.
+Baselines are keyed by hardware fingerprint: timings are only ever compared on like hardware.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import schema
+from .errors import FileError
+from .requests import kernel_spec
+from .suite.model import Launch, Program, Suite
+
+LEDGER_NAME = "cudagate.approvals.json"
+BLOB_DIR = "approved"
+FORMAT = 1
+
+
+@dataclass
+class Baseline:
+    fingerprint: dict
+    measured_at: str
+    cases: dict[str, dict]  # case -> {"summary": {...}, "samples_ms": [...], "cache": "cold"}
+
+
+@dataclass
+class Approval:
+    kernel: str
+    source_sha256: str
+    source_blob: str  # relative to the suite folder
+    entry: str
+    options: list[str]
+    headers: dict[str, str]  # include name -> blob path
+    launch: dict
+    launch_overrides: dict[str, dict]
+    arch_suffix: str
+    approved_at: str
+    approved_by: str
+    git: dict
+    tool_version: str
+    baselines: dict[str, Baseline] = field(default_factory=dict)
+    signature: dict | None = None
+
+    def identity(self) -> dict:
+        """The build this approval pins; equal to :func:`build_identity` of an unchanged kernel."""
+        return {
+            "source_sha256": self.source_sha256,
+            "headers": {name: Path(blob).stem for name, blob in self.headers.items()},
+            "entry": self.entry, "options": list(self.options), "launch": self.launch,
+            "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
+        }
+
+    def signed_payload(self) -> dict:
+        """What a maintainer's signature covers: the pinned kernel and every baseline."""
+        data = asdict(self)
+        data.pop("signature")
+        return data
+
+
+@dataclass
+class Ledger:
+    path: Path
+    suite: str
+    approvals: dict[str, Approval] = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @classmethod
+    def for_suite(cls, suite: Suite) -> Ledger:
+        path = suite.root / LEDGER_NAME
+        if not path.exists():
+            return cls(path, suite.name)
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise FileError(path, [f"cannot read the approvals ledger: {exc}; restore it from version control "
+                                   f"or re-approve with `cudagate approve {suite.path}`"]) from None
+        schema.validate(raw, "approvals", path)
+        approvals = {}
+        for name, entry in raw["approvals"].items():
+            baselines = {key: Baseline(**b) for key, b in entry.pop("baselines", {}).items()}
+            approvals[name] = Approval(**entry, baselines=baselines)
+        return cls(path, raw["suite"], approvals, raw.get("history", []))
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "suite": self.suite,
+                "approvals": {name: asdict(a) for name, a in sorted(self.approvals.items())},
+                "history": self.history}
+
+    def save(self) -> None:
+        text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
+        schema.validate(json.loads(text), "approvals", self.path)
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=LEDGER_NAME, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, self.path)
+
+    # -- approved programs ----------------------------------------------------------------------
+    def store_blob(self, text: str, suffix: str) -> tuple[str, str]:
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        relative = f"{BLOB_DIR}/{digest}{suffix}"
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            target.write_text(text, encoding="utf-8")
+        return digest, relative
+
+    def read_blob(self, relative: str, expected_sha: str | None = None) -> str:
+        path = self.root / relative
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            raise FileError(self.path, [f"approved source {relative} is missing; restore it from version control"]) from None
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if digest != (expected_sha or Path(relative).stem):
+            raise FileError(path, [f"content does not match its hash ({digest[:12]}…): the approved copy was altered"])
+        return text
+
+    def approved_spec(self, approval: Approval) -> dict:
+        """The approved kernel as a request's ``kernel`` field, read from the pinned copies."""
+        return {
+            "name": approval.kernel, "entry": approval.entry,
+            "source": self.read_blob(approval.source_blob, approval.source_sha256),
+            "source_name": f"{approval.kernel}@approved/{approval.source_sha256[:12]}.cu",
+            "headers": {name: self.read_blob(blob) for name, blob in approval.headers.items()},
+            "options": list(approval.options), "arch_suffix": approval.arch_suffix,
+        }
+
+    def approved_launch(self, approval: Approval, case: str) -> Launch:
+        raw = approval.launch_overrides.get(case, approval.launch)
+        return Launch(tuple(raw["grid"]), tuple(raw["block"]), str(raw.get("shared_bytes", "0")))
+
+
+def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved_at: str, git: dict,
+                 tool_version: str) -> Approval:
+    """A new approval of ``program`` as it stands in the working tree, with pinned copies."""
+    spec = kernel_spec(program)
+    digest, blob = ledger.store_blob(spec["source"], program.source.suffix or ".cu")
+    headers = {name: ledger.store_blob(text, Path(name).suffix or ".h")[1] for name, text in spec["headers"].items()}
+    return Approval(
+        kernel=program.name, source_sha256=digest, source_blob=blob, entry=program.entry,
+        options=list(program.options), headers=headers, launch=program.launch.to_json(),
+        launch_overrides={k: v.to_json() for k, v in program.launch_overrides.items()},
+        arch_suffix=program.arch_suffix, approved_at=approved_at, approved_by=approved_by, git=git,
+        tool_version=tool_version,
+    )
+
+
+def build_identity(program: Program) -> dict:
+    """What makes the working-tree kernel the same build as an approval (see Approval.identity)."""
+    spec = kernel_spec(program)
+    return {
+        "source_sha256": hashlib.sha256(spec["source"].encode()).hexdigest(),
+        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in spec["headers"].items()},
+        "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
+        "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
+        "arch_suffix": program.arch_suffix,
+    }
+
+
+def git_state(path: Path) -> dict:
+    """Commit and dirty state of the repository holding ``path`` (empty when not in one)."""
+    try:
+        import git
+
+        repo = git.Repo(path, search_parent_directories=True)
+        return {"commit": repo.head.commit.hexsha, "dirty": repo.is_dirty(untracked_files=True)}
+    except Exception:  # not a repository, no commits yet, or git missing: record what we know
+        return {"commit": None, "dirty": None}

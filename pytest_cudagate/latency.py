@@ -1,0 +1,159 @@
+"""Latency verdicts: adaptive interleaved sampling against the approved kernel, and baselines.
+
+Why interleaved: the current and the approved kernel are timed in the same run, one launch each per
+round in random order, so clock, thermal and co-tenant drift hit both alike and cancel in the
+per-round ratio. Why an interval: a verdict is claimed only when the whole confidence interval of
+the latency ratio lies beyond (or within) the threshold; sampling continues until the interval is
+narrow enough (half-width under a quarter of the threshold) or the time budget is spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from . import stats
+
+FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
+MAX_DISTURBED_CHUNKS = 3
+
+
+class Latency(str, Enum):
+    PASS = "pass"
+    IMPROVED = "improved"
+    REGRESSED = "regressed"
+    INCONCLUSIVE = "inconclusive"
+    INCOMPARABLE = "incomparable"
+    UNSTABLE = "unstable"
+
+
+# Worst first: a combined verdict (interleaved and baseline) is the worse of the two.
+_SEVERITY = [Latency.REGRESSED, Latency.UNSTABLE, Latency.INCONCLUSIVE, Latency.INCOMPARABLE, Latency.PASS, Latency.IMPROVED]
+
+
+def worst(*verdicts: Latency) -> Latency:
+    return min(verdicts, key=_SEVERITY.index)
+
+
+@dataclass
+class LatencyResult:
+    verdict: Latency
+    threshold: float
+    reason: str = ""
+    estimate: stats.RatioEstimate | None = None
+    approved: stats.SampleSummary | None = None
+    current: stats.SampleSummary | None = None
+    pairs: int = 0
+    measurement_s: float = 0.0
+    discarded: list[str] = field(default_factory=list)
+    baseline: LatencyResult | None = None
+    fingerprint: str = ""
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    # Judged only against a baseline stored by an earlier run: run-to-run variation of µs kernels
+    # (clock state, co-tenants) is not inside its interval, so outside release mode it only warns.
+    advisory: bool = False
+    telemetry: list[dict] = field(default_factory=list)  # NVML state after each measured chunk
+
+    def headline(self) -> str:
+        est = self.estimate
+        if est is None:
+            return f"latency {self.verdict.value}: {self.reason}"
+        change = (est.ratio - 1) * 100
+        direction = "slower" if change >= 0 else "faster"
+        return (f"latency {self.verdict.value}: current is {abs(change):.1f}% {direction} than {self.reason or 'approved'} "
+                f"(ratio {est.ratio:.3f}, {est.confidence:.0%} CI [{est.low:.3f}, {est.high:.3f}], threshold ±{self.threshold:.0%})")
+
+    def describe(self) -> str:
+        lines = [self.headline()]
+        if self.approved is not None and self.current is not None:
+            lines.append(f"  approved median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
+            lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
+        if self.discarded:
+            lines.append(f"  {len(self.discarded)} chunk(s) discarded as disturbed: {'; '.join(self.discarded[:3])}")
+        if self.baseline is not None:
+            lines.append("  against the stored baseline: " + self.baseline.headline())
+        if self.fingerprint:
+            lines.append(f"  fingerprint {self.fingerprint}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "verdict": self.verdict.value, "threshold": self.threshold, "reason": self.reason,
+            "estimate": self.estimate.to_dict() if self.estimate else None,
+            "approved": self.approved.to_dict() if self.approved else None,
+            "current": self.current.to_dict() if self.current else None,
+            "pairs": self.pairs, "measurement_s": self.measurement_s, "discarded": self.discarded,
+            "baseline": self.baseline.to_json() if self.baseline else None, "fingerprint": self.fingerprint,
+            "advisory": self.advisory, "telemetry": self.telemetry,
+        }
+
+
+class AdaptiveSampler:
+    """Decides, chunk by chunk, whether the interleaved comparison has seen enough.
+
+    Chunks double the rounds so far (100, 100, 200, 400, ...) within the time budget. A chunk
+    during which the GPU throttled or another process ran is discarded and measured again; after
+    :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is ``unstable``.
+    """
+
+    def __init__(self, threshold: float, budget_s: float = 2.0, confidence: float = 0.99):
+        self.threshold = threshold
+        self.budget_s = budget_s
+        self.confidence = confidence
+        self.approved: list[float] = []
+        self.current: list[float] = []
+        self.discarded: list[str] = []
+        self.spent = 0.0
+        self.estimate: stats.RatioEstimate | None = None
+        self.stopped_by = "budget"
+        self.telemetry: list[dict] = []
+
+    def decide(self, chunk: dict) -> int:
+        self.spent += chunk["wall_s"]
+        self.telemetry.append(chunk.get("state") or {})
+        if chunk.get("disturbances"):
+            self.discarded.append(", ".join(chunk["disturbances"]))
+            if len(self.discarded) > MAX_DISTURBED_CHUNKS:
+                self.stopped_by = "disturbed"
+                return 0
+        else:
+            self.approved.extend(chunk["approved"])
+            self.current.extend(chunk["current"])
+        if len(self.current) >= stats.MIN_STOP_N:
+            self.estimate = stats.paired_ratio(self.current, self.approved, confidence=self.confidence)
+            if stats.precise_enough(self.estimate, self.threshold):
+                self.stopped_by = "precise"
+                return 0
+        remaining = self.budget_s - self.spent
+        if remaining <= 0:
+            return 0
+        done = len(self.current) + len(chunk["current"]) * len(self.discarded)
+        rate = max(done, 1) / max(self.spent, 1e-6)  # rounds per second, disturbed chunks included
+        return max(1, min(max(len(self.current), FIRST_ROUNDS), int(rate * remaining)))
+
+    def result(self, fingerprint: str = "") -> LatencyResult:
+        if self.stopped_by == "disturbed" or not self.current:
+            return LatencyResult(Latency.UNSTABLE, self.threshold,
+                                 reason="the GPU was disturbed in every attempt (throttling or other processes); "
+                                        "free the runner and re-run", discarded=self.discarded,
+                                 measurement_s=self.spent, fingerprint=fingerprint, telemetry=self.telemetry)
+        estimate = self.estimate or stats.paired_ratio(self.current, self.approved, confidence=self.confidence)
+        verdict = Latency(stats.judge(estimate, self.threshold).value)
+        return LatencyResult(
+            verdict, self.threshold, reason="approved", estimate=estimate,
+            approved=stats.summarize(self.approved), current=stats.summarize(self.current),
+            pairs=len(self.current), measurement_s=self.spent, discarded=self.discarded, fingerprint=fingerprint,
+            samples={"approved": self.approved, "current": self.current}, telemetry=self.telemetry,
+        )
+
+
+def against_baseline(current: list[float], baseline: list[float], threshold: float) -> LatencyResult:
+    """Current samples of this run against samples stored at approval on the same fingerprint."""
+    estimate = stats.unpaired_ratio(current, baseline)
+    verdict = Latency(stats.judge(estimate, threshold).value)
+    return LatencyResult(verdict, threshold, reason="the stored baseline", estimate=estimate,
+                         approved=stats.summarize(baseline), current=stats.summarize(current), pairs=len(current))
+
+
+def incomparable(threshold: float, reason: str, fingerprint: str = "") -> LatencyResult:
+    return LatencyResult(Latency.INCOMPARABLE, threshold, reason=reason, fingerprint=fingerprint)

@@ -1,0 +1,43 @@
+"""``cudagate report merge OUT_DIR DIR...``: one report from the reports of several jobs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..paths import display_path
+from . import github
+from .merge import merge_reports
+from .scrub import Scrubber
+from .writer import REPORT_HTML, write_report
+
+EXIT_FAILED = 1
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    out_dir = Path(args.out_dir)
+    built = merge_reports([Path(p) for p in args.reports], out_dir)
+    scrubber = Scrubber()
+    path = write_report(out_dir, built, scrubber)
+    document = scrubber.data(built.document)
+    print(f"merged {len(args.reports)} report(s), {len(document['runs'])} run(s): "
+          f"{document['verdict'].upper()} ({document['counts']['failed']} failed, "
+          f"{document['counts']['warning']} warnings, {document['counts']['passed']} passed)")
+    print(f"wrote {display_path(path)} and {display_path(out_dir / REPORT_HTML)}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if github.in_actions() and summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(scrubber.text(github.summary_markdown(document)))
+    return EXIT_FAILED if args.check and document["verdict"] == "fail" else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    report = subparsers.add_parser("report", help="work with gate reports (report.json folders)")
+    actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
+    merge = actions.add_parser("merge", help="merge the reports of several jobs (e.g. one per GPU model) into one "
+                                             "report.json + report.html; also re-renders a single report")
+    merge.add_argument("out_dir", metavar="OUT_DIR", help="folder to write the merged report into")
+    merge.add_argument("reports", nargs="+", metavar="DIR", help="report folders (or their report.json files)")
+    merge.add_argument("--check", action="store_true", help="exit 1 when the merged verdict is FAIL")
+    merge.set_defaults(func=cmd_merge)

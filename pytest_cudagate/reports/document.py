@@ -1,0 +1,197 @@
+"""Build the report document from one gate run: verdict and counts, the run (fingerprint,
+options), the suites (signature status) and one entry per kernel × case with the evidence."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .. import __version__
+from ..gate import CaseOutcome, GateOptions
+from .hashes import case_hashes, relative
+from .locate import ItemInfo, Key, from_requests
+from .replay_requests import replayable, request_name
+from .serialize import correctness_json, latency_json, plain, samples_json
+
+REPORT_FORMAT = "cudagate-report"
+REPORT_VERSION = 1
+STATUS_ORDER = ("failed", "warning", "passed", "skipped")
+
+
+@dataclass
+class Built:
+    """A report document and the request files that go beside it (``requests/NAME``)."""
+
+    document: dict
+    requests: dict[str, dict] = field(default_factory=dict)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def summarize(items: list[dict]) -> tuple[str, dict[str, int]]:
+    """Overall verdict and counts. A skipped case was not judged, so it cannot make a PASS."""
+    counts = {status: sum(1 for i in items if i["status"] == status) for status in STATUS_ORDER}
+    counts["regressed"] = sum(1 for i in items if (i.get("latency") or {}).get("verdict") == "regressed")
+    counts["total"] = len(items)
+    verdict = "fail" if counts["failed"] else ("warn" if counts["warning"] or counts["skipped"] else "pass")
+    return verdict, counts
+
+
+def sort_items(items: list[dict]) -> list[dict]:
+    """Failures first (latency regressions among them), then warnings, passes, skips."""
+    def key(i: dict):
+        regressed = (i.get("latency") or {}).get("verdict") == "regressed"
+        return STATUS_ORDER.index(i["status"]), not regressed, i["suite"], i["kernel"], i["case"], i["run"]
+    return sorted(items, key=key)
+
+
+def gate_flags(options: Mapping[str, Any]) -> list[str]:
+    """The pytest options that change a verdict, so a reproduction judges by the same rules."""
+    flags = []
+    if options.get("strict"):
+        flags.append("--cuda-gate-strict")
+    if options.get("release"):
+        flags.append("--cuda-gate-release")
+    if options.get("threshold") is not None:
+        flags.append(f"--cuda-gate-threshold {options['threshold']:g}")
+    if options.get("budget_s") not in (None, 2.0):
+        flags.append(f"--cuda-gate-budget {options['budget_s']:g}")
+    return flags
+
+
+def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, requests: list[str]) -> list[str]:
+    quoted = "'" + nodeid.replace("'", "'\"'\"'") + "'"  # always quoted: node ids hold '::' and '[...]'
+    commands = [" ".join(["pytest --cuda-gate", *gate_flags(options), quoted])]
+    for name in requests:
+        path = f"{report_dir.rstrip('/')}/{name}" if report_dir else name
+        commands.append(f"cudagate run {shlex.quote(path)}")
+    return commands
+
+
+def category(o: CaseOutcome) -> str | None:
+    """What kind of problem an item has, for the failures table."""
+    if not (o.failed or o.warning):
+        return None
+    if o.correctness is None:
+        if "does not compile" in o.message:
+            return "compile"
+        return "case data" if o.message.startswith("bad case data") else "error"
+    if not o.correctness.passed:
+        return o.correctness.error_kind or "correctness"
+    return f"latency {o.latency.verdict.value}" if o.latency is not None else "error"
+
+
+def _status(o: CaseOutcome) -> str:
+    return "failed" if o.failed else ("warning" if o.warning else "passed")
+
+
+def _samples(o: CaseOutcome) -> dict[str, list[float]]:
+    if o.latency is not None and o.latency.samples:
+        return samples_json(o.latency.samples)
+    if o.correctness is not None and o.correctness.samples_ms:
+        return samples_json({"current": o.correctness.samples_ms})
+    return {}
+
+
+def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, options: Mapping[str, Any],
+                  report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> dict:
+    names = []
+    for request in o.requests:
+        if request.get("op") != "run":
+            continue
+        name = request_name(o.suite, o.kernel, o.case, tag, len(names))
+        requests_out[name] = replayable(request, info.suite, info.program)
+        names.append(f"requests/{name}")
+    return {
+        "nodeid": info.nodeid, "suite": o.suite, "kernel": o.kernel, "case": o.case, "kind": o.kind,
+        "status": _status(o), "category": category(o), "run": run,
+        "message": o.message, "warning": o.warning,
+        "suite_path": relative(info.suite_path, root) if info.suite_path else None,
+        "source": relative(info.source, root) if info.source else None,
+        "correctness": correctness_json(o.correctness) if o.correctness is not None else None,
+        "latency": latency_json(o.latency) if o.latency is not None else None,
+        "samples_ms": _samples(o),
+        "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
+        "requests": names,
+        "reproduce": reproduce(info.nodeid, options, report_dir, names),
+    }
+
+
+def _skipped_item(entry: tuple[str, str, str, str], info: ItemInfo, run: int, root: Path | None,
+                  options: Mapping[str, Any]) -> dict:
+    suite, kernel, case, kind = entry
+    return {
+        "nodeid": info.nodeid, "suite": suite, "kernel": kernel, "case": case, "kind": kind,
+        "status": "skipped", "category": None, "run": run, "message": "not replayed: no CUDA device", "warning": None,
+        "suite_path": relative(info.suite_path, root) if info.suite_path else None,
+        "source": relative(info.source, root) if info.source else None,
+        "correctness": None, "latency": None, "samples_ms": {},
+        "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
+        "requests": [], "reproduce": reproduce(info.nodeid, options, None, []),
+    }
+
+
+def suites_section(items: Iterable[dict], trust: Mapping[str | os.PathLike, str], root: Path | None) -> list[dict]:
+    """One entry per suite file seen, with the signature status the runtime reported for it."""
+    statuses = {relative(Path(path), root): str(status) for path, status in trust.items()}
+    suites: dict[str, dict] = {}
+    for item in items:
+        path = item.get("suite_path") or item["suite"]
+        suites.setdefault(path, {"name": item["suite"], "path": path, "signature": statuses.get(path)})
+    for path, status in statuses.items():
+        suites.setdefault(path, {"name": Path(path).parent.name or path, "path": path, "signature": status})
+    return sorted(suites.values(), key=lambda s: s["path"])
+
+
+def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | None, report_dir: str | None) -> dict:
+    github = None
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        github = {k: os.environ.get(v) for k, v in (("repository", "GITHUB_REPOSITORY"), ("run_id", "GITHUB_RUN_ID"),
+                                                    ("job", "GITHUB_JOB"), ("ref", "GITHUB_REF"), ("sha", "GITHUB_SHA"),
+                                                    ("server_url", "GITHUB_SERVER_URL"), ("runner", "RUNNER_NAME"))}
+    return {
+        "fingerprint": None if fingerprint is None else {
+            "key": fingerprint.key(), "description": fingerprint.describe(), "fields": plain(fingerprint.to_dict())},
+        "host": platform.node(), "created": now(), "tool_version": __version__, "exitstatus": exitstatus,
+        "options": dict(options), "report_dir": report_dir, "github": github,
+    }
+
+
+def options_json(options: GateOptions | None) -> dict:
+    if options is None:
+        return {}
+    return {"strict": options.strict, "release": options.release, "budget_s": options.budget_s,
+            "threshold": options.threshold}
+
+
+def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, str, str]], *,
+                 index: Mapping[Key, ItemInfo], fingerprint: Any = None, options: GateOptions | None = None,
+                 trust: Mapping[str | os.PathLike, str] | None = None, root: Path | None = None,
+                 exitstatus: int | None = None, report_dir: str | None = None) -> Built:
+    opts = options_json(options)
+    tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
+    requests: dict[str, dict] = {}
+    items = []
+    for o in outcomes:
+        key = (o.suite, o.kernel, o.case)
+        info = index.get(key) or from_requests(key, o.requests, root)
+        items.append(_outcome_item(o, info, 0, root, opts, report_dir, tag, requests))
+    for entry in skipped:
+        info = index.get(tuple(entry[:3])) or from_requests(tuple(entry[:3]), [], root)
+        items.append(_skipped_item(tuple(entry), info, 0, root, opts))
+    return Built(assemble([run_entry(fingerprint, opts, exitstatus, report_dir)], items,
+                          suites_section(items, trust or {}, root)), requests)
+
+
+def assemble(runs: list[dict], items: list[dict], suites: list[dict]) -> dict:
+    items = sort_items(items)
+    verdict, counts = summarize(items)
+    return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "created": now(), "tool_version": __version__,
+            "verdict": verdict, "counts": counts, "runs": runs, "suites": suites, "items": items}

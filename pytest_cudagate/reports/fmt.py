@@ -1,0 +1,73 @@
+"""Numbers as people read them, shared by the HTML page, the job summary and annotations."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+VERDICT_WORD = {"fail": "FAIL", "warn": "WARN", "pass": "PASS"}
+
+
+def as_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)  # "inf" / "nan" strings included
+    except (TypeError, ValueError):
+        return None
+
+
+def us(ms: Any) -> str:
+    """A latency given in ms, shown in µs (the scale of most kernels)."""
+    value = as_float(ms)
+    return "–" if value is None else f"{value * 1000:,.2f} µs"
+
+
+def sig(value: Any, digits: int = 3) -> str:
+    number = as_float(value)
+    if number is None:
+        return "–" if value is None else str(value)
+    if math.isnan(number) or math.isinf(number):
+        return str(number)
+    return f"{number:.{digits}g}"
+
+
+def ratio(estimate: dict | None) -> str:
+    if not estimate:
+        return "–"
+    return f"{estimate['ratio']:.3f}"
+
+
+def interval(estimate: dict | None) -> str:
+    """``[low, high]`` with its confidence; an unbounded end (too few samples) shows as such."""
+    if not estimate:
+        return "–"
+    low = f"{estimate['low']:.3f}" if estimate.get("low") is not None else "0"
+    high = f"{estimate['high']:.3f}" if estimate.get("high") is not None else "∞"
+    return f"[{low}, {high}] at {estimate.get('confidence', 0):.0%}"
+
+
+def change(estimate: dict | None) -> str:
+    if not estimate:
+        return "–"
+    pct = (estimate["ratio"] - 1) * 100
+    return f"{pct:+.1f}% ({'slower' if pct >= 0 else 'faster'})"
+
+
+def counts_line(counts: dict[str, int]) -> str:
+    parts = [f"{counts.get('failed', 0)} failed", f"{counts.get('warning', 0)} warnings",
+             f"{counts.get('passed', 0)} passed"]
+    if counts.get("skipped"):
+        parts.append(f"{counts['skipped']} skipped")
+    line = " · ".join(parts) + f" of {counts.get('total', 0)}"
+    if counts.get("regressed"):
+        line += f" ({counts['regressed']} latency regression{'s' if counts['regressed'] != 1 else ''})"
+    return line
+
+
+def first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+
+
+def item_title(item: dict) -> str:
+    return f"{item['kernel']} × {item['case']}"

@@ -1,0 +1,177 @@
+"""One kernel × case of the HTML report: correctness, latency, plot, telemetry and provenance."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from . import fmt, plots
+
+TELEMETRY_COLUMNS = (("sm_clock_mhz", "SM MHz"), ("mem_clock_mhz", "mem MHz"), ("temperature_c", "°C"),
+                     ("power_w", "W"), ("utilization_gpu_pct", "util %"), ("throttle_reasons", "clock events"),
+                     ("other_processes", "other processes"))
+
+
+def e(value: Any) -> str:
+    return escape("" if value is None else str(value))
+
+
+def rows(pairs: list[tuple[str, str]]) -> str:
+    """A key/value table; values are HTML already."""
+    body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+    return f'<table class="kv">{body}</table>'
+
+
+def pill(word: str) -> str:
+    return f'<span class="pill {e(word)}">{e(word.upper())}</span>'
+
+
+def correctness(item: dict) -> str:
+    c = item.get("correctness")
+    if c is None:
+        reason = "not checked: the case was not replayed" if item["status"] == "skipped" else "not checked"
+        return f'<p class="note">{e(reason)}</p>'
+    summary = "all outputs within tolerance" if c["passed"] else "outputs wrong"
+    if c.get("error_kind"):
+        summary += f" (error: {c['error_kind']})"
+    parts = [f"<p>{pill('passed' if c['passed'] else 'failed')} {e(summary)}</p>"]
+    if c.get("problems"):
+        parts.append("<ul>" + "".join(f"<li>{e(p)}</li>" for p in c["problems"]) + "</ul>")
+    if c.get("comparisons"):
+        head = "".join(f"<th>{h}</th>" for h in ("output", "mismatches", "worst index", "expected", "actual",
+                                                 "allowed |diff|", "rel. norm", "max |error|", "tolerance"))
+        parts.append(f"<table><tr>{head}</tr>{''.join(_comparison_row(x) for x in c['comparisons'])}</table>")
+    return "".join(parts)
+
+
+def _comparison_row(cmp: dict) -> str:
+    tol = cmp.get("tolerance") or {}
+    tolerance = f"atol {tol.get('atol', 0):g}, rtol {tol.get('rtol', 0):g}"
+    if tol.get("max_rel_norm") is not None:
+        tolerance += f", max rel. norm {tol['max_rel_norm']:g}"
+    mismatches = f"{cmp['mismatches']:,} / {cmp['total']:,}"
+    if cmp.get("unwritten"):
+        mismatches += f" ({cmp['unwritten']:,} unwritten)"
+    index = cmp.get("worst_index")
+    index_text = "–" if index is None else str(index[0] if len(index) == 1 else index)
+    rel_norm = fmt.sig(cmp.get("rel_norm"))
+    if cmp.get("rel_norm_limit") is not None:
+        rel_norm += f" (limit {fmt.sig(cmp['rel_norm_limit'])})"
+    cells = [(cmp["buffer"], ""), (mismatches, "num" if cmp["ok"] else "num bad"), (index_text, "num"),
+             (fmt.sig(cmp.get("worst_expected"), 6), "num"), (fmt.sig(cmp.get("worst_actual"), 6), "num"),
+             (fmt.sig(cmp.get("worst_allowed")), "num"), (rel_norm, "num"), (fmt.sig(cmp.get("max_abs_error")), "num"),
+             (tolerance, "")]
+    return "<tr>" + "".join(f'<td class="{cls}">{e(text)}</td>' if cls else f"<td>{e(text)}</td>"
+                            for text, cls in cells) + "</tr>"
+
+
+def latency(item: dict) -> str:
+    lat = item.get("latency")
+    if lat is None:
+        median = (item.get("correctness") or {}).get("median_ms")
+        text = ("not compared: the case failed before it was timed" if item["kind"] == "performance" and
+                item["status"] == "failed" else f"not compared ({item['kind']} case)")
+        if median:
+            text += f"; median of the timed launches {fmt.us(median)}"
+        return f'<p class="note">{e(text)}</p>'
+    est = lat.get("estimate")
+    pairs = [("verdict", pill(lat["verdict"]) + (" advisory (judged against a stored baseline only)" if lat.get("advisory") else ""))]
+    if est:
+        approved, current = lat.get("approved") or {}, lat.get("current") or {}
+        pairs += [
+            (f"median {lat.get('reason') or 'approved'}", e(fmt.us(approved.get("median")))),
+            ("median current", e(fmt.us(current.get("median")))),
+            ("ratio current / approved", f"<b>{e(fmt.ratio(est))}</b> {e(fmt.change(est))}"),
+            ("confidence interval", e(fmt.interval(est))),
+            ("threshold", e(f"±{lat['threshold']:.1%}")),
+            ("rounds", e(f"{lat.get('pairs', 0):,} ({est.get('method', '')})")),
+            ("measurement", e(f"{lat.get('measurement_s', 0):.2f} s")),
+        ]
+    else:
+        pairs.append(("reason", e(lat.get("reason"))))
+        pairs.append(("threshold", e(f"±{lat['threshold']:.1%}")))
+    if lat.get("discarded"):
+        pairs.append(("discarded chunks", e("; ".join(lat["discarded"]))))
+    if lat.get("baseline"):
+        pairs.append(("against stored baseline", pill(lat["baseline"]["verdict"]) + " " + e(lat["baseline"].get("headline") or
+                                                                                          lat["baseline"].get("reason"))))
+    return rows(pairs)
+
+
+def plot(item: dict, uid: str) -> str:
+    samples = item.get("samples_ms") or {}
+    if not samples:
+        return ""
+    svg = plots.timing_svg(samples, uid, (item.get("latency") or {}).get("threshold"))
+    if svg is None:
+        return f'<p class="note">{e(plots.MISSING)}</p>'
+    return f"<figure>{svg}</figure>"
+
+
+def _span(values: list) -> str:
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not numbers:
+        return "n/a"
+    low, high = min(numbers), max(numbers)
+    return f"{low:g}" if low == high else f"{low:g}–{high:g}"
+
+
+def telemetry(item: dict) -> str:
+    states = [s for s in (item.get("latency") or {}).get("telemetry") or [] if isinstance(s, dict)]
+    if not states:
+        return '<p class="note">no clock/temperature readings (NVML not available, or not a timed comparison)</p>'
+    events = sorted({str(r) for s in states for r in (s.get("throttle_reasons") or [])})
+    summary = (f"SM clock {_span([s.get('sm_clock_mhz') for s in states])} MHz · "
+               f"memory clock {_span([s.get('mem_clock_mhz') for s in states])} MHz · "
+               f"temperature {_span([s.get('temperature_c') for s in states])} °C · "
+               f"power {_span([s.get('power_w') for s in states])} W · "
+               f"clock events: {', '.join(events) or 'none'} · {len(states)} reading(s)")
+    notes = sorted({f"{k}: {v}" for s in states for k, v in s.items() if k not in dict(TELEMETRY_COLUMNS)})
+    head = "<tr><th>#</th>" + "".join(f"<th>{e(label)}</th>" for _, label in TELEMETRY_COLUMNS) + "</tr>"
+    body = ""
+    for number, state in enumerate(states, 1):
+        cells = []
+        for key, _ in TELEMETRY_COLUMNS:
+            value = state.get(key)
+            if isinstance(value, list):
+                value = ", ".join(str(v.get("pid", v)) if isinstance(v, dict) else str(v) for v in value) or "none"
+            cells.append(f"<td class=num>{e('–' if value is None else value)}</td>")
+        body += f"<tr><td class=num>{number}</td>{''.join(cells)}</tr>"
+    extra = f'<p class="muted">{e("; ".join(notes))}</p>' if notes else ""
+    return (f"<p>{e(summary)}</p>{extra}<details><summary>readings after each measured chunk</summary>"
+            f"<table>{head}{body}</table></details>")
+
+
+def provenance(item: dict, run: dict, signature: str | None) -> str:
+    fp = run.get("fingerprint")
+    fp_text = f"<code>{e(fp['key'])}</code> {e(fp['description'])}" if fp else '<span class="note">no GPU: not measured</span>'
+    inputs = item.get("inputs") or {}
+    hashes = ("<table>" + "".join(f"<tr><td><code>{e(p)}</code></td><td class=mono>{e(h)}</td></tr>"
+                                  for p, h in inputs.items()) + "</table>") if inputs else '<span class="note">case files not found</span>'
+    return rows([
+        ("fingerprint", fp_text),
+        ("kernel source", f"<code>{e(item.get('source') or 'unknown')}</code>"),
+        ("suite file", f"<code>{e(item.get('suite_path') or item['suite'])}</code>"),
+        ("suite signature", e(signature) if signature else '<span class="note">not reported</span>'),
+        ("input sha256", hashes),
+    ])
+
+
+def article(item: dict, anchor: str, run: dict, signature: str | None) -> str:
+    status = item["status"]
+    sub = " · ".join(x for x in (item["suite"], item["kind"], item.get("category")) if x)
+    message = item.get("message") or item.get("warning")
+    parts = [
+        f'<article class="item {e(status)}" id="{e(anchor)}">',
+        f"<h3>{pill(status)} {e(fmt.item_title(item))} <span class=muted>{e(sub)}</span></h3>",
+        f"<p><code>{e(item['nodeid'])}</code></p>",
+        f'<pre class="message">{e(message)}</pre>' if message and status != "skipped" else "",
+        f'<div class="cols"><div><h4>Correctness</h4>{correctness(item)}</div>'
+        f"<div><h4>Latency</h4>{latency(item)}</div></div>",
+        plot(item, anchor),
+        f"<h4>Clocks, temperature, clock events</h4>{telemetry(item)}" if item.get("latency") else "",
+        f"<h4>Evidence</h4>{provenance(item, run, signature)}",
+        "<h4>Reproduce</h4><pre>" + e("\n".join(item.get("reproduce") or [])) + "</pre>",
+        "</article>",
+    ]
+    return "".join(p for p in parts if p)

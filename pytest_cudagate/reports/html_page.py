@@ -1,0 +1,103 @@
+"""The HTML report: one self-contained page (inline CSS and SVG, no scripts, no fetches).
+
+Order follows what a reader needs: the verdict, then what failed and why, then every result,
+then the per-case evidence, hardware and suites.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from . import fmt
+from .html_item import article, e, pill
+from .html_style import CSS
+
+
+def anchors(items: list[dict]) -> list[str]:
+    return [f"item-{n}" for n in range(1, len(items) + 1)]
+
+
+def _run_label(doc: dict, run: int) -> str:
+    fp = doc["runs"][run].get("fingerprint") if run < len(doc["runs"]) else None
+    return fp["description"].split(" (")[0] + f" {fp['key'][:8]}" if fp else "no GPU"
+
+
+def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
+    lat = item.get("latency") or {}
+    est = lat.get("estimate")
+    approved, current = (lat.get("approved") or {}).get("median"), (lat.get("current") or {}).get("median")
+    if current is None:
+        current = (item.get("correctness") or {}).get("median_ms")
+    detail = fmt.first_line(item.get("message") or item.get("warning")) if item["status"] != "passed" else ""
+    cells = [(pill(item["status"]), ""), (f'<a href="#{anchor}">{e(fmt.item_title(item))}</a>', ""),
+             (e(item["suite"]), ""), (e(item.get("category") or item["kind"]), "")]
+    if several_runs:
+        cells.append((e(_run_label(doc, item["run"])), ""))
+    cells += [(e(fmt.us(approved)), "num"), (e(fmt.us(current)), "num"), (e(fmt.ratio(est)), "num"),
+              (e(fmt.interval(est)), "num"), (pill(lat["verdict"]) if lat else "–", ""), (e(detail[:160]), "")]
+    return "<tr>" + "".join(f'<td class="{cls}">{html}</td>' if cls else f"<td>{html}</td>" for html, cls in cells) + "</tr>"
+
+
+def results_table(doc: dict, items: list[tuple[dict, str]]) -> str:
+    several = len(doc["runs"]) > 1
+    head = ["result", "kernel × case", "suite", "problem / kind"] + (["GPU"] if several else []) + [
+        "approved median", "current median", "ratio", "interval", "latency", "detail"]
+    body = "".join(_result_row(doc, item, anchor, several) for item, anchor in items)
+    return f"<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table>"
+
+
+def runs_section(doc: dict) -> str:
+    parts = []
+    for number, run in enumerate(doc["runs"]):
+        fp = run.get("fingerprint")
+        title = f"{fp['key']}: {fp['description']}" if fp else "no GPU on this runner: nothing was measured"
+        rows = [("host", run.get("host")), ("created", run.get("created")), ("cudagate", run.get("tool_version")),
+                ("options", ", ".join(f"{k}={v}" for k, v in (run.get("options") or {}).items()) or "defaults"),
+                ("pytest exit status", run.get("exitstatus"))]
+        github = run.get("github") or {}
+        if github.get("run_id"):
+            rows.append(("GitHub run", f"{github.get('server_url')}/{github.get('repository')}/actions/runs/{github['run_id']}"
+                                       f" (job {github.get('job')}, {github.get('sha')})"))
+        rows += [(k, v) for k, v in ((fp or {}).get("fields") or {}).items()]
+        body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+        parts.append(f"<h3>run {number + 1}: <span class=mono>{e(title)}</span></h3><table class=kv>{body}</table>")
+    return "".join(parts)
+
+
+def suites_section(doc: dict) -> str:
+    body = "".join(f"<tr><td>{e(s['name'])}</td><td><code>{e(s['path'])}</code></td>"
+                   f"<td>{e(s['signature']) if s.get('signature') else '<span class=note>not reported</span>'}</td></tr>"
+                   for s in doc["suites"])
+    return f"<table><tr><th>suite</th><th>file</th><th>signature</th></tr>{body}</table>"
+
+
+def render(doc: dict) -> str:
+    items = doc["items"]
+    pairs = list(zip(items, anchors(items)))
+    problems = [(i, a) for i, a in pairs if i["status"] in ("failed", "warning")]
+    signatures = {s["path"]: s.get("signature") for s in doc["suites"]}
+    verdict = fmt.VERDICT_WORD[doc["verdict"]]
+    fingerprints = [r["fingerprint"] for r in doc["runs"] if r.get("fingerprint")]
+    on = "; ".join(f"{f['description']} ({f['key']})" for f in fingerprints) or "no GPU"
+    articles = "".join(article(i, a, doc["runs"][i["run"]], signatures.get(i.get("suite_path") or i["suite"]))
+                       for i, a in pairs)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>cudagate {verdict}: {escape(fmt.counts_line(doc['counts']))}</title><style>{CSS}</style></head>
+<body>
+<header class="verdict {e(doc['verdict'])}"><div class="badge">{verdict}</div><div>
+<h1>cudagate gate report</h1><p class="counts">{escape(fmt.counts_line(doc['counts']))}</p>
+<p class="meta">on {e(on)} · created {e(doc['created'])} · cudagate {e(doc['tool_version'])}</p></div></header>
+<main>
+<h2 id="problems">Regressions and failures</h2>
+{results_table(doc, problems) if problems else '<p>None: every replayed case passed.</p>'}
+<h2 id="results">All results</h2>
+{results_table(doc, pairs) if pairs else '<p class="note">No case was collected.</p>'}
+<h2 id="cases">Per kernel × case</h2>
+{articles}
+<h2 id="hardware">Hardware and run</h2>
+{runs_section(doc)}
+<h2 id="suites">Suites and signatures</h2>
+{suites_section(doc)}
+</main></body></html>
+"""

@@ -1,0 +1,61 @@
+"""Merge the reports of matrix jobs (one per GPU model or runner) into one report.
+
+Runs are kept side by side, each with its fingerprint; an item keeps pointing at the run that
+measured it. Request files are carried over (renamed when two jobs chose the same name) and the
+reproduction commands are rewritten for the merged folder.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CudagateError
+from ..paths import display_path
+from .document import Built, assemble, reproduce
+from .writer import REQUESTS_DIR, read_report
+
+
+def _load_request(folder: Path, name: str) -> dict:
+    path = folder / name
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CudagateError(f"{path}: cannot read a request the report names: {exc}") from None
+
+
+def _merge_suites(suites: list[dict]) -> list[dict]:
+    merged: dict[str, dict] = {}
+    for suite in suites:
+        entry = merged.setdefault(suite["path"], {**suite, "signature": None})
+        status = suite.get("signature")
+        if status and status not in (entry["signature"] or "").split(" | "):
+            entry["signature"] = f"{entry['signature']} | {status}" if entry["signature"] else status
+    return sorted(merged.values(), key=lambda s: s["path"])
+
+
+def merge_reports(folders: list[Path], out_dir: Path) -> Built:
+    if not folders:
+        raise CudagateError("report merge: name at least one report folder")
+    runs, items, suites = [], [], []
+    requests: dict[str, dict] = {}
+    target = display_path(out_dir)
+    for folder in map(Path, folders):
+        document = read_report(folder)
+        folder = folder if folder.is_dir() else folder.parent
+        offset = len(runs)
+        runs += document["runs"]
+        suites += document["suites"]
+        for item in document["items"]:
+            item = {**item, "run": item["run"] + offset}
+            names = []
+            for relative in item.get("requests") or []:
+                request = _load_request(folder, relative)
+                name = Path(relative).name
+                if name in requests and requests[name] != request:
+                    name = f"run{offset + 1}-{name}"
+                requests[name] = request
+                names.append(f"{REQUESTS_DIR}/{name}")
+            options = runs[item["run"]].get("options") or {}
+            items.append({**item, "requests": names, "reproduce": reproduce(item["nodeid"], options, target, names)})
+    return Built(assemble(runs, items, _merge_suites(suites)), requests)

@@ -1,0 +1,86 @@
+"""What ``pytest --cuda-gate`` does with the outcomes at the end of a session: the report folder,
+the pytest-benchmark JSON file, and in GitHub Actions the job summary and annotations."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import CudagateError
+from ..paths import display_path
+from . import github
+from .benchmark_json import benchmark_document
+from .document import Built, build_report
+from .locate import from_items
+from .scrub import Scrubber
+from .writer import REPORT_HTML, dumps, write_report, write_text
+
+_DONE = pytest.StashKey[bool]()
+
+
+def add_options(group: Any) -> None:
+    group.addoption("--cuda-gate-report", default=None, metavar="DIR",
+                    help="write report.json, a self-contained report.html and replayable requests/ into DIR")
+    group.addoption("--cuda-gate-benchmark-json", default=None, metavar="FILE",
+                    help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
+                         "and benchmark dashboards")
+
+
+def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
+    session = config.pluginmanager.get_plugin("session")
+    gate = getattr(runtime, "_gate", None)
+    return build_report(
+        list(runtime.outcomes), list(runtime.skipped), index=from_items(getattr(session, "items", None) or []),
+        fingerprint=getattr(gate, "fingerprint", None), options=getattr(runtime, "options", None),
+        trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath), exitstatus=int(exitstatus),
+        report_dir=display_path(report_dir) if report_dir else None)
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
+    else:
+        print(line, file=sys.stdout, flush=True)
+
+
+def _publish_to_github(config: pytest.Config, document: dict, scrubber: Scrubber) -> None:
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as handle:
+            handle.write(scrubber.text(github.summary_markdown(document)))
+    for line in github.annotations(document, Path(config.rootpath), os.environ.get("GITHUB_WORKSPACE")):
+        _say(config, scrubber.text(line))
+
+
+def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None:
+    """Write what was asked for; once per session, and only where outcomes are known."""
+    if runtime is None or config.stash.get(_DONE, False) or hasattr(config, "workerinput"):
+        return  # an xdist worker's outcomes reach the controller's runtime, which reports them
+    config.stash[_DONE] = True
+    report_dir = config.getoption("cuda_gate_report", None)
+    benchmark_file = config.getoption("cuda_gate_benchmark_json", None)
+    if not (report_dir or benchmark_file or github.in_actions()):
+        return
+    scrubber = Scrubber()
+    built = build(config, runtime, exitstatus, report_dir)
+    document = scrubber.data(built.document)
+    try:
+        if report_dir:
+            write_report(Path(report_dir), built, scrubber)
+            _say(config, f"cudagate report: {display_path(Path(report_dir) / REPORT_HTML)}")
+        if benchmark_file:
+            write_text(Path(benchmark_file), dumps(benchmark_document(document, Path(config.rootpath))), scrubber)
+            _say(config, f"cudagate timings (pytest-benchmark JSON): {display_path(benchmark_file)}")
+    except (CudagateError, OSError) as exc:
+        # A report that cannot be written must not pass unseen: say why and fail the session.
+        _say(config, f"cudagate: could not write the report: {exc}")
+        session = config.pluginmanager.get_plugin("session")
+        if session is not None:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    if github.in_actions():
+        _publish_to_github(config, document, scrubber)

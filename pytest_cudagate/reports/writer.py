@@ -1,0 +1,58 @@
+"""Write a report folder: report.json (schema-checked first), report.html and requests/.
+
+Everything passes through the scrubber twice: as data before rendering, and as finished text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import CudagateError
+from ..schema import validate
+from .document import Built
+from .html_page import render
+from .scrub import Scrubber
+
+REPORT_JSON = "report.json"
+REPORT_HTML = "report.html"
+REQUESTS_DIR = "requests"
+
+
+def dumps(value) -> str:
+    # allow_nan=False: a NaN sneaking past serialize.plain must fail here, not in a reader's parser
+    return json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_text(path: Path, text: str, scrubber: Scrubber) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(scrubber.text(text), encoding="utf-8")
+
+
+def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None) -> Path:
+    """Validate, scrub and write; returns the path of report.json."""
+    scrubber = scrubber or Scrubber()
+    out_dir = Path(out_dir)
+    document = scrubber.data(built.document)
+    validate(document, "report", out_dir / REPORT_JSON)
+    requests = {name: scrubber.data(request) for name, request in built.requests.items()}
+    for name, request in requests.items():
+        validate(request, "harness-request", out_dir / REQUESTS_DIR / name)
+    for name, request in requests.items():
+        write_text(out_dir / REQUESTS_DIR / name, dumps(request), scrubber)
+    write_text(out_dir / REPORT_HTML, render(document), scrubber)
+    write_text(out_dir / REPORT_JSON, dumps(document), scrubber)
+    return out_dir / REPORT_JSON
+
+
+def read_report(path: Path) -> dict:
+    """A report.json (or the folder holding one), checked against the schema."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / REPORT_JSON
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CudagateError(f"{path}: cannot read the report: {exc}") from None
+    validate(document, "report", path)
+    return document

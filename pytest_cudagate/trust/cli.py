@@ -1,0 +1,180 @@
+"""``cudagate keygen`` / ``sign`` / ``verify``. ``register(subparsers)`` adds them to the main parser.
+
+Exit codes follow ``cudagate``: 0 good, 1 verification failed, 2 bad input (raised as
+:class:`CudagateError`, which the main command prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import CudagateError
+from ..paths import display_path
+from .keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
+                   load_private_key, load_trusted_keys, private_key_mode_warning)
+from ..approvals import Ledger
+from .ledger import ledger_problems, sign_ledger
+from .suite_signing import sign_suite, signer_from_keys, verify_suite
+
+EXIT_FAILED = 1
+
+
+def _suites(paths: list[str]) -> list:
+    from ..suite.loader import discover, load_suite
+
+    found = discover([Path(p) for p in paths])
+    if not found:
+        raise CudagateError(f"no cudagate.yaml found in {', '.join(paths)}")
+    return [load_suite(p) for p in found]
+
+
+def _project(suite):
+    from ..settings import load_settings
+
+    root = find_project_root(suite.root) or suite.root
+    return root, load_settings(root)
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def cmd_keygen(args) -> int:
+    name = args.name
+    cwd_root = find_project_root(Path.cwd())
+    if args.out:
+        out = Path(args.out)
+        private_path, public_path = out / f"{name}.key", out / f"{name}.pub"
+    else:
+        if cwd_root is None:
+            raise CudagateError(f"no project root (a folder holding pyproject.toml or .git) at or above {Path.cwd()}; "
+                                "run inside the repository, or pass --out DIR")
+        private_path = default_key_dir() / f"{name}.key"
+        public_path = cwd_root / TRUSTED_KEYS_DIR / f"{name}.pub"
+    generated = generate_key_pair(name, private_path=private_path, public_path=public_path)
+    print(f"generated Ed25519 key pair {name!r}, key id {generated.key_id}")
+    print(f"  private key: {display_path(generated.private_path)} (mode 0600): keep it secret, never commit it")
+    print(f"  public key:  {display_path(generated.public_path)}")
+    if args.out:
+        print(f"  to trust it, copy {name}.pub into {TRUSTED_KEYS_DIR.as_posix()}/ at the project root and commit it")
+    else:
+        print("  commit the public key (reviewed) so the project trusts signatures by this key")
+    print(f"  for CI, store the private key file's contents as the secret {SIGNING_KEY_ENV}, e.g. "
+          f"`gh secret set {SIGNING_KEY_ENV} < {display_path(generated.private_path)}`")
+    if cwd_root is not None and _is_within(generated.private_path, cwd_root):
+        print(f"warning: the private key is inside the project folder {display_path(cwd_root)}; make sure it is "
+              "git-ignored and never committed", file=sys.stderr)
+    return 0
+
+
+def _signing_key(args):
+    """--key FILE, else $CUDAGATE_SIGNING_KEY, else keygen's default folder (by --signer, or its only key)."""
+    path = Path(args.key) if args.key else None
+    if path is None and not os.environ.get(SIGNING_KEY_ENV, "").strip():
+        folder = default_key_dir()
+        named = folder / f"{args.signer}.key" if args.signer else None
+        candidates = sorted(folder.glob("*.key")) if folder.is_dir() else []
+        if named is not None and named.is_file():
+            path = named
+        elif len(candidates) == 1:
+            path = candidates[0]
+        elif len(candidates) > 1:
+            raise CudagateError(f"several keys in {display_path(folder)} ({', '.join(p.stem for p in candidates)}); "
+                                f"pass --key FILE or --signer NAME")
+    if path is not None:
+        warning = private_key_mode_warning(path)
+        if warning:
+            print(warning, file=sys.stderr)
+        print(f"using the private key in {display_path(path)}")
+    else:
+        print(f"using the private key in ${SIGNING_KEY_ENV}")
+    return load_private_key(path)
+
+
+def cmd_sign(args) -> int:
+    suites = _suites(args.suites)
+    key = _signing_key(args)
+    kid = key_id(key)
+    for suite in suites:
+        root, settings = _project(suite)
+        try:
+            trusted = load_trusted_keys(root, settings)
+        except CudagateError as exc:
+            print(f"warning: cannot load the trusted keys, so this signature cannot be checked yet: {exc}",
+                  file=sys.stderr)
+            trusted = {}
+        signer = args.signer or signer_from_keys(key, trusted) or ""
+        path = sign_suite(suite, key, signer)
+        files = sum(len(c["files"]) for c in json.loads(path.read_text(encoding="utf-8"))["manifest"]["cases"].values())
+        print(f"{display_path(suite.path)}: signed {len(suite.cases)} case(s), {files} data file(s) as {signer or 'unnamed signer'} "
+              f"with key {kid} -> {display_path(path)}")
+        ledger = Ledger.for_suite(suite)
+        if ledger.approvals:
+            kernels = sign_ledger(ledger, key, signer)
+            ledger.save()
+            print(f"{display_path(ledger.path)}: signed the approvals of {', '.join(kernels)}")
+        if kid not in trusted:
+            print(f"warning: key {kid} is not among the project's trusted keys ({getattr(trusted, 'where', lambda: 'none')()}); "
+                  f"`cudagate verify` and the gate will refuse this signature until its .pub is committed under "
+                  f"{display_path(root / TRUSTED_KEYS_DIR)}/", file=sys.stderr)
+    return 0
+
+
+def cmd_verify(args) -> int:
+    failed = False
+    for suite in _suites(args.suites):
+        root, settings = _project(suite)
+        trusted = load_trusted_keys(root, settings)
+        result = verify_suite(suite, trusted)
+        print(result.summary())
+        failed |= not result.ok
+        problems = ledger_problems(Ledger.for_suite(suite), trusted, suite.path)
+        for problem in problems:
+            print(f"  {problem}")
+        failed |= bool(problems)
+    return EXIT_FAILED if failed else 0
+
+
+def register(subparsers) -> None:
+    """Add ``keygen``, ``sign`` and ``verify`` to an argparse subparsers object (each sets ``func``)."""
+    keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer or CI")
+    keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
+    keygen.add_argument("--out", metavar="DIR",
+                        help="write NAME.key and NAME.pub into DIR (default: the private key under "
+                             "~/.config/cudagate/keys/, the public key in .cudagate/trusted_keys/ of the project)")
+    keygen.set_defaults(func=cmd_keygen)
+
+    sign = subparsers.add_parser("sign", help="sign a suite's cases, reference and tolerances (writes cudagate.sig.json)")
+    sign.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    sign.add_argument("--key", metavar="FILE",
+                      help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
+    sign.add_argument("--signer", metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    sign.set_defaults(func=cmd_sign)
+
+    verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
+    verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    verify.set_defaults(func=cmd_verify)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m pytest_cudagate.trust.cli``) until the main command wires these in."""
+    parser = argparse.ArgumentParser(prog="cudagate")
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CudagateError as exc:
+        print(f"cudagate: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,315 @@
+"""The canonical manifest of a suite: everything that defines what "correct" means.
+
+Signed: suite name, the ordered parameter signature, the reference (its source or Python file hash,
+the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, the
+sha256 of each input and expected-output file), tolerances, input distributions, each kernel's
+entry and launch configuration(s), timing settings and the gate threshold.
+
+Not signed: a kernel's source and compile options (changing a kernel is what pull requests do;
+the approvals ledger pins approved kernel sources), the description, comments and formatting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from pathlib import Path
+
+from ..errors import FileError
+from ..paths import display_path
+from ..suite.model import Launch, Program, Suite
+from .canonical import canonical_bytes, file_sha256
+
+MANIFEST_FORMAT = 1
+# Suite fields placed in the manifest by name below, or deliberately not signed (path, description;
+# a kernel's source and options are left out of "kernels" on purpose).
+_HANDLED_SUITE_FIELDS = frozenset({"path", "name", "signature", "reference", "kernels", "cases", "tolerance",
+                                   "inputs", "timing", "threshold", "data_dir", "description"})
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def sign_fix(suite: Suite) -> str:
+    return f"fix: a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`"
+
+
+def _rel(path: Path, root: Path) -> str:
+    return os.path.relpath(path, root).replace(os.sep, "/")
+
+
+def _plain(value, root: Path):
+    """JSON-ready form of a model value: dataclasses by field, tuples as lists, paths relative to root.
+
+    A number in a field annotated ``float`` becomes a float, so ``atol: 0`` and ``atol: 0.0`` sign alike.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if isinstance(item, int) and not isinstance(item, bool) and "float" in str(f.type):
+                item = float(item)
+            out[f.name] = _plain(item, root)
+        return out
+    if isinstance(value, dict):
+        return {str(k): _plain(v, root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, root) for v in value]
+    if isinstance(value, Path):
+        return _rel(value, root)
+    return value
+
+
+def _launch(launch: Launch) -> dict:
+    return _plain(launch, Path("."))
+
+
+def _program_launches(program: Program) -> dict:
+    return {"launch": _launch(program.launch),
+            "launch_overrides": {case: _launch(l) for case, l in sorted(program.launch_overrides.items())}}
+
+
+def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:
+    """Quoted includes of ``source`` found next to it, recursively (those travel with the request)."""
+    found: dict[str, str] = {}
+    todo = [source]
+    seen = {source.resolve()}
+    while todo:
+        current = todo.pop()
+        try:
+            body = current.read_bytes()
+        except OSError:
+            continue
+        for name in _INCLUDE.findall(body):
+            candidate = current.parent / name.decode("utf-8", "replace")
+            if not candidate.is_file():
+                continue  # a system or toolkit header: not ours
+            resolved = candidate.resolve()
+            if resolved in seen:
+                continue
+            seen.add(resolved)
+            found[_rel(Path(os.path.normpath(candidate)), root)] = file_sha256(candidate, text=True)
+            todo.append(candidate)
+    return found
+
+
+def _reference(suite: Suite, problems: list[str]) -> dict:
+    root = suite.root
+    if suite.reference.python:
+        file_name, function = suite.reference.python.rsplit(":", 1)
+        path = Path(os.path.normpath(root / file_name))
+        entry = {"file": _rel(path, root), "function": function, "sha256": None}
+        try:
+            entry["sha256"] = file_sha256(path, text=True)
+        except OSError:
+            problems.append(f"{entry['file']}: missing (the Python reference)")
+        return {"python": entry}
+    program = suite.reference.program
+    entry = {"source": _rel(program.source, root), "sha256": None, "entry": program.entry,
+             "options": list(program.options), "arch_suffix": program.arch_suffix, **_program_launches(program)}
+    try:
+        entry["sha256"] = file_sha256(program.source, text=True)
+    except OSError:
+        problems.append(f"{entry['source']}: missing (the reference source)")
+    entry["headers"] = _headers(program.source, root, problems)
+    return {"cuda": entry}
+
+
+def case_files(suite: Suite, case) -> list[Path]:
+    """The data files a case uses: one input per in/inout buffer, one expected output per out/inout."""
+    files = [suite.input_path(case, p) for p in suite.buffers if p.is_input]
+    files += [suite.expected_path(case, p) for p in suite.buffers if p.is_output]
+    return files
+
+
+def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
+    """The manifest of ``suite`` as it is on disk, and the problems found while building it: referenced
+    files that are missing (their hash is ``None``) and files under the case folder no case uses."""
+    root = suite.root
+    problems: list[str] = []
+    referenced: set[Path] = set()
+    cases = {}
+    for case in suite.cases:
+        files = {}
+        for path in case_files(suite, case):
+            rel = _rel(path, root)
+            referenced.add(Path(os.path.normpath(path)))
+            try:
+                files[rel] = file_sha256(path, text=False)  # .npy: binary, hashed as stored
+            except OSError:
+                files[rel] = None
+                problems.append(f"{rel}: missing (case {case.name} needs it)")
+        entry = _plain(case, root)
+        entry.pop("name")
+        entry["files"] = files
+        cases[case.name] = entry
+    if suite.data_dir.is_dir():
+        for path in sorted(suite.data_dir.rglob("*")):
+            if (path.is_file() or path.is_symlink()) and Path(os.path.normpath(path)) not in referenced:
+                problems.append(f"unexpected file {_rel(path, root)}: no case references it (remove it, or "
+                                "add the case that uses it to the suite and re-sign)")
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "suite": suite.name,
+        "signature": [_plain(p, root) for p in suite.signature],
+        "reference": _reference(suite, problems),
+        "cases": cases,
+        "tolerance": {name: _plain(t, root) for name, t in suite.tolerance.items()},
+        "inputs": {name: _plain(d, root) for name, d in suite.inputs.items()},
+        "kernels": {k.name: {"entry": k.entry, **_program_launches(k)} for k in suite.kernels},
+        "timing": _plain(suite.timing, root),
+        "gate": {"threshold": float(suite.threshold)},
+    }
+    # Fail closed: a suite field this module does not know yet (added to the model later) is signed
+    # as it is, rather than silently left out of what defines correctness.
+    for f in dataclasses.fields(suite):
+        if f.name not in _HANDLED_SUITE_FIELDS:
+            manifest[f.name] = _plain(getattr(suite, f.name), root)
+    try:
+        canonical_bytes(manifest)
+    except ValueError as exc:  # NaN or Infinity somewhere in the suite's numbers
+        problems.append(f"the suite holds a number JSON cannot represent (NaN or Infinity): {exc}")
+    return manifest, problems
+
+
+def suite_manifest(suite: Suite) -> dict:
+    """The canonical manifest of ``suite``; raises :class:`FileError` if a referenced file is missing
+    or the case folder holds a file no case uses (the manifest would not describe what is on disk)."""
+    manifest, problems = collect_manifest(suite)
+    if problems:
+        raise FileError(suite.path, problems + [f"fix: run `cudagate check {display_path(suite.path)}`, fix the "
+                                                "case data, then sign"])
+    return manifest
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    return canonical_bytes(manifest)
+
+
+# --------------------------------------------------------------------------- differences
+
+
+def _show(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def _flatten(value, path: str, out: dict) -> dict:
+    if isinstance(value, dict) and value:
+        for key in sorted(value):
+            _flatten(value[key], f"{path}.{key}" if path else str(key), out)
+    else:
+        out[path] = value
+    return out
+
+
+_ABSENT = object()
+
+
+def _diff_values(old, new, path: str, out: list[str]) -> None:
+    a = _flatten(old, path, {}) if old is not _ABSENT else {}
+    b = _flatten(new, path, {}) if new is not _ABSENT else {}
+    for key in sorted(set(a) | set(b)):
+        if key not in b:
+            out.append(f"{key}: removed (was {_show(a[key])})")
+        elif key not in a:
+            out.append(f"{key}: added ({_show(b[key])})")
+        elif a[key] != b[key] or type(a[key]) is not type(b[key]):
+            out.append(f"{key}: {_show(a[key])} → {_show(b[key])}")
+
+
+def _named(mapping) -> dict:
+    return mapping if isinstance(mapping, dict) else {}
+
+
+def _diff_signature(old, new, out: list[str]) -> None:
+    old, new = old if isinstance(old, list) else [], new if isinstance(new, list) else []
+    old_names = [p.get("name") if isinstance(p, dict) else p for p in old]
+    new_names = [p.get("name") if isinstance(p, dict) else p for p in new]
+    if old_names != new_names:
+        out.append(f"signature: parameters ({', '.join(map(str, old_names))}) → ({', '.join(map(str, new_names))})")
+        return
+    for name, a, b in zip(old_names, old, new):
+        _diff_values(a, b, f"signature.{name}", out)
+
+
+def _diff_reference(old, new, out: list[str]) -> None:
+    old, new = _named(old), _named(new)
+    if set(old) != set(new):
+        kinds = {"python": "a Python reference", "cuda": "a CUDA reference kernel"}
+        out.append(f"reference: {' / '.join(kinds.get(k, k) for k in old) or 'none'} → "
+                   f"{' / '.join(kinds.get(k, k) for k in new) or 'none'}")
+        return
+    for kind in old:
+        a, b = dict(_named(old[kind])), dict(_named(new[kind]))
+        name_key = "file" if kind == "python" else "source"
+        if a.get(name_key) == b.get(name_key) and a.get("sha256") != b.get("sha256") and b.get("sha256") is not None:
+            what = "the Python reference" if kind == "python" else "the reference source"
+            out.append(f"{b.get(name_key)}: sha256 changed ({what})")
+        if a.get(name_key) == b.get(name_key):
+            a.pop("sha256", None), b.pop("sha256", None)
+        ha, hb = _named(a.pop("headers", {})), _named(b.pop("headers", {}))
+        for header in sorted(set(ha) | set(hb)):
+            if header not in hb:
+                out.append(f"{header}: no longer included by the reference")
+            elif header not in ha:
+                out.append(f"{header}: now included by the reference, not signed")
+            elif ha[header] != hb[header]:
+                out.append(f"{header}: sha256 changed (a header the reference includes)")
+        _diff_values(a, b, "reference", out)
+
+
+def _diff_cases(old, new, out: list[str]) -> None:
+    old, new = _named(old), _named(new)
+    for name in sorted(set(new) - set(old)):
+        out.append(f"case {name} added (not in the signed manifest)")
+    for name in sorted(set(old) - set(new)):
+        out.append(f"case {name} removed (it is in the signed manifest)")
+    for name in sorted(set(old) & set(new)):
+        a, b = dict(_named(old[name])), dict(_named(new[name]))
+        fa, fb = _named(a.pop("files", {})), _named(b.pop("files", {}))
+        for key in sorted(set(a) | set(b)):
+            if key == "scalars":
+                _diff_values(a.get(key, _ABSENT), b.get(key, _ABSENT), f"case {name}: scalars", out)
+            elif a.get(key, _ABSENT) != b.get(key, _ABSENT):
+                out.append(f"case {name}: {key}: {_show(a.get(key))} → {_show(b.get(key))}")
+        for path in sorted(set(fa) | set(fb)):
+            if path not in fb:
+                out.append(f"{path}: no longer part of case {name}")
+            elif path not in fa:
+                out.append(f"{path}: now part of case {name}, not signed")
+            elif fb[path] is not None and fa[path] != fb[path]:
+                out.append(f"{path}: sha256 changed")  # a missing file is reported where it is collected
+
+
+def _diff_kernels(old, new, out: list[str]) -> None:
+    old, new = _named(old), _named(new)
+    for name in sorted(set(new) - set(old)):
+        out.append(f"kernel {name} added (its entry and launch are not signed)")
+    for name in sorted(set(old) - set(new)):
+        out.append(f"kernel {name} removed (it is in the signed manifest)")
+    for name in sorted(set(old) & set(new)):
+        _diff_values(old[name], new[name], f"kernels.{name}", out)
+
+
+def diff_manifests(signed: dict, current: dict) -> list[str]:
+    """Readable differences, field by field and file by file, from ``signed`` to ``current``."""
+    out: list[str] = []
+    signed, current = _named(signed), _named(current)
+    special = {"signature": _diff_signature, "reference": _diff_reference, "cases": _diff_cases,
+               "kernels": _diff_kernels}
+    for key in sorted(set(signed) | set(current), key=lambda k: (k not in ("format", "suite"), k)):
+        if key in special:
+            special[key](signed.get(key), current.get(key), out)
+        else:
+            _diff_values(signed.get(key, _ABSENT), current.get(key, _ABSENT), key, out)
+    if not out and canonical_bytes(signed) != canonical_bytes(current):
+        out.append("the manifest differs from the signed one")
+    return out

@@ -1,0 +1,13 @@
+"""GPU tests: marked ``gpu`` and skipped cleanly on machines without a CUDA device."""
+
+import pytest
+from gpu_support import has_gpu
+
+HAS_GPU = has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip)

@@ -1,0 +1,90 @@
+"""Small, valid cudagate suites written into a temporary folder, for the CPU test suite.
+
+The suite ``scale`` doubles a ``rows × cols`` float32 matrix. Its reference is Python (numpy), so
+its case data is generated without a GPU; its kernel compiles with the NVRTC from PyPI.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUITE_YAML = """\
+suite: scale
+description: y = 2 * x, row by row
+signature:
+  - {name: x, buffer: float32, intent: in, size: rows*cols, shape: [rows, cols]}
+  - {name: y, buffer: float32, intent: out, size: rows*cols, shape: [rows, cols]}
+  - {name: rows, scalar: int32}
+  - {name: cols, scalar: int32}
+reference:
+  python: reference.py:scale_rows
+tolerance:
+  y: {atol: 1.0e-6, rtol: 1.0e-5}
+kernels:
+  - name: scale2
+    source: scale.cu
+    launch: {grid: [rows], block: [128]}
+cases:
+  - {name: small, kind: correctness, scalars: {rows: 3, cols: 50}}
+  - {name: perf, kind: performance, scalars: {rows: 64, cols: 256}}
+"""
+
+REFERENCE_PY = """\
+import numpy as np
+
+
+def scale_rows(x, rows, cols):
+    return (x.astype(np.float64).reshape(rows, cols) * 2).astype(np.float32)
+"""
+
+KERNEL_CU = """\
+extern "C" __global__ void scale2(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+{
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        y[r * cols + c] = 2.0f * x[r * cols + c];
+}
+"""
+
+# Line 3 uses an undefined name: NVRTC reports "scale.cu(3): error: ...".
+BROKEN_CU = """\
+extern "C" __global__ void scale2(const float* x, float* y, int rows, int cols)
+{
+    y[0] = undefined_value_here;
+}
+"""
+
+
+def write_suite(folder: Path, *, yaml_text: str = SUITE_YAML, kernel_source: str = KERNEL_CU,
+                data: bool = True) -> Path:
+    """Write the suite (yaml, .cu, reference.py) into ``folder``; generate its case data if asked."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cudagate.yaml"
+    path.write_text(yaml_text, encoding="utf-8")
+    (folder / "scale.cu").write_text(kernel_source, encoding="utf-8")
+    (folder / "reference.py").write_text(REFERENCE_PY, encoding="utf-8")
+    if data:
+        from pytest_cudagate.suite.cases import generate
+        from pytest_cudagate.suite.loader import load_suite
+
+        generate(load_suite(path))
+    return path
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    """``text`` with ``old`` (which must occur exactly once) replaced by ``new``."""
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    return text.replace(old, new)
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based number of the first line of ``text`` that contains ``needle``."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in the text")
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

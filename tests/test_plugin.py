@@ -1,0 +1,210 @@
+"""`pytest --cuda-gate` end to end on a machine without a GPU, through pytester."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from helpers import BROKEN_CU, SUITE_YAML, replace_once, write_suite
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.settings import Settings, load_settings
+
+pytest_plugins = ["pytester"]
+
+CUDA_REFERENCE = replace_once(SUITE_YAML, "  python: reference.py:scale_rows\n",
+                              "  source: scale.cu\n  entry: scale2\n  launch: {grid: [rows], block: [128]}\n")
+
+
+def outcomes(result) -> dict:
+    return {k: v for k, v in result.parseoutcomes().items() if k in ("passed", "failed", "skipped", "errors", "error")}
+
+
+def test_compile_passes_and_replay_is_skipped_without_a_gpu(pytester):
+    write_suite(pytester.path)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-rs", "-v")
+    assert outcomes(result) == {"passed": 1, "skipped": 2}
+    result.stdout.fnmatch_lines([
+        "*cudagate.yaml::scale2::compile PASSED*",
+        "*cudagate.yaml::scale2::small SKIPPED*",
+        "*cudagate.yaml::scale2::perf SKIPPED*",
+    ])
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] *no CUDA device*"])
+    assert result.ret == pytest.ExitCode.OK
+    # the terminal summary has its own section, one row per replayed case
+    result.stdout.fnmatch_lines([
+        "*= cudagate =*",
+        "*suite*kernel*case*kind*",
+        "*scale*scale2*small*correctness*skipped*",
+    ])
+    result.stdout.fnmatch_lines(["*scale*scale2*perf*performance*skipped*"])
+
+
+def test_node_ids(pytester):
+    write_suite(pytester.path)
+    write_suite(pytester.path / "nested" / "dir")
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--collect-only", "-q")
+    assert [line for line in result.stdout.lines if "::" in line] == [
+        "cudagate.yaml::scale2::compile",
+        "cudagate.yaml::scale2::small",
+        "cudagate.yaml::scale2::perf",
+        "nested/dir/cudagate.yaml::scale2::compile",
+        "nested/dir/cudagate.yaml::scale2::small",
+        "nested/dir/cudagate.yaml::scale2::perf",
+    ]
+
+
+def test_a_cuda_reference_gets_a_compile_item_only(pytester):
+    write_suite(pytester.path, yaml_text=CUDA_REFERENCE, data=False)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--collect-only", "-q")
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids == ["cudagate.yaml::reference::compile", "cudagate.yaml::scale2::compile",
+                   "cudagate.yaml::scale2::small", "cudagate.yaml::scale2::perf"]
+
+
+def test_require_gpu_fails_replay_items(pytester):
+    write_suite(pytester.path)
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-require-gpu")
+    assert outcomes(result) == {"passed": 1, "failed": 2}
+    result.stdout.fnmatch_lines(["*no CUDA device*--cuda-gate-require-gpu is set*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_compile_error_fails_the_compile_item_with_nvrtcs_log(pytester):
+    write_suite(pytester.path, kernel_source=BROKEN_CU)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-rfs")
+    assert outcomes(result)["failed"] == 1
+    result.stdout.fnmatch_lines([
+        "*scale.cu does not compile for sm_90:*",
+        "*scale.cu(3): error*undefined_value_here*",
+    ])
+    assert "Traceback" not in result.stdout.str()  # a gate failure is its message, not a traceback
+    result.stdout.fnmatch_lines(["FAILED cudagate.yaml::scale2::compile*"])
+
+
+def test_an_invalid_suite_is_one_failing_item_and_others_still_run(pytester):
+    good = write_suite(pytester.path / "good")
+    bad_text = replace_once(SUITE_YAML, "source: scale.cu", "source: nothere.cu")
+    write_suite(pytester.path / "bad", yaml_text=bad_text, data=False)
+    write_suite(pytester.path / "yaml", yaml_text="suite: [unclosed\n", data=False)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-v")
+    assert outcomes(result) == {"passed": 1, "failed": 2, "skipped": 2}
+    result.stdout.fnmatch_lines([
+        "bad/cudagate.yaml::suite FAILED*",
+        "good/cudagate.yaml::scale2::compile PASSED*",
+        "good/cudagate.yaml::scale2::small SKIPPED*",
+        "good/cudagate.yaml::scale2::perf SKIPPED*",
+        "yaml/cudagate.yaml::suite FAILED*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*the suite file is invalid:*",
+        "*kernels[[]0[]].source: file 'nothere.cu' not found*",
+    ])
+    result.stdout.fnmatch_lines(["*yaml/cudagate.yaml:*", "*not valid YAML*"])
+    assert good.is_file()
+
+
+def test_bad_case_data_fails_the_case_item_with_the_fix(pytester):
+    path = write_suite(pytester.path)
+    np.save(path.parent / "cases" / "small" / "x.npy", np.zeros(7, dtype=np.float32))
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-v", "-rs")
+    assert outcomes(result) == {"passed": 1, "failed": 1, "skipped": 1}
+    result.stdout.fnmatch_lines([
+        "*cudagate.yaml::scale2::small FAILED*",
+        "*cudagate.yaml::scale2::perf SKIPPED*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*case data does not match the signature:*",
+        "*x.npy: holds 7 elements, but x has size rows*cols = 150*",
+        "*fix: run `cudagate cases generate *cudagate.yaml`*",
+    ])
+
+
+def test_without_the_option_no_cudagate_items(pytester):
+    write_suite(pytester.path)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    result = pytester.runpytest("-v")
+    assert outcomes(result) == {"passed": 1}
+    assert "cudagate.yaml" not in result.stdout.str()
+    assert "= cudagate =" not in result.stdout.str()
+
+
+def test_the_option_keeps_ordinary_tests(pytester):
+    write_suite(pytester.path)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
+    assert outcomes(result) == {"passed": 2, "skipped": 2}
+
+
+def test_project_settings_name_the_suites(pytester):
+    write_suite(pytester.path / "kernels" / "scale")
+    write_suite(pytester.path / "unlisted", kernel_source=BROKEN_CU)  # would fail if collected
+    pytester.makepyfile(test_other="def test_never():\n    assert False\n")
+    pytester.makepyprojecttoml('[tool.cudagate]\nsuites = ["kernels/scale/cudagate.yaml"]\n')
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-v")
+    assert outcomes(result) == {"passed": 1, "skipped": 2}
+    result.stdout.fnmatch_lines(["kernels/scale/cudagate.yaml::scale2::compile PASSED*"])
+    assert "unlisted" not in result.stdout.str()
+
+
+def test_project_settings_do_not_override_explicit_paths(pytester):
+    write_suite(pytester.path / "kernels" / "scale")
+    write_suite(pytester.path / "other")
+    pytester.makepyprojecttoml('[tool.cudagate]\nsuites = ["kernels/scale"]\n')
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "other", "--collect-only", "-q")
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids and all(i.startswith("other/cudagate.yaml::") for i in ids)
+
+
+def test_project_settings(tmp_path):
+    assert load_settings(tmp_path) == Settings(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.cudagate]\nsuites = ["a", "b/c"]\n'
+                                             'arch = "sm_80"\ntimeout_s = 5\n')
+    settings = load_settings(tmp_path)
+    assert settings.suites == ("a", "b/c") and settings.arch == "sm_80" and settings.timeout_s == 5
+
+
+def test_unknown_project_setting_is_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.cudagate]\nsuits = ["x"]\n')
+    with pytest.raises(FileError) as excinfo:
+        load_settings(tmp_path)
+    assert str(excinfo.value).startswith(str(tmp_path / "pyproject.toml"))
+    message = str(excinfo.value)
+    assert "unknown key(s) suits; allowed: " in message
+    assert "suites" in message.split("allowed: ")[1]
+
+
+def test_unreadable_project_settings_are_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.cudagate\n")
+    with pytest.raises(FileError, match="cannot read"):
+        load_settings(tmp_path)
+
+
+def test_arch_option_and_resources_reach_the_junit_report(pytester):
+    write_suite(pytester.path)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-arch", "sm_80", "--junitxml=report.xml")
+    assert outcomes(result) == {"passed": 1, "skipped": 2}
+    tree = ET.parse(pytester.path / "report.xml")
+    case = next(tc for tc in tree.iter("testcase") if tc.get("name") == "compile")
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert properties["arch"] == "sm_80"
+    assert int(properties["registers"]) > 0
+
+
+def test_a_suite_that_is_not_utf8_does_not_stop_the_others(pytester):
+    write_suite(pytester.path / "good")
+    bad = write_suite(pytester.path / "bad", data=False)
+    bad.write_bytes(SUITE_YAML.replace("row by row", "caf\xe9").encode("latin-1"))
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
+    assert outcomes(result) == {"passed": 1, "failed": 1, "skipped": 2}
+
+
+def test_an_unsigned_suite_is_refused_before_any_replay(pytester):
+    """Without a GPU too: trust is checked before a replay could be skipped for want of a device."""
+    write_suite(pytester.path / "kernels" / "scale")
+    result = pytester.runpytest("--cuda-gate", "-rf")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*the gate refuses to judge this suite*", "*no trusted signing keys*"])
+    loud = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
+    loud.stdout.fnmatch_lines(["*trust checks are OFF*"])

@@ -192,6 +192,14 @@ def cmd_approve(args) -> int:
     return EXIT_FAILED if refused else 0
 
 
+def cmd_diff(args) -> int:
+    from .diffing import kernel_diff
+
+    suite = load_suite(next(iter(_suites([args.suite]))))
+    print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))
+    return 0
+
+
 def _user_name(root: Path) -> str:
     try:
         import git
@@ -231,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
     approve.set_defaults(func=cmd_approve)
+
+    diff = sub.add_parser("diff", help="show what changed in a kernel since its approved version")
+    diff.add_argument("suite", metavar="SUITE")
+    diff.add_argument("kernel", metavar="KERNEL")
+    diff.add_argument("--report", metavar="REPORT.json", help="add the latency change per case from a gate report")
+    diff.set_defaults(func=cmd_diff)
 
     register_trust(sub)
     cases = sub.add_parser("cases", help="manage case data")

@@ -88,6 +88,21 @@ def category(o: CaseOutcome) -> str | None:
     return f"latency {o.latency.verdict.value}" if o.latency is not None else "error"
 
 
+def headline(o: CaseOutcome) -> str:
+    """One line saying what happened, for tables: the first wrong output or the latency verdict."""
+    verdict = o.correctness
+    if verdict is not None and not verdict.passed:
+        lines = [*verdict.problems, *(c.describe().splitlines()[0] for c in verdict.comparisons if not c.ok)]
+        if lines:
+            return lines[0]
+    if o.latency is not None and (verdict is None or verdict.passed):
+        return o.latency.headline()
+    text = (o.message or o.warning or "").strip()
+    if text:
+        return text.splitlines()[0]
+    return "correct" if verdict is not None and verdict.passed else ""
+
+
 def _status(o: CaseOutcome) -> str:
     return "failed" if o.failed else ("warning" if o.warning else "passed")
 
@@ -111,7 +126,7 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
         names.append(f"requests/{name}")
     return {
         "nodeid": info.nodeid, "suite": o.suite, "kernel": o.kernel, "case": o.case, "kind": o.kind,
-        "status": _status(o), "category": category(o), "run": run,
+        "status": _status(o), "category": category(o), "run": run, "headline": headline(o),
         "message": o.message, "warning": o.warning,
         "suite_path": relative(info.suite_path, root) if info.suite_path else None,
         "source": relative(info.source, root) if info.source else None,
@@ -129,7 +144,8 @@ def _skipped_item(entry: tuple[str, str, str, str], info: ItemInfo, run: int, ro
     suite, kernel, case, kind = entry
     return {
         "nodeid": info.nodeid, "suite": suite, "kernel": kernel, "case": case, "kind": kind,
-        "status": "skipped", "category": None, "run": run, "message": "not replayed: no CUDA device", "warning": None,
+        "status": "skipped", "category": None, "run": run, "headline": "not replayed: no CUDA device",
+        "message": "not replayed: no CUDA device", "warning": None,
         "suite_path": relative(info.suite_path, root) if info.suite_path else None,
         "source": relative(info.source, root) if info.source else None,
         "correctness": None, "latency": None, "samples_ms": {},

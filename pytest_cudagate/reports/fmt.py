@@ -65,9 +65,5 @@ def counts_line(counts: dict[str, int]) -> str:
     return line
 
 
-def first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-
-
 def item_title(item: dict) -> str:
     return f"{item['kernel']} × {item['case']}"

@@ -75,7 +75,7 @@ def summary_markdown(doc: dict) -> str:
         est = lat.get("estimate")
         current = (lat.get("current") or {}).get("median") or (item.get("correctness") or {}).get("median_ms")
         ratio = f"{fmt.ratio(est)} {fmt.interval(est)}" if est else "–"
-        detail = fmt.first_line(item.get("message") or item.get("warning")) if item["status"] != "passed" else ""
+        detail = item.get("headline") or ""
         cells = [f"**{item['status'].upper()}**" if item["status"] == "failed" else item["status"],
                  fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
                  fmt.us((lat.get("approved") or {}).get("median")), fmt.us(current), ratio,

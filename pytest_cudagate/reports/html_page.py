@@ -28,7 +28,7 @@ def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
     approved, current = (lat.get("approved") or {}).get("median"), (lat.get("current") or {}).get("median")
     if current is None:
         current = (item.get("correctness") or {}).get("median_ms")
-    detail = fmt.first_line(item.get("message") or item.get("warning")) if item["status"] != "passed" else ""
+    detail = item.get("headline") or ""
     cells = [(pill(item["status"]), ""), (f'<a href="#{anchor}">{e(fmt.item_title(item))}</a>', ""),
              (e(item["suite"]), ""), (e(item.get("category") or item["kind"]), "")]
     if several_runs:

@@ -1,0 +1,66 @@
+"""``cudagate diff``: what changed in a kernel since its approved version, concisely."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+
+from .approvals import Ledger, build_identity
+from .errors import CudagateError
+from .paths import display_path
+from .requests import kernel_spec
+from .suite.model import Suite
+
+
+def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[str]:
+    """Lines describing the kernel's changes against its approval (and latency, from a report)."""
+    program = suite.kernel(kernel)
+    ledger = Ledger.for_suite(suite)
+    approval = ledger.approvals.get(kernel)
+    if approval is None:
+        raise CudagateError(f"{display_path(ledger.path)}: {kernel!r} has no approved version yet; "
+                            f"run `cudagate approve {display_path(suite.path)} {kernel}` on a GPU runner")
+    approved = ledger.approved_spec(approval)
+    current = kernel_spec(program)
+    lines = [f"{kernel}: approved {approval.source_sha256[:12]} by {approval.approved_by} at {approval.approved_at}"
+             f" (commit {(approval.git.get('commit') or 'unknown')[:12]})"]
+    if build_identity(program) == approval.identity():
+        lines.append("  unchanged: source, headers, options and launch configurations match the approval")
+    lines += _text_diff(approved["source"], current["source"], f"approved/{approval.source_sha256[:12]}.cu",
+                        display_path(program.source))
+    for name in sorted(set(approved["headers"]) | set(current["headers"])):
+        lines += _text_diff(approved["headers"].get(name, ""), current["headers"].get(name, ""),
+                            f"approved:{name}", name)
+    if approved["options"] != current["options"]:
+        lines.append(f"  options: {approved['options']} -> {current['options']}")
+    for case in suite.cases:
+        before = ledger.approved_launch(approval, case.name).resolve(case.scalars)
+        after = program.launch_for(case.name).resolve(case.scalars)
+        if before != after:
+            lines.append(f"  launch for {case.name}: grid {before['grid']} block {before['block']} shared "
+                         f"{before['shared_bytes']} -> grid {after['grid']} block {after['block']} shared {after['shared_bytes']}")
+    if report is not None:
+        lines += _latency_lines(report, suite, kernel)
+    return lines
+
+
+def _text_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:
+    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name, lineterm="", n=2))
+    return ["  " + line for line in diff]
+
+
+def _latency_lines(report: Path, suite: Suite, kernel: str) -> list[str]:
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CudagateError(f"{report}: cannot read the gate report: {exc}") from None
+    lines = []
+    for item in data.get("items", []):
+        latency = item.get("latency") or {}
+        estimate = latency.get("estimate") or {}
+        if item.get("suite") != suite.name or item.get("kernel") != kernel or not estimate.get("ratio"):
+            continue
+        lines.append(f"  latency {item['case']}: {(estimate['ratio'] - 1) * 100:+.1f}% "
+                     f"[{estimate['low']:.3f}, {estimate['high']:.3f}] {latency.get('verdict')}")
+    return lines or [f"  latency: no timed case of {kernel} in {report}"]

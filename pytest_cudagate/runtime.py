@@ -3,6 +3,7 @@ the hardware fingerprint, the compile target, ledgers, the output folder, and ev
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -17,6 +18,25 @@ from .suite.model import Suite
 from .trust import gate_problems
 
 DEFAULT_ARCH = "sm_90"
+
+
+def xdist_device_env() -> dict[str, str]:
+    """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
+
+    Respects a CUDA_VISIBLE_DEVICES the user set. The count comes from NVML, so the parent process
+    never creates a CUDA context of its own.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:  # no NVML: leave the choice to CUDA; the GPU lock still serialises timing
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": str(int(worker[2:]) % max(count, 1))} if count else {}
 
 
 @dataclass
@@ -42,7 +62,7 @@ class GateRuntime:
     def client(self) -> HarnessClient | None:
         """The worker client, or None with :attr:`unavailable_reason` set when there is no GPU."""
         if self._client is None and self._unavailable is None:
-            client = HarnessClient(timeout_s=self.timeout_s)
+            client = HarnessClient(timeout_s=self.timeout_s, env=xdist_device_env())
             try:
                 hello = client.start()
             except WorkerUnavailable as exc:

@@ -1,0 +1,186 @@
+"""The latency gate's host side: adaptive sampling decisions, verdict policy, and the ledger."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
+from pytest_cudagate.stats import RatioEstimate
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.verdicts import CaseVerdict
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+
+
+def chunk(rng, n, slowdown=0.0, disturbances=(), wall=0.01):
+    base = rng.lognormal(np.log(0.015), 0.04, n)
+    noise = rng.lognormal(0, 0.01, n)
+    return {"approved": list(base), "current": list(base * noise * (1 + slowdown)), "wall_s": wall,
+            "disturbances": list(disturbances), "state": {"sm_clock_mhz": 1980}}
+
+
+def drive(sampler, rng, slowdown=0.0, limit=50):
+    rounds = 100
+    for _ in range(limit):
+        rounds = sampler.decide(chunk(rng, rounds, slowdown))
+        if rounds == 0:
+            break
+    return sampler.result()
+
+
+def test_identical_kernels_pass_and_stop_early():
+    result = drive(AdaptiveSampler(0.02, budget_s=2.0), np.random.default_rng(1))
+    assert result.verdict is Latency.PASS
+    assert 0.99 < result.estimate.ratio < 1.01 and result.pairs <= 1600
+    assert len(result.telemetry) >= 1 and result.telemetry[0]["sm_clock_mhz"] == 1980
+
+
+def test_a_clear_slowdown_regresses_after_one_chunk():
+    result = drive(AdaptiveSampler(0.02), np.random.default_rng(2), slowdown=0.10)
+    assert result.verdict is Latency.REGRESSED and result.pairs == 100
+    assert "10." in result.headline() or "9." in result.headline()
+    assert "slower than approved" in result.headline() and "99% CI" in result.headline()
+
+
+def test_a_speedup_is_improved():
+    assert drive(AdaptiveSampler(0.02), np.random.default_rng(3), slowdown=-0.08).verdict is Latency.IMPROVED
+
+
+def test_the_budget_stops_sampling():
+    sampler = AdaptiveSampler(0.02, budget_s=0.05)
+    rng = np.random.default_rng(4)
+    decisions = [sampler.decide(chunk(rng, 100, 0.02, wall=0.03)) for _ in range(2)]
+    assert decisions[-1] == 0
+
+
+def test_disturbed_chunks_are_discarded_then_unstable():
+    sampler = AdaptiveSampler(0.02, budget_s=100)
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        last = sampler.decide(chunk(rng, 100, disturbances=["hw_slowdown"]))
+    assert last == 0
+    result = sampler.result()
+    assert result.verdict is Latency.UNSTABLE and "disturbed" in result.reason and result.discarded == ["hw_slowdown"] * 4
+
+
+def test_one_disturbed_chunk_does_not_count_its_samples():
+    sampler = AdaptiveSampler(0.02, budget_s=100)
+    rng = np.random.default_rng(6)
+    sampler.decide(chunk(rng, 100, slowdown=0.5, disturbances=["other process pid 42"]))
+    assert sampler.current == [] and sampler.discarded
+
+
+def test_against_baseline_and_worst():
+    rng = np.random.default_rng(7)
+    baseline = list(rng.lognormal(np.log(0.015), 0.03, 1000))
+    slower = list(rng.lognormal(np.log(0.015 * 1.06), 0.03, 1000))
+    assert against_baseline(slower, baseline, 0.02).verdict is Latency.REGRESSED
+    assert worst(Latency.PASS, Latency.INCOMPARABLE) is Latency.INCOMPARABLE
+    assert worst(Latency.IMPROVED, Latency.REGRESSED) is Latency.REGRESSED
+
+
+def latency(verdict, advisory=False):
+    return LatencyResult(verdict, 0.02, reason="approved", estimate=RatioEstimate(1.05, 1.03, 1.07, 0.99, 300, "test"),
+                         advisory=advisory)
+
+
+@pytest.mark.parametrize("verdict, options, advisory, failed, warned", [
+    (Latency.PASS, GateOptions(), False, False, False),
+    (Latency.IMPROVED, GateOptions(), False, False, False),
+    (Latency.REGRESSED, GateOptions(), False, True, False),
+    (Latency.REGRESSED, GateOptions(), True, False, True),  # baseline-only evidence warns...
+    (Latency.REGRESSED, GateOptions(release=True), True, True, False),  # ...and blocks a release
+    (Latency.INCONCLUSIVE, GateOptions(), False, False, True),
+    (Latency.INCONCLUSIVE, GateOptions(strict=True), False, True, False),
+    (Latency.UNSTABLE, GateOptions(strict=True), False, True, False),
+    (Latency.INCOMPARABLE, GateOptions(), False, False, True),
+    (Latency.INCOMPARABLE, GateOptions(release=True), False, True, False),
+])
+def test_verdict_policy(verdict, options, advisory, failed, warned):
+    gate = Gate(client=None, fingerprint=None, options=options, output_dir=Path("."))
+    outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", True),
+                          latency=latency(verdict, advisory))
+    gate._decide(outcome)
+    assert outcome.failed is failed and (outcome.warning is not None) is warned
+    if failed:
+        assert f"latency {verdict.value}" in outcome.message
+
+
+def test_a_correctness_failure_fails_whatever_the_latency():
+    gate = Gate(client=None, fingerprint=None, options=GateOptions(), output_dir=Path("."))
+    outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", False, ["wrong"]),
+                          latency=latency(Latency.IMPROVED))
+    gate._decide(outcome)
+    assert outcome.failed and "wrong" in outcome.message
+
+
+# -- the ledger ---------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def suite(tmp_path):
+    target = tmp_path / "softmax"
+    shutil.copytree(EXAMPLE, target, ignore=shutil.ignore_patterns("cudagate.approvals.json", "approved"))
+    return load_suite(target / "cudagate.yaml")
+
+
+def approve(suite):
+    ledger = Ledger.for_suite(suite)
+    approval = approval_for(ledger, suite.kernels[0], approved_by="alice", approved_at="2026-11-29T00:00:00Z",
+                            git={"commit": "abc", "dirty": False}, tool_version="test")
+    approval.baselines["00112233aabbccdd"] = Baseline({"gpu_name": "NVIDIA H200"}, "2026-11-29",
+                                                      {"perf_256x1024": {"summary": {"median": 0.006},
+                                                                         "samples_ms": [0.006, 0.0061], "cache": "cold"}})
+    ledger.approvals[approval.kernel] = approval
+    ledger.save()
+    return ledger
+
+
+def test_ledger_round_trip_and_identity(suite):
+    approve(suite)
+    again = Ledger.for_suite(suite)
+    approval = again.approvals["softmax_rows"]
+    assert approval.baselines["00112233aabbccdd"].cases["perf_256x1024"]["samples_ms"] == [0.006, 0.0061]
+    assert build_identity(suite.kernels[0]) == approval.identity()
+    assert again.approved_spec(approval)["source"] == suite.kernels[0].source.read_text()
+    (suite.root / "softmax.cu").write_text(suite.kernels[0].source.read_text() + "\n// changed\n")
+    assert build_identity(load_suite(suite.path).kernels[0]) != approval.identity()
+
+
+def test_a_missing_ledger_is_empty(suite):
+    assert Ledger.for_suite(suite).approvals == {}
+
+
+def test_a_corrupt_ledger_is_a_clear_error(suite):
+    (suite.root / "cudagate.approvals.json").write_text("{not json")
+    with pytest.raises(FileError, match="cannot read the approvals ledger.*cudagate approve"):
+        Ledger.for_suite(suite)
+
+
+def test_a_ledger_violating_its_schema_is_a_clear_error(suite):
+    approve(suite)
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    raw["approvals"]["softmax_rows"]["source_sha256"] = "not-a-hash"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(FileError, match="source_sha256"):
+        Ledger.for_suite(suite)
+
+
+def test_a_missing_or_altered_pinned_copy_is_refused(suite):
+    ledger = approve(suite)
+    approval = ledger.approvals["softmax_rows"]
+    blob = suite.root / approval.source_blob
+    blob.write_text("// tampered")
+    with pytest.raises(FileError, match="does not match its hash"):
+        ledger.approved_spec(approval)
+    blob.unlink()
+    with pytest.raises(FileError, match="is missing"):
+        ledger.approved_spec(approval)

@@ -99,6 +99,7 @@ def gate_costs(rows):
     code = pytest.main(args, plugins=[capture])
     wall = time.perf_counter() - t0
     kernel, measuring = 0.0, 0.0
+    worker = sum(o.worker_s for o in capture.runtime.outcomes)
     for outcome in capture.runtime.outcomes:
         if outcome.latency is not None and outcome.latency.samples:
             kernel += sum(outcome.latency.samples["current"]) + sum(outcome.latency.samples["approved"])
@@ -109,7 +110,8 @@ def gate_costs(rows):
     rows.append(("`pytest --cuda-gate examples` wall (in-process, warm cache)", f"{wall:.2f} s", f"exit {code}"))
     rows.append(("  kernel time inside the timing events", f"{kernel:.3f} s", ""))
     rows.append(("  interleaved measurement loops", f"{measuring:.2f} s", ""))
-    rows.append(("  beyond the kernel time", f"{wall - kernel:.2f} s", "target ≤ 1 s"))
+    rows.append(("  GPU work in the worker (flushes, warm-ups, validation, timing)", f"{worker:.2f} s", ""))
+    rows.append(("  beyond the GPU work (pytest, worker start, IPC, checks)", f"{wall - worker:.2f} s", "target ≤ 1 s"))
 
 
 def main() -> int:

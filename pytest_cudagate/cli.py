@@ -25,6 +25,7 @@ from .suite.cases import case_data_fix, check_case_data, generate
 from .suite.loader import discover, load_suite
 from .suite.model import Tolerance
 from .trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
+from .reports.cli import register as register_reports
 from .trust.cli import register as register_trust
 from .trust.ledger import sign_ledger
 from .verdicts import judge, load_expected
@@ -247,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.set_defaults(func=cmd_diff)
 
     register_trust(sub)
+    register_reports(sub)
     cases = sub.add_parser("cases", help="manage case data")
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
     gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference")

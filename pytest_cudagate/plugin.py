@@ -13,6 +13,7 @@ import pytest
 
 from .build import compile_program
 from .errors import CudagateError
+from .reports import pytest_hooks as reports
 from .gate import CaseOutcome, GateOptions
 from .runtime import GateRuntime
 from .summary import render_table
@@ -52,6 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="latency drift tolerated, as a fraction (overrides each suite's gate.threshold)")
     group.addoption("--cuda-gate-allow-unsigned", action="store_true",
                     help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
+    reports.add_options(group)
     group.addoption("--cuda-gate-lock-timeout", type=float, default=600.0, metavar="S",
                     help="how long to wait for another gate run to release the GPU (default 600)")
 
@@ -73,6 +75,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(Path(config.rootpath) / s) for s in settings.suites]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    runtime = session.config.stash.get(RUNTIME, None)
+    if runtime is not None:
+        reports.session_finish(session.config, runtime, exitstatus)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from helpers import SUITE_YAML, replace_once, write_suite
+from helpers import SUITE_YAML, write_suite
 from pytest_cudagate import stats
 from pytest_cudagate.compare import compare
 from pytest_cudagate.fingerprint import Fingerprint
@@ -128,7 +128,13 @@ def _passing_verdict(suite: Suite, case_name: str, samples_ms: list[float] | Non
 
 def build_scenario(folder: Path, *, fingerprint: Fingerprint | None = None, options: GateOptions | None = None) -> Scenario:
     """Write the suite into ``folder`` and return the six outcomes a gate run on it could give."""
-    suite = load_suite(write_suite(folder, yaml_text=REPORT_SUITE_YAML))
+    return scenario_for(load_suite(write_suite(folder, yaml_text=REPORT_SUITE_YAML)), fingerprint=fingerprint,
+                        options=options)
+
+
+def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, options: GateOptions | None = None) -> Scenario:
+    """The outcomes for a suite written by :func:`build_scenario` (its case data already generated)."""
+    folder = suite.root
     fingerprint = fingerprint or h200()
     options = options or GateOptions()
     gate = Gate(None, fingerprint, options, folder / "out")
@@ -148,14 +154,15 @@ def build_scenario(folder: Path, *, fingerprint: Fingerprint | None = None, opti
     comparison = compare("y", actual, expected, suite.tolerance["y"], suite.shape(suite.outputs[0], case))
     wrong.correctness = CaseVerdict("scale2", "edge", False, comparisons=[comparison])
 
-    regressed = _outcome(suite, "perf", out, timing=suite.timing.to_json())
-    regressed.requests.append(_compare_request(suite, "perf", out))
+    regressed = CaseOutcome(suite.name, "scale2", "perf", "performance")  # timed against the approved version:
+    regressed.requests.append(_compare_request(suite, "perf", out))  # one `compare` conversation, no `run`
     regressed.latency = interleaved(1.21, [100, 100, 200, 400], noise=0.03, seed=1)
     regressed.latency.fingerprint = fp_text
+    regressed.worker_s = 2.41  # allocation, checks, warm-up and the interleaved timing
     regressed.correctness = _passing_verdict(suite, "perf")
     assert regressed.latency.verdict is Latency.REGRESSED, regressed.latency.describe()
 
-    unsure = _outcome(suite, "perf_wide", out, timing=suite.timing.to_json())
+    unsure = CaseOutcome(suite.name, "scale2", "perf_wide", "performance")
     unsure.requests.append(_compare_request(suite, "perf_wide", out))
     unsure.latency = _inconclusive()
     unsure.latency.fingerprint = fp_text
@@ -176,3 +183,14 @@ def build_scenario(folder: Path, *, fingerprint: Fingerprint | None = None, opti
     skipped = [(suite.name, "scale2", "perf_odd", "performance")]
     trust = {str(suite.path): "signed by maintainer@example.com (ed25519 7f3a…c2): 6 cases verified"}
     return Scenario(suite, fingerprint, options, outcomes, skipped, trust)
+
+
+def built_report(scenario: Scenario, report_dir: Path | None = None, *, root: Path | None = None, exitstatus: int = 1):
+    """The report document (and request files) the pytest hook would build for ``scenario``."""
+    from pytest_cudagate.reports.document import build_report
+    from pytest_cudagate.reports.locate import from_items
+
+    return build_report(scenario.outcomes, scenario.skipped, index=from_items(scenario.items()),
+                        fingerprint=scenario.fingerprint, options=scenario.options, trust=scenario.trust,
+                        root=root or scenario.suite.root.parent, exitstatus=exitstatus,
+                        report_dir=str(report_dir) if report_dir else None)

@@ -9,13 +9,14 @@ import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .. import __version__
 from ..gate import CaseOutcome, GateOptions
 from .hashes import case_hashes, relative
 from .locate import ItemInfo, Key, from_requests
-from .replay_requests import replayable, request_name
+from .replay_requests import request_name, runnable, with_checks
 from .serialize import correctness_json, latency_json, plain, samples_json
 
 REPORT_FORMAT = "cudagate-report"
@@ -36,11 +37,13 @@ def now() -> str:
 
 
 def summarize(items: list[dict]) -> tuple[str, dict[str, int]]:
-    """Overall verdict and counts. A skipped case was not judged, so it cannot make a PASS."""
+    """Overall verdict and counts. A case not replayed was not judged, so it cannot make a PASS;
+    neither can a run that judged nothing."""
     counts = {status: sum(1 for i in items if i["status"] == status) for status in STATUS_ORDER}
     counts["regressed"] = sum(1 for i in items if (i.get("latency") or {}).get("verdict") == "regressed")
     counts["total"] = len(items)
-    verdict = "fail" if counts["failed"] else ("warn" if counts["warning"] or counts["skipped"] else "pass")
+    unjudged = counts["warning"] or counts["skipped"] or not items
+    verdict = "fail" if counts["failed"] else ("warn" if unjudged else "pass")
     return verdict, counts
 
 
@@ -117,12 +120,12 @@ def _samples(o: CaseOutcome) -> dict[str, list[float]]:
 
 def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, options: Mapping[str, Any],
                   report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> dict:
-    names = []
-    for request in o.requests:
-        if request.get("op") != "run":
-            continue
-        name = request_name(o.suite, o.kernel, o.case, tag, len(names))
-        requests_out[name] = replayable(request, info.suite, info.program)
+    names: list[str] = []
+    number = -1
+    for role, request in runnable(o.requests):
+        number += not role  # an approved-version request shares the number of the current one before it
+        name = request_name(o.suite, o.kernel, o.case, tag, number, role)
+        requests_out[name] = with_checks(request, info.suite, info.program)
         names.append(f"requests/{name}")
     return {
         "nodeid": info.nodeid, "suite": o.suite, "kernel": o.kernel, "case": o.case, "kind": o.kind,
@@ -134,6 +137,7 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
         "latency": latency_json(o.latency) if o.latency is not None else None,
         "samples_ms": _samples(o),
         "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
+        "worker_s": getattr(o, "worker_s", None),
         "requests": names,
         "reproduce": reproduce(info.nodeid, options, report_dir, names),
     }
@@ -199,9 +203,9 @@ def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, 
         key = (o.suite, o.kernel, o.case)
         info = index.get(key) or from_requests(key, o.requests, root)
         items.append(_outcome_item(o, info, 0, root, opts, report_dir, tag, requests))
-    for entry in skipped:
-        info = index.get(tuple(entry[:3])) or from_requests(tuple(entry[:3]), [], root)
-        items.append(_skipped_item(tuple(entry), info, 0, root, opts))
+    for suite, kernel, case, kind in skipped:
+        info = index.get((suite, kernel, case)) or from_requests((suite, kernel, case), [], root)
+        items.append(_skipped_item((suite, kernel, case, kind), info, 0, root, opts))
     return Built(assemble([run_entry(fingerprint, opts, exitstatus, report_dir)], items,
                           suites_section(items, trust or {}, root)), requests)
 

@@ -38,13 +38,13 @@ def ratio(estimate: dict | None) -> str:
     return f"{estimate['ratio']:.3f}"
 
 
-def interval(estimate: dict | None) -> str:
+def interval(estimate: dict | None, confidence: bool = True) -> str:
     """``[low, high]`` with its confidence; an unbounded end (too few samples) shows as such."""
     if not estimate:
         return "–"
     low = f"{estimate['low']:.3f}" if estimate.get("low") is not None else "0"
     high = f"{estimate['high']:.3f}" if estimate.get("high") is not None else "∞"
-    return f"[{low}, {high}] at {estimate.get('confidence', 0):.0%}"
+    return f"[{low}, {high}]" + (f" at {estimate.get('confidence', 0):.0%}" if confidence else "")
 
 
 def change(estimate: dict | None) -> str:
@@ -63,6 +63,10 @@ def counts_line(counts: dict[str, int]) -> str:
     if counts.get("regressed"):
         line += f" ({counts['regressed']} latency regression{'s' if counts['regressed'] != 1 else ''})"
     return line
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def item_title(item: dict) -> str:

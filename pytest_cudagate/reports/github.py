@@ -40,7 +40,7 @@ def annotation_path(source: str | None, root: Path | None, workspace: str | None
         return source
 
 
-def annotations(doc: dict, root: Path | None = None, workspace: str | None = None) -> list[str]:
+def workflow_annotations(doc: dict, root: Path | None = None, workspace: str | None = None) -> list[str]:
     """``::error`` for each failed item, ``::warning`` for inconclusive/incomparable/unstable ones."""
     lines = []
     for item in doc["items"]:
@@ -79,7 +79,7 @@ def summary_markdown(doc: dict) -> str:
         cells = [f"**{item['status'].upper()}**" if item["status"] == "failed" else item["status"],
                  fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
                  fmt.us((lat.get("approved") or {}).get("median")), fmt.us(current), ratio,
-                 lat.get("verdict", "–"), detail[:140]]
+                 lat.get("verdict", "–"), fmt.clip(detail, 140)]
         lines.append("| " + " | ".join(_cell(str(c)) for c in cells) + " |")
     if len(doc["items"]) > len(shown):
         lines.append(f"\n…and {len(doc['items']) - len(shown)} more: see the HTML report artifact.")

@@ -75,7 +75,8 @@ def latency(item: dict) -> str:
             text += f"; median of the timed launches {fmt.us(median)}"
         return f'<p class="note">{e(text)}</p>'
     est = lat.get("estimate")
-    pairs = [("verdict", pill(lat["verdict"]) + (" advisory (judged against a stored baseline only)" if lat.get("advisory") else ""))]
+    advisory = " advisory (judged against a stored baseline only)" if lat.get("advisory") else ""
+    pairs = [("verdict", pill(lat["verdict"]) + advisory)]
     if est:
         approved, current = lat.get("approved") or {}, lat.get("current") or {}
         pairs += [
@@ -146,13 +147,16 @@ def provenance(item: dict, run: dict, signature: str | None) -> str:
     fp = run.get("fingerprint")
     fp_text = f"<code>{e(fp['key'])}</code> {e(fp['description'])}" if fp else '<span class="note">no GPU: not measured</span>'
     inputs = item.get("inputs") or {}
-    hashes = ("<table>" + "".join(f"<tr><td><code>{e(p)}</code></td><td class=mono>{e(h)}</td></tr>"
-                                  for p, h in inputs.items()) + "</table>") if inputs else '<span class="note">case files not found</span>'
+    hashes = '<span class="note">case files not found</span>'
+    if inputs:
+        hashes = "<table>" + "".join(f"<tr><td><code>{e(p)}</code></td><td class=mono>{e(h)}</td></tr>"
+                                     for p, h in inputs.items()) + "</table>"
     return rows([
         ("fingerprint", fp_text),
         ("kernel source", f"<code>{e(item.get('source') or 'unknown')}</code>"),
         ("suite file", f"<code>{e(item.get('suite_path') or item['suite'])}</code>"),
         ("suite signature", e(signature) if signature else '<span class="note">not reported</span>'),
+        *([("worker time", e(f"{item['worker_s']:.2f} s"))] if item.get("worker_s") else []),
         ("input sha256", hashes),
     ])
 

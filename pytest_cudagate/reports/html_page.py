@@ -19,7 +19,7 @@ def anchors(items: list[dict]) -> list[str]:
 
 def _run_label(doc: dict, run: int) -> str:
     fp = doc["runs"][run].get("fingerprint") if run < len(doc["runs"]) else None
-    return fp["description"].split(" (")[0] + f" {fp['key'][:8]}" if fp else "no GPU"
+    return fp["description"].split(" (")[0].removeprefix("NVIDIA ") + f" {fp['key'][:8]}" if fp else "no GPU"
 
 
 def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
@@ -34,16 +34,19 @@ def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
     if several_runs:
         cells.append((e(_run_label(doc, item["run"])), ""))
     cells += [(e(fmt.us(approved)), "num"), (e(fmt.us(current)), "num"), (e(fmt.ratio(est)), "num"),
-              (e(fmt.interval(est)), "num"), (pill(lat["verdict"]) if lat else "–", ""), (e(detail[:160]), "")]
+              (e(fmt.interval(est, confidence=False)), "num"), (pill(lat["verdict"]) if lat else "–", ""),
+              (e(fmt.clip(detail, 200)), "detail")]
     return "<tr>" + "".join(f'<td class="{cls}">{html}</td>' if cls else f"<td>{html}</td>" for html, cls in cells) + "</tr>"
 
 
 def results_table(doc: dict, items: list[tuple[dict, str]]) -> str:
     several = len(doc["runs"]) > 1
+    levels = {((i.get("latency") or {}).get("estimate") or {}).get("confidence") for i, _ in items} - {None}
+    interval = f"interval ({levels.pop():.0%})" if len(levels) == 1 else "interval"
     head = ["result", "kernel × case", "suite", "problem / kind"] + (["GPU"] if several else []) + [
-        "approved median", "current median", "ratio", "interval", "latency", "detail"]
+        "approved median", "current median", "ratio", interval, "latency", "detail"]
     body = "".join(_result_row(doc, item, anchor, several) for item, anchor in items)
-    return f"<table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table>"
+    return f"<div class=scroll><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table></div>"
 
 
 def runs_section(doc: dict) -> str:
@@ -73,7 +76,7 @@ def suites_section(doc: dict) -> str:
 
 def render(doc: dict) -> str:
     items = doc["items"]
-    pairs = list(zip(items, anchors(items)))
+    pairs = list(zip(items, anchors(items), strict=True))
     problems = [(i, a) for i, a in pairs if i["status"] in ("failed", "warning")]
     signatures = {s["path"]: s.get("signature") for s in doc["suites"]}
     verdict = fmt.VERDICT_WORD[doc["verdict"]]

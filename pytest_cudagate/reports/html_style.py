@@ -21,7 +21,7 @@ h3 { margin: 0 0 6px; font-size: 16px; } h4 { margin: 12px 0 4px; font-size: 13p
   letter-spacing: .04em; color: #374151; }
 table { border-collapse: collapse; width: 100%; background: #fff; font-size: 13px; }
 th, td { border: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #f3f4f6; font-weight: 600; white-space: nowrap; }
+th { background: #f3f4f6; font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.kv th { width: 210px; }
 code, pre, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
@@ -42,6 +42,7 @@ article.passed { border-left-color: var(--pass); }
 @media (max-width: 900px) { .cols { grid-template-columns: 1fr; } }
 svg.plot { width: 100%; height: auto; max-height: 300px; background: #fff; }
 .note { color: var(--muted); font-style: italic; }
+td.detail { min-width: 200px; } .scroll { overflow-x: auto; }
 td.bad { color: var(--fail); font-weight: 600; }
 a { color: #1d4ed8; text-decoration: none; } a:hover { text-decoration: underline; }
 details summary { cursor: pointer; color: #374151; }

@@ -37,7 +37,9 @@ def _merge_suites(suites: list[dict]) -> list[dict]:
 def merge_reports(folders: list[Path], out_dir: Path) -> Built:
     if not folders:
         raise CudagateError("report merge: name at least one report folder")
-    runs, items, suites = [], [], []
+    runs: list[dict] = []
+    items: list[dict] = []
+    suites: list[dict] = []
     requests: dict[str, dict] = {}
     target = display_path(out_dir)
     for folder in map(Path, folders):

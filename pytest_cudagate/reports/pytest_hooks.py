@@ -36,7 +36,8 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
     return build_report(
         list(runtime.outcomes), list(runtime.skipped), index=from_items(getattr(session, "items", None) or []),
         fingerprint=getattr(gate, "fingerprint", None), options=getattr(runtime, "options", None),
-        trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath), exitstatus=int(exitstatus),
+        trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
+        exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)
 
 
@@ -53,7 +54,7 @@ def _publish_to_github(config: pytest.Config, document: dict, scrubber: Scrubber
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(scrubber.text(github.summary_markdown(document)))
-    for line in github.annotations(document, Path(config.rootpath), os.environ.get("GITHUB_WORKSPACE")):
+    for line in github.workflow_annotations(document, Path(config.rootpath), os.environ.get("GITHUB_WORKSPACE")):
         _say(config, scrubber.text(line))
 
 

@@ -1,0 +1,73 @@
+"""report.html opened from disk in headless Chromium: it renders, fetches nothing, logs no error.
+
+Screenshots go to $CUDAGATE_ARTIFACTS when set (CI keeps them), else to the test's tmp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from report_fixtures import build_scenario, built_report
+from pytest_cudagate.reports.writer import write_report
+
+CHROMIUM = next((p for p in (os.environ.get("CUDAGATE_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                             shutil.which("chromium-browser"), shutil.which("google-chrome")) if p and Path(p).is_file()), None)
+# Without these, Chromium phones home at start; on a closed network that is noise and delay.
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", "--no-first-run", "--disable-quic"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="module")
+def report_html(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("browser")
+    write_report(base / "out", built_report(build_scenario(base / "scale")))
+    return base / "out" / "report.html"
+
+
+def artifacts(tmp_path: Path) -> Path:
+    folder = Path(os.environ.get("CUDAGATE_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_chromium_renders_a_screenshot(report_html, tmp_path):
+    shot = artifacts(tmp_path) / "report-chromium.png"
+    shot.unlink(missing_ok=True)
+    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                             f"--screenshot={shot}", "--window-size=1280,2000", report_html.as_uri()],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000  # a blank page compresses to a few KB
+
+
+def test_playwright_sees_the_page_offline_and_without_errors(report_html, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (optional)")
+    requests, errors = [], []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 2000}, java_script_enabled=False)
+            page.on("request", lambda request: requests.append(request.url))
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(report_html.as_uri())
+            assert page.locator("header .badge").inner_text() == "FAIL"
+            assert page.title().startswith("cudagate FAIL: 2 failed")
+            widths = page.locator("svg.plot").evaluate_all("nodes => nodes.map(n => n.getBoundingClientRect().width)")
+            assert len(widths) == 3 and min(widths) > 500
+            shot = artifacts(tmp_path) / "report-playwright.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert requests == [report_html.as_uri()], requests  # nothing but the file itself
+    assert errors == []
+    assert shot.read_bytes().startswith(PNG_SIGNATURE) and shot.stat().st_size > 50_000

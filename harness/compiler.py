@@ -30,6 +30,8 @@ _REFUSED = (
      "relocatable device code (and with it device-side launches) is refused: work launched from "
      "the kernel would escape the timing events"),
     (re.compile(r"^(-dlto|--dlink-time-opt)$"), "link-time optimisation needs relocatable code; remove it"),
+    (re.compile(r"^(-ewp|--extensible-whole-program)(=true|=1)?$"),
+     "extensible whole-program mode allows device-side launches, which would escape the timing events"),
 )
 _RESOURCE_PATTERNS = {
     "registers": re.compile(r"Used (\d+) registers"),

@@ -33,6 +33,30 @@ FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
 # NaN, so an unwritten float always fails the comparison even before it is counted.
 POISON_FIRST = 0xFF
 POISON_SECOND = 0x7F
+# Timed launches poison their outputs too (before the L2 flush, outside the events), so the output a
+# rotation slot holds after timing is exactly what the last timed launch on it wrote.
+POISON_TIMED = POISON_FIRST
+
+# Guard zones: every device copy of every buffer sits between two zones of this many bytes filled
+# with CANARY, checked after each phase of a run; a changed byte is a write outside the buffer.
+# 4 KiB keeps every buffer 256-byte aligned and catches a write up to a row or so past the end.
+GUARD_BYTES = 4096
+CANARY = 0xA5
+
+# Shared-memory scrub before each validation launch: every SM's shared memory is filled with the
+# poison of that launch (NaN for float32 on launch 1, 3.4e38 on launch 2), so a kernel that reads
+# shared memory it never wrote gets different garbage each time instead of benign leftovers.
+SCRUB_WORDS = {POISON_FIRST: 0xFFFFFFFF, POISON_SECOND: 0x7F7F7F7F}
+
+# What a request may switch off (``checks`` in a request; every one is on when absent). second_launch:
+# validation launch 2 (determinism, unwritten elements); off only for a trusted reference's runs.
+WORKER_CHECKS = {"guards": True, "scrub_shared": True, "timed_outputs": True, "second_launch": True}
+
+
+def worker_checks(request: dict) -> dict:
+    """The request's worker-side checks, defaults filled in."""
+    given = request.get("checks") or {}
+    return {name: bool(given.get(name, default)) for name, default in WORKER_CHECKS.items()}
 
 # Sticky CUDA errors corrupt the context: the worker reports the case and exits so the client starts
 # a fresh worker for the remaining cases.
@@ -56,6 +80,12 @@ EXIT_STICKY = 3
 
 def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(DTYPES[name][0])
+
+
+def all_bytes(array: np.ndarray, byte: int) -> np.ndarray:
+    """Elements of ``array`` whose every byte is ``byte`` (a poison pattern still in place)."""
+    itemsize = array.dtype.itemsize
+    return np.all(array.reshape(-1).view(np.uint8).reshape(-1, itemsize) == byte, axis=1)
 
 
 def unwritten_mask(first: np.ndarray, second: np.ndarray) -> np.ndarray:

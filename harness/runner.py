@@ -1,9 +1,22 @@
 """Run compiled kernels on one case: allocate, poison, launch, validate, time, capture.
 
-The order is fixed and reviewable: validation launch 1 (outputs poisoned with one pattern), the
-warm-ups and timed launches, validation launch 2 (the other pattern). Both validation launches'
-outputs go back to the client, so a kernel that is only right the first time, or only right
-because memory still held an earlier result, fails.
+The order is fixed and reviewable:
+
+1. validation launch 1 on the signed inputs: outputs poisoned with one pattern, and every SM's
+   shared memory scrubbed with it just before the launch;
+2. warm-ups (a random number beyond the minimum, so a kernel counting its calls cannot tell the
+   last warm-up from the first timed launch) and timed launches, rotating through copies of the
+   buffers; every warm-up and timed launch finds its outputs poisoned, and after each timing batch
+   what the last launch on each copy wrote is compared with launch 1;
+3. validation launch 2 (the other pattern), compared bit for bit with launch 1;
+4. one launch per fresh input set, uploaded into the same buffers: a kernel that caches results by
+   pointer or by call count hands back stale values here.
+
+Every device copy of every buffer sits between guard zones of canary bytes, checked after each
+phase, and inputs are compared with their host data after each phase, so a write past a buffer or
+into an input is reported with the phase it happened in. Both validation launches' outputs go back
+to the client, so a kernel that is only right the first time, or only right because memory still
+held an earlier result, fails.
 
 Timing follows what the H200 taught us (shared/brief/h200-timing-notes.md): each timed launch
 sits alone between its own event pair, after an L2 flush (cold) and after a random 0-3 empty
@@ -13,15 +26,19 @@ for two kernels the order within every round is random too, so an A/A comparison
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .driver import CudaError, Device
-from .protocol import POISON_FIRST, POISON_SECOND, numpy_dtype, unwritten_mask
+from .driver import CudaError, Device, check
+from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_TIMED, all_bytes, numpy_dtype,
+                       unwritten_mask)
 
 MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue limit
 DEFAULT_PAD_MAX = 3
@@ -42,6 +59,86 @@ class CaseInputError(ValueError):
     """Case data that does not match the signature (wrong dtype, count or missing file)."""
 
 
+class LaunchRefused(CudaError):
+    """A launch configuration this device cannot run, found before launching; says which limit."""
+
+    def __init__(self, detail: str):
+        super().__init__("LAUNCH_CONFIGURATION_REFUSED", "launch configuration", detail)
+
+
+_LIMITS = ("MAX_THREADS_PER_BLOCK", "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z",
+           "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z", "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+
+
+def device_limits(device) -> dict[str, int]:
+    """The launch limits of ``device`` (read once per device object)."""
+    limits = getattr(device, "_cudagate_limits", None)
+    if limits is None:
+        limits = {name: int(device.attribute(name)) for name in _LIMITS}
+        device._cudagate_limits = limits
+    return limits
+
+
+def function_attribute(device, function, name: str) -> int:
+    getter = getattr(device, "function_attribute", None)
+    if getter is not None:
+        return int(getter(function, name))
+    from cuda.bindings import driver as cu
+
+    attr = getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
+    return int(check(cu.cuFuncGetAttribute(attr, function), f"cuFuncGetAttribute({name})"))
+
+
+def check_launch(device, kernel: Launchable) -> None:
+    """Refuse, naming the limit it breaks, a launch configuration this device cannot run.
+
+    The driver's own answer (CUDA_ERROR_INVALID_VALUE, or "too many resources requested") does not
+    say which dimension or resource is at fault; this does, before anything is launched.
+    """
+    try:
+        limits = device_limits(device)
+        static = function_attribute(device, kernel.function, "SHARED_SIZE_BYTES")
+        fits = function_attribute(device, kernel.function, "MAX_THREADS_PER_BLOCK")
+        registers = function_attribute(device, kernel.function, "NUM_REGS")
+    except CudaError as exc:
+        if exc.sticky:
+            raise
+        return  # no limits to check against: the launch itself reports what is wrong
+    except Exception:  # noqa: BLE001 - a device object without these queries (tests, old bindings)
+        return
+    block, grid = tuple(kernel.block), tuple(kernel.grid)
+    threads = block[0] * block[1] * block[2]
+    if threads > limits["MAX_THREADS_PER_BLOCK"]:
+        raise LaunchRefused(f"block {list(block)} has {threads} threads; this device allows at most "
+                            f"{limits['MAX_THREADS_PER_BLOCK']} per block")
+    for axis, size in zip("xyz", block):
+        limit = limits[f"MAX_BLOCK_DIM_{axis.upper()}"]
+        if size > limit:
+            raise LaunchRefused(f"block {list(block)} is {size} threads along {axis}; this device allows at most {limit}")
+    if threads > fits:
+        raise LaunchRefused(f"block {list(block)} has {threads} threads, but the kernel uses {registers} registers per "
+                            f"thread, so at most {fits} of its threads fit in one block")
+    for axis, size in zip("xyz", grid):
+        limit = limits[f"MAX_GRID_DIM_{axis.upper()}"]
+        if size > limit:
+            raise LaunchRefused(f"grid {list(grid)} is {size} blocks along {axis}; this device allows at most {limit}")
+    most = limits["MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"]
+    if static + kernel.shared > most:
+        raise LaunchRefused(f"the launch asks for {kernel.shared} bytes of dynamic shared memory per block (plus {static} "
+                            f"bytes static); this device has at most {most} bytes per block")
+
+
+def synchronize_all(device) -> None:
+    """Wait for all work on the device: host copies go through the legacy stream, kernels through ours."""
+    own = getattr(device, "synchronize_all", None)
+    if own is not None:
+        own()
+        return
+    from cuda.bindings import driver as cu
+
+    check(cu.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
 @dataclass
 class Buffer:
     name: str
@@ -50,6 +147,7 @@ class Buffer:
     count: int
     host: np.ndarray | None  # the input (in/inout); None for pure outputs
     ptrs: list[int] = field(default_factory=list)  # one device copy per rotation slot
+    bases: list[int] = field(default_factory=list)  # their allocations: guard zone, buffer, guard zone
     pristine: int = 0  # device copy of an inout buffer's input, restored before every launch
 
     @property
@@ -90,6 +188,20 @@ def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: d
     return np.array([item.ctypes.data for item in storage], dtype=np.uint64), storage
 
 
+def read_input(case: dict, param: dict, path: Path, count: int) -> np.ndarray:
+    """An input's data file, checked against the signature's dtype and the case's element count."""
+    dtype = numpy_dtype(param["dtype"])
+    try:
+        host = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
+        raise CaseInputError(f"case {case['name']!r}: cannot read {path}: {exc}") from None
+    if host.dtype != dtype:
+        raise CaseInputError(f"case {case['name']!r}: {path} holds {host.dtype}, signature says {param['dtype']}")
+    if host.size != count:
+        raise CaseInputError(f"case {case['name']!r}: {path} holds {host.size} elements, the size expression gives {count}")
+    return np.ascontiguousarray(host.reshape(-1))
+
+
 def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buffer]:
     buffers = {}
     for param in signature:
@@ -104,18 +216,34 @@ def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buf
         if param["intent"] in ("in", "inout"):
             if not spec.get("input"):
                 raise CaseInputError(f"case {case['name']!r}: input buffer {name!r} has no data file")
-            path = base / spec["input"]
-            try:
-                host = np.load(path, allow_pickle=False)
-            except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
-                raise CaseInputError(f"case {case['name']!r}: cannot read {path}: {exc}") from None
-            if host.dtype != dtype:
-                raise CaseInputError(f"case {case['name']!r}: {path} holds {host.dtype}, signature says {param['dtype']}")
-            if host.size != spec["count"]:
-                raise CaseInputError(f"case {case['name']!r}: {path} holds {host.size} elements, the size expression gives {spec['count']}")
-            host = np.ascontiguousarray(host.reshape(-1))
+            host = read_input(case, param, base / spec["input"], int(spec["count"]))
         buffers[name] = Buffer(name, dtype, param["intent"], int(spec["count"]), host)
     return buffers
+
+
+def load_fresh_inputs(signature: list[dict], case: dict, spec: dict, base: Path) -> dict[str, np.ndarray]:
+    """The input arrays of one fresh input set (``case["fresh"][i]``), by buffer name."""
+    arrays = {}
+    for param in signature:
+        if param["kind"] != "buffer" or param["intent"] not in ("in", "inout"):
+            continue
+        name = param["name"]
+        path = (spec.get("inputs") or {}).get(name)
+        if not path:
+            raise CaseInputError(f"case {case['name']!r}: fresh input set {spec.get('label')!r} has no data for {name!r}")
+        arrays[name] = read_input(case, param, base / path, int(case["buffers"][name]["count"]))
+    return arrays
+
+
+def _step(name: str):
+    """Count a CaseRun method's wall time under ``name`` (see :meth:`CaseRun.clock`)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def inner(self, *args, **kwargs):
+            with self.clock(name):
+                return method(self, *args, **kwargs)
+        return inner
+    return wrap
 
 
 class CaseRun:
@@ -125,11 +253,15 @@ class CaseRun:
     small kernel's time depends on where its data sits (L2 slices, memory channels), so one fixed
     placement would bias a run's median in a way the next process, with other addresses, does not
     share. Use as a context manager: buffers are allocated on entry and always freed on exit.
+
+    What the checks found accumulates here, attributed to a kernel by its index in the launch list
+    (``None`` when several kernels ran in the phase), and :meth:`findings` hands it to the answer.
     """
 
     def __init__(self, device: Device, signature: list[dict], case: dict, base: Path,
                  flush: Callable[[], None] | None = None, pad: Launchable | None = None, seed: int = 0,
-                 copies: int = 1):
+                 copies: int = 1, *, guard: int = GUARD_BYTES, scrub: Callable[[int], None] | None = None,
+                 timed_outputs: bool = True):
         self.device = device
         self.signature = signature
         self.case = case
@@ -141,6 +273,34 @@ class CaseRun:
         self.params: list[np.ndarray] = []
         self._storage: list = []
         self._slot = 0
+        self.guard = max(0, int(guard))
+        self.scrub = scrub
+        self.timed_outputs = timed_outputs
+        self.jitter = np.random.default_rng()  # warm-up counts no kernel can predict (never seeded)
+        self.guard_hits: dict[tuple[str, str], dict] = {}
+        self.input_writes: dict[str, dict] = {}
+        self.timed: dict[int, dict] = {}
+        self.last_writer: dict[int, int] = {}  # rotation slot -> index of the kernel that wrote it last
+        self.seconds: dict[str, float] = {}  # wall time per kind of step, for the cost of each defence
+
+    @contextmanager
+    def phase(self, name: str):
+        """Attribute a CUDA error raised inside to ``name`` (kept by :func:`error_body`)."""
+        try:
+            yield
+        except CudaError as exc:
+            if getattr(exc, "phase", None) is None:
+                exc.phase = name
+            raise
+
+    @contextmanager
+    def clock(self, step: str):
+        """Add the wall time spent inside to ``self.seconds[step]``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[step] = self.seconds.get(step, 0.0) + time.perf_counter() - start
 
     def __enter__(self) -> CaseRun:
         dev = self.device
@@ -150,9 +310,15 @@ class CaseRun:
                     buf.pristine = dev.alloc(buf.nbytes)
                     dev.upload(buf.pristine, buf.host)
                 for _ in range(self.copies):
-                    buf.ptrs.append(dev.alloc(buf.nbytes))
+                    base = dev.alloc(buf.nbytes + 2 * self.guard)
+                    buf.bases.append(base)
+                    buf.ptrs.append(base + self.guard)
+                    if self.guard:
+                        dev.fill(base, CANARY, self.guard)
+                        dev.fill(base + self.guard + buf.nbytes, CANARY, self.guard)
                     if buf.intent == "in":
                         dev.upload(buf.ptrs[-1], buf.host)
+            synchronize_all(dev)
         except BaseException:
             self.__exit__()
             raise
@@ -164,14 +330,20 @@ class CaseRun:
 
     def __exit__(self, *exc) -> None:
         for buf in self.buffers.values():
-            for ptr in [*buf.ptrs, buf.pristine]:
+            for ptr in [*buf.bases, buf.pristine]:
                 if ptr:
                     self.device.free(ptr)
-            buf.ptrs, buf.pristine = [], 0
+            buf.ptrs, buf.bases, buf.pristine = [], [], 0
 
     def prepare(self, kernel: Launchable) -> None:
+        check_launch(self.device, kernel)
         if kernel.shared > 48 * 1024:  # above 48 KiB a kernel must opt in to dynamic shared memory
             self.device.allow_dynamic_shared(kernel.function, kernel.shared)
+
+    def _poison(self, slot: int, byte: int) -> None:
+        for buf in self.buffers.values():
+            if buf.intent == "out":
+                self.device.fill(buf.ptrs[slot], byte, buf.nbytes)
 
     def _restore(self, slot: int = 0) -> None:
         for buf in self.buffers.values():
@@ -181,33 +353,68 @@ class CaseRun:
     def _launch(self, kernel: Launchable, slot: int = 0) -> None:
         self.device.launch(kernel.function, kernel.grid, kernel.block, kernel.shared, self.params[slot])
 
-    def validation_launch(self, kernel: Launchable, poison: int) -> dict[str, np.ndarray]:
+    @_step("validation")
+    def validation_launch(self, kernel: Launchable, poison: int | None) -> dict[str, np.ndarray]:
+        """One launch on the first copy; every buffer comes back.
+
+        Outputs are filled with ``poison`` and every SM's shared memory is scrubbed with it first;
+        ``None`` leaves memory as allocated (the sanitizer run: initcheck then sees unwritten outputs).
+        """
+        return self._validation_launch(kernel, poison)
+
+    def _validation_launch(self, kernel: Launchable, poison: int | None) -> dict[str, np.ndarray]:
         dev = self.device
         self._restore()
-        for buf in self.buffers.values():
-            if buf.intent == "out":
-                dev.fill(buf.ptr, poison, buf.nbytes)
+        if poison is not None:
+            self._poison(0, poison)
+            if self.scrub is not None:
+                with self.clock("scrub"):
+                    self.scrub(poison)
         self._launch(kernel)
         dev.synchronize()
         return {name: dev.download(buf.ptr, np.empty(buf.count, buf.dtype)) for name, buf in self.buffers.items()}
 
+    @_step("warm_up")
     def warm_up(self, kernels: list[Launchable], count: int, min_ms: float = 0.0) -> None:
-        """``count`` launches of each kernel, then more until ``min_ms`` of wall time has passed.
+        """``count`` launches of each kernel plus a random number more (up to ``count`` again),
+        then more until ``min_ms`` of wall time has passed. Each finds its outputs poisoned, as a
+        timed launch does.
 
         The time floor matters for µs kernels: ten launches are over before an idle GPU's clocks
-        have ramped up, and run-to-run medians then differ by several percent.
+        have ramped up, and run-to-run medians then differ by several percent. The random extra
+        count means a kernel that counts its calls cannot know where the timed launches begin.
         """
+        count += int(self.jitter.integers(0, count + 1))
         start = time.perf_counter()
         launched = 0
         while launched < count or (time.perf_counter() - start) * 1000 < min_ms:
             for _ in range(max(count, 1) if launched < count else 64):
                 slot = launched % self.copies
-                for kernel in kernels:
+                for index, kernel in enumerate(kernels):
                     self._restore(slot)
+                    if self.timed_outputs:
+                        self._poison(slot, POISON_TIMED)
                     self._launch(kernel, slot)
+                    self.last_writer[slot] = index
                 launched += 1
             self.device.synchronize()
 
+    def _timed_launch(self, kernel: Launchable, slot: int, start, end, *, cold: bool, pad_max: int, batch: int) -> None:
+        """One timed launch (``batch`` of them between one event pair): restore, poison, flush, pad."""
+        dev = self.device
+        self._restore(slot)
+        if self.timed_outputs:
+            self._poison(slot, POISON_TIMED)  # before the flush: the cold cache state is unchanged
+        if cold and self.flush:
+            self.flush()
+        for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
+            self._launch(self.pad)
+        dev.record(start)
+        for _ in range(batch):
+            self._launch(kernel, slot)
+        dev.record(end)
+
+    @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
                     batch: int = 1) -> tuple[list[list[float]], list[int]]:
         """Time ``rounds`` rounds; each round times every kernel once, in random order.
@@ -229,24 +436,20 @@ class CaseRun:
             while remaining:
                 todo = min(remaining, rounds_per_batch)
                 slots = []
-                for _ in range(todo):
-                    order = self.rng.permutation(per_round) if per_round > 1 else [0]
-                    firsts.append(int(order[0]))
-                    slot = self._slot % self.copies  # both kernels of a round use the same copy
-                    self._slot += 1
-                    for index in order:
-                        start, end = pairs[len(slots)]
-                        self._restore(slot)
-                        if cold and self.flush:
-                            self.flush()
-                        for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
-                            self._launch(self.pad)
-                        dev.record(start)
-                        for _ in range(batch):
-                            self._launch(kernels[index], slot)
-                        dev.record(end)
-                        slots.append((int(index), start, end))
-                dev.synchronize()
+                done = rounds - remaining
+                # The stream is checked after every batch, so a fault is reported with its rounds.
+                with self.phase(f"the timed launches (rounds {done + 1}-{done + todo})"):
+                    for _ in range(todo):
+                        order = self.rng.permutation(per_round) if per_round > 1 else [0]
+                        firsts.append(int(order[0]))
+                        slot = self._slot % self.copies  # both kernels of a round use the same copy
+                        self._slot += 1
+                        for index in order:
+                            start, end = pairs[len(slots)]
+                            self._timed_launch(kernels[index], slot, start, end, cold=cold, pad_max=pad_max, batch=batch)
+                            self.last_writer[slot] = int(index)
+                            slots.append((int(index), start, end))
+                    dev.synchronize()
                 for index, start, end in slots:
                     samples[index].append(dev.elapsed_ms(start, end) / batch)
                 remaining -= todo
@@ -255,6 +458,161 @@ class CaseRun:
                 dev.destroy_event(start)
                 dev.destroy_event(end)
         return samples, firsts
+
+    @_step("timed_output_check")
+    def timed_check_launch(self, index: int, kernel: Launchable, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
+                           batch: int = 1) -> None:
+        """If no copy was last written by kernel ``index`` (two kernels share the copies), one more
+        launch of it exactly like a timed one, its time discarded, so its timed output gets checked."""
+        if not self.timed_outputs or index in self.last_writer.values():
+            return
+        dev = self.device
+        slot = int(self.jitter.integers(0, self.copies))
+        start, end = dev.event(), dev.event()
+        try:
+            with self.phase("the timed launches (a checked launch)"):
+                self._timed_launch(kernel, slot, start, end, cold=cold, pad_max=pad_max, batch=batch)
+                dev.synchronize()
+        finally:
+            dev.destroy_event(start)
+            dev.destroy_event(end)
+        self.last_writer[slot] = index
+
+    @_step("timed_output_check")
+    def check_timed(self, index: int, reference: dict[str, np.ndarray]) -> None:
+        """Compare what the last timed launch of kernel ``index`` left in each copy with
+        ``reference`` (its validation launch 1, same inputs); those copies are then forgotten."""
+        if not self.timed_outputs:
+            return
+        record = self.timed.setdefault(index, {"checked": 0, "outputs": {}})
+        slots = sorted(s for s, w in self.last_writer.items() if w == index)
+        if not slots:
+            return
+        dev = self.device
+        with self.phase("the check of the timed launches' outputs"):
+            dev.synchronize()
+            for slot in slots:
+                del self.last_writer[slot]
+                record["checked"] += 1
+                for buf in self.buffers.values():
+                    if buf.intent == "in":
+                        continue
+                    got = dev.download(buf.ptrs[slot], np.empty(buf.count, buf.dtype))
+                    ref = reference[buf.name]
+                    differing = _changed(got, ref)
+                    unwritten = 0
+                    if differing and buf.intent == "out":
+                        unwritten = int(np.count_nonzero(all_bytes(got, POISON_TIMED) & ~all_bytes(ref, POISON_TIMED)))
+                    entry = record["outputs"].setdefault(buf.name, {"differing": 0, "unwritten": 0, "array": None})
+                    entry["unwritten"] = max(entry["unwritten"], unwritten)
+                    if differing > entry["differing"]:
+                        entry["differing"], entry["array"] = differing, got
+
+    @_step("guard_zones")
+    def check_guards(self, phase: str, who: int | None = 0, slots: list[int] | None = None) -> None:
+        """Look at every guard zone (of ``slots``, default all copies); record and re-arm changed ones."""
+        if not self.guard:
+            return
+        dev = self.device
+        with self.phase(f"the guard-zone check after {phase}"):
+            dev.synchronize()
+            for buf in self.buffers.values():
+                for slot in range(len(buf.bases)) if slots is None else slots:
+                    for side, addr in (("before", buf.bases[slot]), ("after", buf.ptrs[slot] + buf.nbytes)):
+                        zone = dev.download(addr, np.empty(self.guard, np.uint8))
+                        changed = np.flatnonzero(zone != CANARY)
+                        if not changed.size:
+                            continue
+                        nearest = int(changed[0]) if side == "after" else int(self.guard - 1 - changed[-1])
+                        hit = self.guard_hits.setdefault((buf.name, side), {
+                            "buffer": buf.name, "side": side, "bytes": 0, "nearest": nearest, "phase": phase, "who": who})
+                        hit["bytes"] = max(hit["bytes"], int(changed.size))
+                        hit["nearest"] = min(hit["nearest"], nearest)
+                        dev.fill(addr, CANARY, self.guard)
+
+    @_step("input_check")
+    def check_inputs(self, phase: str, who: int | None = 0) -> None:
+        """Compare every copy of every input buffer with its host data; restore changed ones."""
+        dev = self.device
+        restored = False
+        with self.phase(f"the input check after {phase}"):
+            dev.synchronize()
+            for buf in self.buffers.values():
+                if buf.intent != "in":
+                    continue
+                for ptr in buf.ptrs:
+                    changed = _changed(dev.download(ptr, np.empty(buf.count, buf.dtype)), buf.host)
+                    if changed:
+                        entry = self.input_writes.setdefault(buf.name, {"elements": 0, "phase": phase, "who": who})
+                        entry["elements"] = max(entry["elements"], changed)
+                        dev.upload(ptr, buf.host)
+                        restored = True
+            if restored:
+                synchronize_all(dev)
+
+    @_step("fresh_inputs")
+    def fresh_launch(self, kernel: Launchable, spec: dict, base: Path, output_dir: Path, *, index: int = 0,
+                     prefix: str = "") -> dict:
+        """Upload one fresh input set into the first copy's buffers (same addresses) and launch once."""
+        label = str(spec.get("label", "fresh"))
+        arrays = load_fresh_inputs(self.signature, self.case, spec, base)
+        dev = self.device
+        phase = f"fresh inputs ({label})"
+        with self.phase(phase):
+            dev.synchronize()
+            for name, array in arrays.items():
+                buf = self.buffers[name]
+                dev.upload(buf.pristine if buf.intent == "inout" else buf.ptr, array)
+            synchronize_all(dev)
+            result = self._validation_launch(kernel, POISON_FIRST)
+        self.check_guards(phase, who=index, slots=[0])
+        case_dir = output_dir / self.case["name"]
+        case_dir.mkdir(parents=True, exist_ok=True)
+        entry: dict = {"label": label, "outputs": {}, "inputs_modified": {}}
+        for key in ("atol_scale", "description"):
+            if key in spec:
+                entry[key] = spec[key]
+        if spec.get("expected"):
+            entry["expected"] = {name: str(base / path) for name, path in spec["expected"].items()}
+        for name, buf in self.buffers.items():
+            if buf.intent == "in":
+                changed = _changed(result[name], arrays[name])
+                if changed:
+                    entry["inputs_modified"][name] = changed
+                continue
+            path = case_dir / f"{prefix}fresh.{_SAFE.sub('_', label)}.{name}.npy"
+            np.save(path, result[name])
+            entry["outputs"][name] = {"path": str(path)}
+        return entry
+
+    def findings(self, index: int, output_dir: Path, prefix: str = "") -> dict:
+        """What the guard zones, the timed-output checks and the input checks found for kernel ``index``."""
+        body: dict = {"checks": {"guards": bool(self.guard), "scrub_shared": self.scrub is not None,
+                                 "timed_outputs": self.timed_outputs},
+                      "step_seconds": {step: round(s, 6) for step, s in sorted(self.seconds.items())}}
+        guards: dict = {}
+        for hit in self.guard_hits.values():
+            if hit["who"] in (index, None):
+                guards.setdefault(hit["buffer"], {})[hit["side"]] = {k: hit[k] for k in ("bytes", "nearest", "phase")}
+        if guards:
+            body["guards"] = guards
+        writes = {name: {"elements": w["elements"], "phase": w["phase"]}
+                  for name, w in self.input_writes.items() if w["who"] in (index, None)}
+        if writes:
+            body["input_writes"] = writes
+        record = self.timed.get(index)
+        if record is not None:
+            case_dir = output_dir / self.case["name"]
+            case_dir.mkdir(parents=True, exist_ok=True)
+            outputs = {}
+            for name, entry in record["outputs"].items():
+                item = {"differing": entry["differing"], "unwritten": entry["unwritten"]}
+                if entry["array"] is not None:
+                    item["path"] = str(case_dir / f"{prefix}{name}.timed.npy")
+                    np.save(item["path"], entry["array"])
+                outputs[name] = item
+            body["timed"] = {"checked": record["checked"], "outputs": outputs}
+        return body
 
     def outputs(self, first: dict, second: dict, output_dir: Path, prefix: str = "") -> dict:
         """Save outputs and report unwritten elements, launch-to-launch differences, input writes."""
@@ -279,8 +637,13 @@ class CaseRun:
         return {"outputs": outputs, "inputs_modified": inputs_modified}
 
 
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
 def _changed(a: np.ndarray, b: np.ndarray) -> int:
     """Elements whose bytes differ (NaN-safe, -0.0 differs from 0.0)."""
+    if a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes():
+        return 0  # the common case, at memcmp speed
     width = a.dtype.itemsize
     return int(np.count_nonzero(np.any(a.view(np.uint8).reshape(-1, width) != b.view(np.uint8).reshape(-1, width), axis=1)))
 
@@ -289,29 +652,62 @@ def error_body(exc: Exception) -> dict:
     if isinstance(exc, CaseInputError):
         return {"status": "error", "error": {"kind": "input", "code": "BAD_CASE_DATA", "message": str(exc)}}
     kind = "fault" if exc.sticky else ("oom" if exc.code == "CUDA_ERROR_OUT_OF_MEMORY" else "launch")
-    return {"status": "error", "error": {"kind": kind, "code": exc.code, "message": str(exc)}}
+    error = {"kind": kind, "code": exc.code, "message": str(exc)}
+    if getattr(exc, "phase", None):
+        error["phase"] = exc.phase
+    return {"status": "error", "error": error}
 
 
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
-             output_dir: Path, flush=None, pad: Launchable | None = None) -> dict:
-    """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body."""
+             output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
+             checks: dict | None = None) -> dict:
+    """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
+
+    ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
+    a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
+    compute-sanitizer to watch.
+    """
     start = time.perf_counter()
+    checks = checks or {}
+    sanitize = bool(case.get("sanitize"))
     try:
-        copies = rotation_copies(signature, case, timing.get("rotate")) if timing else 1
+        copies = rotation_copies(signature, case, timing.get("rotate")) if timing and not sanitize else 1
+        guard = GUARD_BYTES if checks.get("guards", True) and not sanitize else 0
         with CaseRun(device, signature, case, base, flush, pad, seed=int((timing or {}).get("seed", 0)),
-                     copies=copies) as run:
+                     copies=copies, guard=guard, timed_outputs=checks.get("timed_outputs", True),
+                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None) as run:
             run.prepare(kernel)
-            first = run.validation_launch(kernel, POISON_FIRST)
-            body = {"status": "ok"}
-            if timing:
-                run.warm_up([kernel], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
-                samples, _ = run.time_rounds([kernel], int(timing["repeat"]), cold=timing.get("cache", "cold") == "cold",
-                                             pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                             batch=int(timing.get("batch", 1)))
-                body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
-                                  "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold")}
-            second = run.validation_launch(kernel, POISON_SECOND)
-            body.update(run.outputs(first, second, output_dir))
+            if sanitize:
+                with run.phase("the launch under compute-sanitizer"):
+                    first = run.validation_launch(kernel, None)
+                body = {"status": "ok", **run.outputs(first, first, output_dir)}
+            else:
+                with run.phase("validation launch 1"):
+                    first = run.validation_launch(kernel, POISON_FIRST)
+                run.check_guards("validation launch 1")
+                body = {"status": "ok"}
+                if timing:
+                    with run.phase("the warm-up launches"):
+                        run.warm_up([kernel], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+                    samples, _ = run.time_rounds([kernel], int(timing["repeat"]), cold=timing.get("cache", "cold") == "cold",
+                                                 pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
+                                                 batch=int(timing.get("batch", 1)))
+                    run.check_timed(0, first)
+                    run.check_guards("the timed launches")
+                    run.check_inputs("the timed launches")
+                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
+                                      "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold")}
+                if checks.get("second_launch", True):
+                    with run.phase("validation launch 2"):
+                        second = run.validation_launch(kernel, POISON_SECOND)
+                    run.check_guards("validation launch 2")
+                else:  # a trusted reference computing expected outputs: one launch is enough
+                    second = first
+                body.update(run.outputs(first, second, output_dir))
+                fresh = [run.fresh_launch(kernel, spec, base, output_dir) for spec in case.get("fresh") or []]
+                if fresh:
+                    body["fresh"] = fresh
+                body.update(run.findings(0, output_dir))
     except (CaseInputError, CudaError) as exc:
         body = error_body(exc)
     body["case"] = case["name"]

@@ -17,14 +17,32 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from . import PROTOCOL_VERSION, telemetry
 from .compiler import CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
-from .protocol import EXIT_STICKY, POISON_FIRST, POISON_SECOND
+from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, worker_checks
 from .runner import DEFAULT_PAD_MAX, CaseInputError, CaseRun, Launchable, error_body, rotation_copies, run_case
 
 PAD_SOURCE = 'extern "C" __global__ void cudagate_pad() {}'
+# Fills a block's whole dynamic shared memory with a pattern; launched with the most shared memory a
+# block may have and one block per SM, it overwrites every SM's shared memory. volatile: stores that
+# nothing reads must not be optimised away.
+SCRUB_SOURCE = r"""
+extern "C" __global__ void cudagate_scrub(unsigned int pattern, unsigned int words)
+{
+    extern __shared__ unsigned int cudagate_smem[];
+    volatile unsigned int* s = cudagate_smem;
+    for (unsigned int i = threadIdx.x; i < words; i += blockDim.x) s[i] = pattern;
+}
+"""
 ROLES = ("approved", "current")
+# Options compiler.py does not refuse yet that also open the door to device-side launches.
+_REFUSED_HERE = {"-ewp": "extensible whole-program compilation links the device runtime (device-side launches "
+                         "would escape the timing events); remove it",
+                 "--extensible-whole-program": "extensible whole-program compilation links the device runtime "
+                                               "(device-side launches would escape the timing events); remove it"}
 
 
 class Worker:
@@ -37,6 +55,8 @@ class Worker:
         self._flush_ptr = 0
         self._flush_bytes = 0
         self._pad: Launchable | None = None
+        self._scrub = None  # the scrub callable once built; False when this device cannot run it
+        self.scrub_note: str | None = None
 
     def flush_l2(self) -> None:
         # Writing twice the L2's size evicts whatever the last launch left there (cold-cache timing).
@@ -50,6 +70,36 @@ class Worker:
             result, function = self.function_for({"source": PAD_SOURCE, "entry": "cudagate_pad"}, self.device.arch)
             self._pad = Launchable(function, (1, 1, 1), (1, 1, 1), 0)
         return self._pad
+
+    def scrubber(self):
+        """A callable that scrubs every SM's shared memory with a poison's pattern, or None."""
+        if self._scrub is None:
+            try:
+                result, function = self.function_for({"source": SCRUB_SOURCE, "entry": "cudagate_scrub"}, self.device.arch)
+                if function is None:
+                    raise RuntimeError(result.log)
+                nbytes = int(self.info.get("max_shared_per_block_optin") or 48 * 1024)
+                if nbytes > 48 * 1024:
+                    self.device.allow_dynamic_shared(function, nbytes)
+                grid = (int(self.info.get("sm_count") or 1), 1, 1)
+                block = (min(1024, int(self.info.get("max_threads_per_block") or 1024)), 1, 1)
+                words = np.array([nbytes // 4], dtype=np.uint32)
+
+                def scrub(poison: int) -> None:
+                    pattern = np.array([SCRUB_WORDS.get(poison, 0xFFFFFFFF)], dtype=np.uint32)
+                    params = np.array([pattern.ctypes.data, words.ctypes.data], dtype=np.uint64)
+                    self.device.launch(function, grid, block, nbytes, params)
+
+                scrub(POISON_FIRST)  # once here: a device that refuses it must never fail a kernel's case
+                self.device.synchronize()
+                self._scrub = scrub
+            except (CudaError, CompileOptionError, RuntimeError) as exc:
+                if isinstance(exc, CudaError) and exc.sticky:
+                    return None  # the context is lost: the case's next CUDA call reports it as a fault
+                self._scrub = False
+                self.scrub_note = f"shared memory could not be scrubbed on this device ({exc}); uninitialised " \
+                                  "shared-memory reads are left to the determinism check"
+        return self._scrub or None
 
     def state(self) -> dict:
         return telemetry.device_state(self.device.ordinal, self.info["pci_bus_id"])
@@ -68,6 +118,11 @@ class Worker:
         """Compile and load ``kernel``, emitting its compile line; the function, or None on failure."""
         arch = arch or self.device.arch + kernel.get("arch_suffix", "")
         extra = {"role": role} if role else {}
+        for option in kernel.get("options", []):
+            if option in _REFUSED_HERE:
+                log = f"option {option!r} is not allowed: {_REFUSED_HERE[option]}"
+                self.emit({"type": "compile", "id": rid, "ok": False, "arch": arch, "log": log, **extra})
+                return None
         try:
             result, function = self.function_for(kernel, arch)
         except (CompileOptionError, CudaError) as exc:  # refused option, or a cubin the driver rejects
@@ -100,10 +155,18 @@ class Worker:
         output_dir = Path(request["output_dir"])
         timing = request.get("timing")
         pad = self.pad() if timing and timing.get("pad_max", DEFAULT_PAD_MAX) else None
+        checks = worker_checks(request)
+        scrub = self.scrubber() if checks["scrub_shared"] else None
         for case in request["cases"]:
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
-                            base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad)
+                            base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
+                            scrub=scrub, checks=checks)
+            self._note(body, checks)
             self.answer(rid, body)
+
+    def _note(self, body: dict, checks: dict) -> None:
+        if checks["scrub_shared"] and self.scrub_note and body.get("status") == "ok":
+            body.setdefault("notes", []).append(self.scrub_note)
 
     def compare(self, rid, request: dict) -> None:
         """Validate both kernels, then time them interleaved, chunk by chunk, until told to stop."""
@@ -115,31 +178,60 @@ class Worker:
         case, timing = request["case"], request["timing"]
         kernels = [Launchable.of(functions[role], request["launches"][role]) for role in ROLES]
         cold = timing.get("cache", "cold") == "cold"
+        batch = int(timing.get("batch", 1))
+        pad_max = int(timing.get("pad_max", DEFAULT_PAD_MAX))
+        checks = worker_checks(request)
+        base = Path(request.get("base_dir", "."))
+        current = ROLES.index("current")
         start = time.perf_counter()
         try:
-            with CaseRun(self.device, request["signature"], case, Path(request.get("base_dir", ".")),
-                         self.flush_l2, self.pad(), seed=int(timing.get("seed", 0)),
-                         copies=rotation_copies(request["signature"], case, timing.get("rotate"))) as run:
+            with CaseRun(self.device, request["signature"], case, base, self.flush_l2, self.pad(),
+                         seed=int(timing.get("seed", 0)),
+                         copies=rotation_copies(request["signature"], case, timing.get("rotate")),
+                         guard=GUARD_BYTES if checks["guards"] else 0, timed_outputs=checks["timed_outputs"],
+                         scrub=self.scrubber() if checks["scrub_shared"] else None) as run:
                 for kernel in kernels:
                     run.prepare(kernel)
-                firsts = [run.validation_launch(k, POISON_FIRST) for k in kernels]
-                run.warm_up(kernels, int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+                firsts = []
+                for index, kernel in enumerate(kernels):
+                    with run.phase(f"validation launch 1 of the {ROLES[index]} kernel"):
+                        firsts.append(run.validation_launch(kernel, POISON_FIRST))
+                    run.check_guards(f"validation launch 1 of the {ROLES[index]} kernel", who=index)
+                with run.phase("the warm-up launches"):
+                    run.warm_up(kernels, int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
                 rounds = int(timing.get("chunk", 100))
                 while rounds > 0:
                     before = self.state()
                     t0 = time.perf_counter()
-                    samples, order = run.time_rounds(kernels, rounds, cold=cold, batch=int(timing.get("batch", 1)),
-                                                     pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)))
+                    samples, order = run.time_rounds(kernels, rounds, cold=cold, batch=batch, pad_max=pad_max)
                     wall = time.perf_counter() - t0
                     after = self.state()
+                    # Outside the measured wall time: what the timed launches wrote, and the guards.
+                    run.timed_check_launch(current, kernels[current], cold=cold, pad_max=pad_max, batch=batch)
+                    for index in range(len(kernels)):
+                        run.check_timed(index, firsts[index])
+                    run.check_guards("the interleaved timed launches", who=None)
                     self.emit({"type": "chunk", "id": rid, "approved": samples[0], "current": samples[1],
                                "first": [ROLES[i] for i in order], "wall_s": wall, "state": after,
                                "disturbances": telemetry.disturbances(before, after)})
                     rounds = self._next_rounds()
-                seconds = [run.validation_launch(k, POISON_SECOND) for k in kernels]
+                run.check_inputs("the interleaved timed launches", who=None)
+                seconds = []
+                for index, kernel in enumerate(kernels):
+                    with run.phase(f"validation launch 2 of the {ROLES[index]} kernel"):
+                        seconds.append(run.validation_launch(kernel, POISON_SECOND))
+                    run.check_guards(f"validation launch 2 of the {ROLES[index]} kernel", who=index)
                 output_dir = Path(request["output_dir"])
-                body = {"status": "ok", **run.outputs(firsts[1], seconds[1], output_dir)}
-                body["approved"] = run.outputs(firsts[0], seconds[0], output_dir, prefix="approved.")
+                body = {"status": "ok", **run.outputs(firsts[current], seconds[current], output_dir)}
+                approved = ROLES.index("approved")
+                body["approved"] = run.outputs(firsts[approved], seconds[approved], output_dir, prefix="approved.")
+                fresh = [run.fresh_launch(kernels[current], spec, base, output_dir, index=current)
+                         for spec in case.get("fresh") or []]
+                if fresh:
+                    body["fresh"] = fresh
+                body.update(run.findings(current, output_dir))
+                body["approved"].update(run.findings(approved, output_dir, prefix="approved."))
+                self._note(body, checks)
         except (CaseInputError, CudaError) as exc:
             body = error_body(exc)
         body["case"] = case["name"]

@@ -21,10 +21,12 @@ from .build import compile_program
 from .client import HarnessClient, WorkerUnavailable
 from .errors import CudagateError
 from .paths import display_path
+from .scale import flag_cases
 from .suite.cases import case_data_fix, check_case_data, generate
 from .suite.loader import discover, load_suite
 from .suite.model import Tolerance
 from .trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
+from .optimize.cli import register as register_optimize
 from .reports.cli import register as register_reports
 from .trust.cli import register as register_trust
 from .trust.ledger import sign_ledger
@@ -58,6 +60,8 @@ def cmd_check(args) -> int:
         if bad_data:
             failed = True
             print(f"  {case_data_fix(suite)}")
+        for flag in flag_cases(suite):
+            print(f"  warning: {flag}")
         programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
         for arch in args.arch or ["sm_90"]:
             for program in programs:
@@ -126,6 +130,8 @@ def cmd_cases_generate(args) -> int:
                 folders = generate(suite, cases, client=client)
         for folder in folders:
             print(f"wrote {folder}")
+        for flag in flag_cases(suite):
+            print(f"  warning: {flag}")
     return 0
 
 
@@ -249,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_trust(sub)
     register_reports(sub)
+    register_optimize(sub)
     cases = sub.add_parser("cases", help="manage case data")
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
     gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference")

@@ -4,7 +4,8 @@ Elementwise ``|actual - expected| <= atol + rtol * |expected|`` with explicit ru
 that rule says nothing about: NaN in the output fails unless the expected value is NaN and the
 suite says ``nan: equal``; an infinity must match exactly, sign included; -0.0 equals 0.0. The
 relative norm ``||actual - expected|| / ||expected||`` is always reported, and is a rule of its
-own when the suite sets ``max_rel_norm``.
+own when the suite sets ``max_rel_norm``. When an all-zeros or constant output would pass the
+tolerance, the error is also judged against the output's own scale (:mod:`pytest_cudagate.scale`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .scale import ScaleVerdict, scale_check
 from .suite.model import Tolerance
 
 
@@ -31,6 +33,7 @@ class Comparison:
     rel_norm_limit: float | None = None
     unwritten: int = 0
     tolerance: Tolerance | None = None
+    scale: ScaleVerdict | None = None  # the output-scale rule, when a trivial output passes the tolerance
 
     def describe(self) -> str:
         tol = self.tolerance
@@ -40,6 +43,8 @@ class Comparison:
         if self.mismatches:
             lines = [f"output {self.buffer!r}: {self.mismatches} of {self.total} elements outside tolerance "
                      f"(atol={tol.atol:g}, rtol={tol.rtol:g}, nan={tol.nan})"]
+        elif self.scale is not None and not self.scale.ok:
+            lines = [self.scale.describe(self.buffer, tol.atol)]
         else:
             lines = [f"output {self.buffer!r}: relative norm error {self.rel_norm:.3g} exceeds max_rel_norm {self.rel_norm_limit:g}"]
         if self.unwritten:
@@ -61,14 +66,14 @@ def abs_diff(a, b) -> str:
 
 
 def compare(name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance,
-            shape: tuple[int, ...] | None = None, unwritten: int = 0) -> Comparison:
+            shape: tuple[int, ...] | None = None, unwritten: int = 0, *, output_scale: bool = True) -> Comparison:
     # inf - inf and 0 * inf are expected along the way; a project running with -W error must not
     # see a correct kernel fail on them.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _compare(name, actual, expected, tol, shape, unwritten)
+        return _compare(name, actual, expected, tol, shape, unwritten, output_scale)
 
 
-def _compare(name, actual, expected, tol, shape, unwritten) -> Comparison:
+def _compare(name, actual, expected, tol, shape, unwritten, output_scale=True) -> Comparison:
     if actual.size != expected.size:
         return Comparison(name, False, int(expected.size), int(expected.size), float("inf"), float("inf"),
                           tolerance=tol, unwritten=unwritten)
@@ -97,6 +102,10 @@ def _compare(name, actual, expected, tol, shape, unwritten) -> Comparison:
     max_abs = float(diff[both].max()) if both.any() else 0.0
     norm_ok = tol.max_rel_norm is None or rel_norm <= tol.max_rel_norm
     passed = mismatches == 0 and norm_ok
+    scale = None
+    if passed and output_scale:
+        scale = scale_check(actual, expected, tol.atol, tol.rtol)
+        passed = scale is None or scale.ok
 
     worst = None
     if mismatches and (~ok).any():
@@ -112,7 +121,7 @@ def _compare(name, actual, expected, tol, shape, unwritten) -> Comparison:
         worst_expected=worst_values[0] if worst else None,
         worst_actual=worst_values[1] if worst else None,
         worst_allowed=worst_values[2] if worst else None,
-        rel_norm_limit=tol.max_rel_norm, unwritten=unwritten, tolerance=tol,
+        rel_norm_limit=tol.max_rel_norm, unwritten=unwritten, tolerance=tol, scale=scale,
     )
 
 

@@ -6,11 +6,18 @@ exactly the rules a pull request is.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import os
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .approvals import Ledger, build_identity
 from .client import HarnessClient
+from .errors import CudagateError
+from .fresh import make_sets
+from .hardening import effective_checks, sanitize, wants_sanitizer, worker_checks
 from .latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable, worst
 from .requests import case_spec, kernel_spec, run_request
 from .suite.model import Case, Program, Suite
@@ -25,6 +32,7 @@ class GateOptions:
     release: bool = False  # also judge against the stored baseline; incomparable fails
     budget_s: float = 2.0  # measurement time per case
     threshold: float | None = None  # overrides the suite's
+    fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
 
 
 @dataclass
@@ -39,6 +47,8 @@ class CaseOutcome:
     warning: str | None = None
     message: str = ""
     requests: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # relaxed or skipped checks: shown with the outcome
+    worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
 
     @property
     def outcome(self) -> str:
@@ -53,6 +63,9 @@ class Gate:
         self.fingerprint = fingerprint
         self.options = options
         self.output_dir = output_dir
+        seed = options.fresh_seed if options.fresh_seed is not None else os.environ.get("CUDAGATE_FRESH_SEED")
+        self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
+        self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
 
     @property
     def fingerprint_text(self) -> str:
@@ -63,36 +76,89 @@ class Gate:
         threshold = self.options.threshold or suite.threshold
         approval = ledger.approvals.get(program.name)
         out = self.output_dir / program.name
+        checks, notes = effective_checks(suite)
+        outcome.notes.extend(notes)
+        extra = {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
         if case.kind != "performance":
-            body, compile_info = self._run(outcome, suite, program, case, None, out, source_text)
+            body, compile_info = self._run(outcome, suite, program, case, None, out, source_text, extra)
         elif approval is None:
-            body, compile_info = self._run(outcome, suite, program, case, suite.timing.to_json(), out, source_text)
+            body, compile_info = self._run(outcome, suite, program, case, suite.timing.to_json(), out, source_text, extra)
             outcome.latency = incomparable(threshold, f"no approved version of {program.name} in {ledger.path.name}; "
                                            f"run `cudagate approve {suite.path} {program.name}` on a GPU runner",
                                            self.fingerprint_text)
         elif source_text is None and build_identity(program) == approval.identity():
             timing = {**suite.timing.to_json(), "repeat": BASELINE_ROUNDS}
-            body, compile_info = self._run(outcome, suite, program, case, timing, out, source_text)
+            body, compile_info = self._run(outcome, suite, program, case, timing, out, source_text, extra)
             outcome.latency = self._identical(approval, case, body, threshold)
         else:
             body, compile_info, outcome.latency = self._compare(outcome, suite, program, case, ledger, approval,
-                                                                threshold, out, source_text)
+                                                                threshold, out, source_text, extra)
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             outcome.message = f"{program.source} does not compile:\n{compile_info.get('log', '')}"
             return outcome
         expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
         shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge(program.name, case.name, body, expected, suite.tolerance, shapes)
+        outcome.correctness = judge(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        outcome.notes.extend(outcome.correctness.notes)
+        self._sanitize(outcome, suite, program, case, body, checks, source_text)
         self._decide(outcome)
         return outcome
 
+    # -- hardening (docs/hardening.md) ------------------------------------------------------------
+    def _fresh_specs(self, suite: Suite, case: Case, checks, outcome: CaseOutcome) -> list[dict]:
+        """The fresh input sets of a case (drawn once per gate run, shared by the suite's kernels)."""
+        if checks.fresh_inputs <= 0:
+            return []
+        key = (str(suite.path), case.name, checks.fresh_inputs, checks.adversarial_inputs)
+        if key not in self._fresh:
+            tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
+            root = self.output_dir / "fresh" / f"{suite.name}-{tag}" / case.name
+            try:
+                sets, notes = make_sets(suite, case, count=checks.fresh_inputs, adversarial=checks.adversarial_inputs,
+                                        seed=self.fresh_seed, root=root, client=self.client)
+            except (CudagateError, OSError, ValueError, KeyError) as exc:
+                sets, notes = [], [f"fresh inputs could not be drawn for case {case.name}: {exc}"]
+            self._fresh[key] = ([s.spec(suite, case) for s in sets], notes)
+        specs, notes = self._fresh[key]
+        outcome.notes.extend(notes)
+        return copy.deepcopy(specs)
+
+    @staticmethod
+    def _harden(request: dict, case_entry: dict, extra: dict | None) -> dict:
+        """Add the checks and fresh inputs to ``request``; return the copy a report keeps: without the
+        fresh sets, whose files live only as long as this run (their seed is in any failure)."""
+        if extra is None:
+            return request
+        request["checks"] = worker_checks(extra["checks"])
+        if extra.get("fresh"):
+            case_entry["fresh"] = extra["fresh"]
+        recorded = copy.deepcopy(request)
+        for entry in recorded.get("cases", []) + ([recorded["case"]] if "case" in recorded else []):
+            entry.pop("fresh", None)
+        return recorded
+
+    def _sanitize(self, outcome: CaseOutcome, suite: Suite, program: Program, case: Case, body: dict, checks,
+                  source_text: str | None) -> None:
+        """compute-sanitizer on the kernel's smallest case (once per kernel; the verdicts are cached)."""
+        if outcome.correctness is None or not wants_sanitizer(checks, suite, case, body):
+            return
+        request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer", source_text=source_text)
+        timeout = max(60.0, 2 * float(getattr(self.client, "timeout_s", 60.0)))
+        problems, notes = sanitize(request, checks.sanitizer, timeout_s=timeout, env=getattr(self.client, "env", None))
+        outcome.notes.extend(notes)
+        if problems:
+            outcome.correctness.problems.extend(problems)
+            outcome.correctness.passed = False
+
     # -- the three measurement paths ------------------------------------------------------------
-    def _run(self, outcome, suite, program, case, timing, out, source_text):
+    def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None):
         request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text)
-        outcome.requests.append(request)
+        outcome.requests.append(self._harden(request, request["cases"][0], extra))
         result = self.client.run(request)
-        return result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}}), result.compile
+        body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
+        outcome.worker_s += body.get("seconds", 0.0)
+        return body, result.compile
 
     def _identical(self, approval, case: Case, body: dict, threshold: float) -> LatencyResult:
         baseline = approval.baselines.get(self.fingerprint.key())
@@ -108,7 +174,7 @@ class Gate:
         result.advisory = True
         return result
 
-    def _compare(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text):
+    def _compare(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
         request = {
             "protocol": 1, "op": "compare", "suite": str(suite.path),
             "kernels": {"approved": ledger.approved_spec(approval), "current": kernel_spec(program, source_text)},
@@ -119,9 +185,10 @@ class Gate:
             "timing": {**suite.timing.to_json(), "chunk": 100},
             "output_dir": str(out),
         }
-        outcome.requests.append(request)
+        outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s)
         result = self.client.compare(request, sampler.decide)
+        outcome.worker_s += (result.body or {}).get("seconds", 0.0)
         compile_info = result.compile.get("current") or {"ok": False, "log": "not compiled"}
         approved_compile = result.compile.get("approved")
         body = result.body or {"status": "error", "error": {"kind": "crash", "message": "no answer"}}
@@ -132,7 +199,8 @@ class Gate:
             return body, compile_info, None
         approved_check = judge(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                               suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
+                               suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
+                               checks=(extra or {}).get("checks"))
         if not approved_check.passed:
             return body, compile_info, incomparable(threshold, "the approved version fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)
@@ -163,4 +231,10 @@ class Gate:
                 parts.append(latency.describe())
             elif verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED):
                 outcome.warning = latency.describe()
+        if outcome.notes:  # relaxed or skipped checks are said with every outcome, never silently
+            said = "\n".join(f"note: {note}" for note in dict.fromkeys(outcome.notes))
+            if outcome.failed:
+                parts.append(said)
+            else:
+                outcome.warning = f"{outcome.warning}\n{said}" if outcome.warning else said
         outcome.message = "\n".join(parts)

@@ -51,6 +51,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="measurement time per performance case for the interleaved comparison (default 2)")
     group.addoption("--cuda-gate-threshold", type=float, default=None, metavar="F",
                     help="latency drift tolerated, as a fraction (overrides each suite's gate.threshold)")
+    group.addoption("--cuda-gate-fresh-seed", type=int, default=None, metavar="N",
+                    help="seed of the fresh random inputs (default: $CUDAGATE_FRESH_SEED, else new each run; "
+                         "the report names the seed so a failure can be replayed)")
     group.addoption("--cuda-gate-allow-unsigned", action="store_true",
                     help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
     reports.add_options(group)
@@ -68,7 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
         default_arch=config.getoption("cuda_gate_arch") or settings.arch or "sm_90",
         require_gpu=config.getoption("cuda_gate_require_gpu"),
         options=GateOptions(strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release"),
-                            budget_s=config.getoption("cuda_gate_budget"), threshold=config.getoption("cuda_gate_threshold")),
+                            budget_s=config.getoption("cuda_gate_budget"), threshold=config.getoption("cuda_gate_threshold"),
+                            fresh_seed=config.getoption("cuda_gate_fresh_seed")),
         lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
         allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
     )

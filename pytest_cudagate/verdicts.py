@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .compare import Comparison, compare
-from .suite.model import Tolerance
+from .suite.model import DEFAULT_CHECKS, Checks, Tolerance
 
 _ERROR_TITLES = {
     "fault": "the kernel faulted",
@@ -30,6 +31,8 @@ class CaseVerdict:
     comparisons: list[Comparison] = field(default_factory=list)
     samples_ms: list[float] | None = None
     error_kind: str | None = None
+    notes: list[str] = field(default_factory=list)  # what was relaxed or skipped; shown, never failing
+    step_seconds: dict[str, float] = field(default_factory=dict)  # worker time per step (the defences' cost)
 
     @property
     def median_ms(self) -> float | None:
@@ -40,43 +43,152 @@ class CaseVerdict:
         return max((c.rel_norm for c in self.comparisons), default=None)
 
     def describe(self) -> str:
+        """The header, then what went wrong on the signed inputs, then every other finding."""
         header = f"{self.kernel} × {self.case}: {'passed' if self.passed else 'FAILED'}"
-        return "\n".join([header, *self.problems, *(c.describe() for c in self.comparisons if not c.ok)])
+        return "\n".join([header, *(c.describe() for c in self.comparisons if not c.ok), *self.problems])
 
 
 def judge(kernel: str, case: str, body: dict, expected: dict[str, np.ndarray],
-          tolerance: dict[str, Tolerance], shapes: dict[str, tuple[int, ...]] | None = None) -> CaseVerdict:
-    """Check every output of both validation launches; name each way the kernel failed."""
+          tolerance: dict[str, Tolerance], shapes: dict[str, tuple[int, ...]] | None = None, *,
+          checks: Checks | None = None) -> CaseVerdict:
+    """Check every output of both validation launches, of the timed launches and of the fresh input
+    sets, the guard zones and the inputs; name each way the kernel failed."""
     shapes = shapes or {}
+    checks = checks or DEFAULT_CHECKS
     if body.get("status") != "ok":
         error = body.get("error", {})
         kind = error.get("kind", "error")
-        title = _ERROR_TITLES.get(kind, kind)
+        title = _ERROR_TITLES.get(kind, kind) + (f" during {error['phase']}" if error.get("phase") else "")
         return CaseVerdict(kernel, case, False, [f"{title}: {error.get('message', 'no detail')}"], error_kind=kind)
-    verdict = CaseVerdict(kernel, case, True, samples_ms=(body.get("timing") or {}).get("samples_ms"))
-    for name, changed in sorted(body.get("inputs_modified", {}).items()):
+    verdict = CaseVerdict(kernel, case, True, samples_ms=(body.get("timing") or {}).get("samples_ms"),
+                          notes=list(body.get("notes", [])), step_seconds=dict(body.get("step_seconds", {})))
+    modified = body.get("inputs_modified", {})
+    for name, changed in sorted(modified.items()):
         verdict.problems.append(f"the kernel wrote into input buffer {name!r} ({changed} elements changed)")
+    for name, write in sorted(body.get("input_writes", {}).items()):
+        if name not in modified:
+            verdict.problems.append(f"the kernel wrote into input buffer {name!r} during {write['phase']} "
+                                    f"({write['elements']} elements changed)")
+    verdict.problems += _guard_problems(body.get("guards", {}))
+    firsts, signed_ok = {}, {}
+    between = "after the timed launches" if body.get("timing") else "on a second launch on the same inputs"
     for name, out in sorted(body.get("outputs", {}).items()):
         if name not in expected:
             continue
         first = np.load(out["path"], allow_pickle=False)
-        result = compare(name, first, expected[name], tolerance[name], shapes.get(name), out.get("unwritten", 0))
+        firsts[name] = first
+        result = compare(name, first, expected[name], tolerance[name], shapes.get(name), out.get("unwritten", 0),
+                         output_scale=checks.output_scale)
         verdict.comparisons.append(result)
+        signed_ok[name] = result.ok
         differing = out.get("differing_second_launch", 0)
         if differing and result.ok:
             second = np.load(out["second_path"], allow_pickle=False)
-            again = compare(name, second, expected[name], tolerance[name], shapes.get(name))
+            again = compare(name, second, expected[name], tolerance[name], shapes.get(name),
+                            output_scale=checks.output_scale)
             if not again.ok:
-                verdict.problems.append(
-                    f"output {name!r} was right on the first launch but wrong after the timed launches "
-                    f"({again.mismatches} elements): the kernel is stateful (caches results or counts calls)")
-                verdict.comparisons.append(again)
-            else:
+                why = ("it had written into its input " + ", ".join(repr(n) for n in sorted(modified))
+                       + ", so the second launch ran on other data") if modified else \
+                      "the kernel is stateful (caches results or counts calls)"
+                verdict.problems.append(f"output {name!r} was right on the first launch but wrong {between}: {why}\n"
+                                        + _indent(again.describe()))
+            elif checks.determinism == "bitwise":
                 verdict.problems.append(
                     f"output {name!r} is not deterministic: {differing} elements differ bitwise between two "
                     f"launches on the same inputs (a race, uninitialised memory, or atomics order)")
+            else:
+                verdict.notes.append(f"output {name!r}: {differing} elements differed bitwise between two launches on "
+                                     f"the same inputs, both within tolerance (allowed by checks.determinism: tolerance)")
+    _judge_timed(verdict, body.get("timed"), expected, tolerance, shapes, checks, signed_ok)
+    _judge_fresh(verdict, body.get("fresh", []), firsts, tolerance, shapes, checks, signed_ok)
     verdict.passed = not verdict.problems and all(c.ok for c in verdict.comparisons)
     return verdict
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _guard_problems(guards: dict) -> list[str]:
+    problems = []
+    for name, sides in sorted(guards.items()):
+        for side, hit in sorted(sides.items()):
+            where = "past the end of" if side == "after" else "before the start of"
+            edge = "after its end" if side == "after" else "before its start"
+            problems.append(f"the kernel wrote {where} buffer {name!r}: {hit['bytes']} canary bytes of its guard zone "
+                            f"changed, the nearest {hit['nearest']} bytes {edge} (found after {hit['phase']})")
+    return problems
+
+
+def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, shapes, checks: Checks,
+                 signed_ok: dict) -> None:
+    """What the last timed launch on each buffer copy wrote, against launch 1 and the expected output
+    (only where launch 1 was right: otherwise that is the finding)."""
+    if not timed:
+        return
+    checked = timed.get("checked", 0)
+    for name, out in sorted(timed.get("outputs", {}).items()):
+        if name not in expected or not signed_ok.get(name, False):
+            continue
+        if out.get("unwritten"):
+            verdict.problems.append(
+                f"output {name!r}: {out['unwritten']} elements were not written by the timed launches (they still "
+                f"held the poison pattern; {checked} timed launch(es) checked): the kernel does less work when timed")
+            continue
+        if not out.get("differing") or not out.get("path"):
+            continue
+        actual = np.load(out["path"], allow_pickle=False)
+        result = compare(name, actual, expected[name], tolerance[name], shapes.get(name), output_scale=checks.output_scale)
+        if not result.ok:
+            verdict.problems.append(
+                f"output {name!r} was wrong after the timed launches ({checked} checked), though right on validation "
+                f"launch 1: the kernel behaves differently when timed (it counts calls or detects the timing loop)\n"
+                + _indent(result.describe()))
+        elif checks.determinism == "bitwise":
+            verdict.problems.append(
+                f"output {name!r} is not deterministic: {out['differing']} elements written by a timed launch differ "
+                f"bitwise from validation launch 1 on the same inputs (a race, uninitialised memory, or atomics order)")
+        else:
+            verdict.notes.append(f"output {name!r}: timed launches differed bitwise from launch 1 within tolerance "
+                                 f"(allowed by checks.determinism: tolerance)")
+
+
+def _judge_fresh(verdict: CaseVerdict, fresh: list[dict], firsts: dict, tolerance, shapes, checks: Checks,
+                 signed_ok: dict) -> None:
+    """Each fresh input set's outputs against the reference's outputs for it. Where the kernel is
+    already wrong on the signed inputs, one line says it is wrong on the fresh ones too."""
+    also: dict[str, list[str]] = {}
+    for entry in fresh:
+        label = entry.get("label", "fresh")
+        what = entry.get("description") or label
+        expected_paths = entry.get("expected") or {}
+        for name, changed in sorted((entry.get("inputs_modified") or {}).items()):
+            verdict.problems.append(f"the kernel wrote into input buffer {name!r} on fresh inputs ({label}): "
+                                    f"{changed} elements changed")
+        scales = entry.get("atol_scale") or {}
+        for name, out in sorted((entry.get("outputs") or {}).items()):
+            if name not in expected_paths or name not in tolerance:
+                continue
+            actual = np.load(out["path"], allow_pickle=False)
+            want = np.load(expected_paths[name], allow_pickle=False)
+            scale = float(scales.get(name, 1.0)) if isinstance(scales, dict) else float(scales)
+            tol = dataclasses.replace(tolerance[name], atol=tolerance[name].atol * scale)
+            result = compare(name, actual, want, tol, shapes.get(name), output_scale=checks.output_scale)
+            if result.ok:
+                continue
+            if not signed_ok.get(name, True):
+                also.setdefault(name, []).append(label)
+                continue
+            stale = ""
+            signed = firsts.get(name)
+            if signed is not None and signed.size == actual.size and np.array_equal(
+                    signed.reshape(-1).view(np.uint8), actual.reshape(-1).view(np.uint8)):
+                stale = ("\n  its output on the fresh inputs is bit for bit its output on the signed inputs: the kernel "
+                         "returned a cached result (keyed by pointer or by call count) instead of computing")
+            verdict.problems.append(f"wrong on fresh inputs ({what}), checked against the reference:\n"
+                                    + _indent(result.describe()) + stale)
+    for name, labels in sorted(also.items()):
+        verdict.problems.append(f"output {name!r} is wrong on the fresh inputs too ({', '.join(labels)})")
 
 
 def load_expected(paths: dict[str, str | Path]) -> dict[str, np.ndarray]:

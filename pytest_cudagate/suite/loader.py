@@ -14,7 +14,7 @@ import yaml
 from .. import schema
 from ..errors import FileError
 from .expr import ExprError, parse
-from .model import Case, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
+from .model import Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
 
 SUITE_FILENAME = "cudagate.yaml"
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -108,20 +108,44 @@ class _Checker:
         )
 
     def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str]) -> Program:
-        overrides = {}
+        tunables = self.tunables(raw.get("tunables", {}), parts + ["tunables"], scalars)
+        names = scalars | set(tunables)  # launch expressions may use tunables' names
+        defaults = {tunable: values[0] for tunable, values in tunables.items()}
+        overrides, raw_overrides = {}, {}
         for case_name, launch in raw.get("launch_overrides", {}).items():
             if case_name not in case_names:
                 self.add(parts + ["launch_overrides", case_name], f"no case named {case_name!r} (cases: {', '.join(sorted(case_names))})")
-            overrides[case_name] = self.launch(launch, parts + ["launch_overrides", case_name], scalars)
+            raw_overrides[case_name] = self.launch(launch, parts + ["launch_overrides", case_name], names)
+            overrides[case_name] = raw_overrides[case_name].with_constants(defaults)
+        launch = self.launch(raw["launch"], parts + ["launch"], names)
+        if "tuning_launch" in raw and not tunables:
+            self.add(parts + ["tuning_launch"], "tuning_launch needs tunables: declare the -D constants it uses")
+        tuning = self.launch(raw["tuning_launch"], parts + ["tuning_launch"], names) if "tuning_launch" in raw else None
         return Program(
             name=name,
             source=self.source(raw["source"], parts + ["source"]),
             entry=raw.get("entry", name),
             options=tuple(raw.get("options", [])),
-            launch=self.launch(raw["launch"], parts + ["launch"], scalars),
+            launch=launch.with_constants(defaults),  # the kernel as shipped: each tunable at its default
             launch_overrides=overrides,
             arch_suffix=raw.get("arch_suffix", ""),
+            tunables=tunables,
+            tuning_launch=tuning or (launch if tunables else None),
+            tuning_overrides={} if tuning else (raw_overrides if tunables else {}),
         )
+
+    def tunables(self, raw: dict, parts: list, scalars: set[str]) -> dict[str, tuple[int, ...]]:
+        """``tunables: {NAME: [default, other, ...]}``: -D constants for the autotune proposer."""
+        found = {}
+        for name, values in raw.items():
+            if name in scalars:
+                self.add(parts + [name], f"{name!r} is a scalar parameter; a tunable needs a name of its own")
+            elif name in ("cdiv", "min", "max", "ceil", "floor"):
+                self.add(parts + [name], f"{name!r} is an expression function; choose another name")
+            elif len(set(values)) != len(values):
+                self.add(parts + [name], f"values {values} repeat one; list each value once, the default first")
+            found[name] = tuple(int(v) for v in values)
+        return found
 
     def build(self, raw: dict) -> Suite:
         signature = []
@@ -190,9 +214,19 @@ class _Checker:
             data_dir=(self.path.parent / raw.get("data", "cases")).resolve(),
             description=raw.get("description", ""),
         )
+        if "checks" in raw:
+            object.__setattr__(suite, "_checks", self.checks(raw["checks"]))  # see Suite.checks
         if not self.problems:
             self.resolve_everything(suite)
         return suite
+
+    def checks(self, raw: dict) -> Checks:
+        """``checks:`` (the schema has checked names and types)."""
+        values = dict(raw)
+        if "sanitizer" in values:
+            tools = values["sanitizer"]
+            values["sanitizer"] = () if tools is False or tools == "off" else tuple(dict.fromkeys(tools))
+        return Checks(**values)
 
     def unique(self, names: list[str], parts: list, what: str) -> None:
         seen = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,22 @@ class Launch:
     def to_json(self) -> dict:
         return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
 
+    def with_constants(self, values: dict[str, int]) -> Launch:
+        """This launch with each name in ``values`` (tunables) replaced by its integer value.
+
+        An integer (parenthesised when negative) stands where a name stood, so precedence cannot
+        change, and a launch that uses none of the names comes back with identical text.
+        """
+        if not values:
+            return self
+        spelled = {name: str(v) if v >= 0 else f"({v})" for name, v in values.items()}
+
+        def substitute(text: str) -> str:
+            return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: spelled.get(m.group(0), m.group(0)), str(text))
+
+        return Launch(tuple(substitute(e) for e in self.grid), tuple(substitute(e) for e in self.block),
+                      substitute(self.shared_bytes))
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -80,6 +97,63 @@ class Timing:
                 "batch": self.batch}
 
 
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
+
+
+@dataclass(frozen=True)
+class Checks:
+    """The gate's defences against kernels that game it (``checks:`` in the suite); all on by default.
+
+    A suite relaxes one explicitly, and every outcome of the suite then says so (docs/hardening.md).
+    """
+
+    determinism: str = "bitwise"  # "tolerance": launches on the same inputs may differ within tolerance
+    fresh_inputs: int = 2  # fresh input sets per case, checked against the reference; 0 switches them off
+    adversarial_inputs: bool = True  # every second fresh set has extreme magnitudes, signed zeros, ...
+    guard_zones: bool = True  # canary zones around every buffer
+    output_scale: bool = True  # a trivial output (zeros, a constant) must not pass a loose tolerance
+    timed_outputs: bool = True  # what the timed launches wrote is checked
+    scrub_shared: bool = True  # shared memory is scrubbed before each validation launch
+    sanitizer: tuple[str, ...] = SANITIZER_TOOLS  # compute-sanitizer tools, run once per kernel
+
+    def relaxations(self) -> dict:
+        """The settings that differ from the defaults, as written in the suite (empty: none)."""
+        default = Checks()
+        out = {}
+        for name in ("determinism", "fresh_inputs", "adversarial_inputs", "guard_zones", "output_scale",
+                     "timed_outputs", "scrub_shared", "sanitizer"):
+            value = getattr(self, name)
+            if value != getattr(default, name):
+                out[name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    def describe_relaxations(self) -> list[str]:
+        """One line per relaxation, for every outcome of a suite that relaxes its checks."""
+        lines = []
+        for name, value in self.relaxations().items():
+            what = {
+                "determinism": "launches on the same inputs may differ bit for bit within tolerance",
+                "fresh_inputs": "no fresh inputs are checked" if not self.fresh_inputs
+                else f"{self.fresh_inputs} fresh input set(s) per case instead of {Checks.fresh_inputs}",
+                "adversarial_inputs": "fresh inputs use the suite's distributions only, no adversarial values",
+                "guard_zones": "no guard zones: writes past a buffer are not detected",
+                "output_scale": "outputs are not judged against their own scale (zeros may pass a loose tolerance)",
+                "timed_outputs": "what the timed launches wrote is not checked",
+                "scrub_shared": "shared memory is not scrubbed before validation launches",
+                "sanitizer": "compute-sanitizer does not run" if not self.sanitizer
+                else f"compute-sanitizer runs {', '.join(self.sanitizer)} only",
+            }[name]
+            if isinstance(value, list):
+                shown = "[" + ", ".join(value) + "]" if value else "off"
+            else:
+                shown = str(value).lower() if isinstance(value, bool) else value
+            lines.append(f"checks relaxed by the suite (checks.{name}: {shown}): {what}")
+        return lines
+
+
+DEFAULT_CHECKS = Checks()
+
+
 @dataclass(frozen=True)
 class Program:
     """CUDA source compiled and launched the same way for a kernel or a CUDA reference."""
@@ -91,6 +165,13 @@ class Program:
     launch: Launch
     launch_overrides: dict[str, Launch] = field(default_factory=dict)
     arch_suffix: str = ""
+    # `cudagate optimize --proposer autotune` only: -D constants and the values to search (the first
+    # is the default, which the launch above already has substituted for the name), and the launch
+    # it tunes with, whose expressions may use the tunables' names. Not signed: they change nothing
+    # the gate runs (trust/manifest.py signs a kernel's entry and launches only).
+    tunables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    tuning_launch: Launch | None = None
+    tuning_overrides: dict[str, Launch] = field(default_factory=dict)
 
     def launch_for(self, case: str) -> Launch:
         return self.launch_overrides.get(case, self.launch)
@@ -166,3 +247,13 @@ class Suite:
 
     def expected_path(self, case: Case, param: Param) -> Path:
         return self.case_dir(case) / "expected" / f"{param.name}.npy"
+
+    @property
+    def checks(self) -> Checks:
+        """The suite's ``checks:`` (defaults when absent).
+
+        Deliberately not a dataclass field: trust/manifest.py signs every Suite field, so a new
+        field would change the manifest of every signed suite. Relaxations are signed through
+        ``Checks.relaxations()`` instead (see pytest_cudagate/hardening.py).
+        """
+        return self.__dict__.get("_checks", DEFAULT_CHECKS)

@@ -17,6 +17,7 @@ from ..paths import display_path
 from .keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
 from ..approvals import Ledger
+from ..scale import flag_cases
 from .ledger import ledger_problems, sign_ledger
 from .suite_signing import sign_suite, signer_from_keys, verify_suite
 
@@ -113,6 +114,8 @@ def cmd_sign(args) -> int:
             trusted = {}
         signer = args.signer or signer_from_keys(key, trusted) or ""
         path = sign_suite(suite, key, signer)
+        for flag in flag_cases(suite):
+            print(f"  warning: {flag}")
         files = sum(len(c["files"]) for c in json.loads(path.read_text(encoding="utf-8"))["manifest"]["cases"].values())
         print(f"{display_path(suite.path)}: signed {len(suite.cases)} case(s), {files} data file(s) as {signer or 'unnamed signer'} "
               f"with key {kid} -> {display_path(path)}")

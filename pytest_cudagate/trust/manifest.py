@@ -21,6 +21,7 @@ from ..errors import FileError
 from ..paths import display_path
 from ..suite.model import Launch, Program, Suite
 from .canonical import canonical_bytes, file_sha256
+from ..hardening import manifest_entry
 
 MANIFEST_FORMAT = 1
 # Suite fields placed in the manifest by name below, or deliberately not signed (path, description;
@@ -160,6 +161,10 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         "timing": _plain(suite.timing, root),
         "gate": {"threshold": float(suite.threshold)},
     }
+    # A relaxed defence (e.g. determinism: tolerance) counts only when a maintainer signed it.
+    relaxed = manifest_entry(suite)
+    if relaxed:
+        manifest["checks"] = relaxed
     # Fail closed: a suite field this module does not know yet (added to the model later) is signed
     # as it is, rather than silently left out of what defines correctness.
     for f in dataclasses.fields(suite):

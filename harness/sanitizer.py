@@ -1,0 +1,273 @@
+"""compute-sanitizer runs of one case: memcheck, racecheck and initcheck, in parallel.
+
+Each tool runs the harness on a one-case request file (``python -m cudagate_harness REQUEST.json``)
+under ``compute-sanitizer --tool TOOL --error-exitcode 99 --log-file LOG``. The case carries
+``sanitize: true``, so the worker launches the kernel once with its outputs left as allocated
+(initcheck then sees a read of an output before it was written, and the download of an element
+never written), without guard zones (memcheck then reports a write past a buffer against the
+allocation's real end) and without the shared-memory scrub. The report is parsed into a few short
+findings with their source lines (kernels are compiled with -lineinfo).
+
+Standard library only, so the client can drive it without importing CUDA. Results are cached on
+disk by everything that decides them (kernel source and options, launch, case data, tool,
+sanitizer binary), so an unchanged kernel is sanitized once per machine, not once per gate run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TOOLS = ("memcheck", "racecheck", "initcheck")
+ERROR_EXIT = 99
+CACHE_FORMAT = 1
+MAX_FINDINGS = 3
+_SKIP = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application returned",
+         "Saved host backtrace", "Host Frame", "Device Frame", "Warning", "Process did not terminate", "This ")
+_LOCATION = re.compile(r"([^\s:()]+\.(?:cu|cuh|h|hpp|hh|inc)):(\d+)")
+_NOISE = re.compile(r"(?:\bat\s+)?0x[0-9a-fA-F]+\s*|\+0x[0-9a-fA-F]+")
+_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:.*?\((\d+)\s+errors?")
+WHAT = {"memcheck": "out-of-bounds or misaligned access",
+        "racecheck": "shared-memory race",
+        "initcheck": "read of uninitialised global memory"}
+
+
+def find() -> str | None:
+    """The compute-sanitizer binary: $CUDAGATE_COMPUTE_SANITIZER, the PATH, then the usual toolkit folders."""
+    explicit = os.environ.get("CUDAGATE_COMPUTE_SANITIZER")
+    if explicit:
+        return explicit if Path(explicit).is_file() else None
+    found = shutil.which("compute-sanitizer")
+    if found:
+        return found
+    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    for root in filter(None, roots):
+        candidate = Path(root) / "bin" / "compute-sanitizer"
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+@dataclass
+class ToolResult:
+    tool: str
+    status: str  # "clean", "errors", or "skipped" (did not run to a verdict; ``detail`` says why)
+    errors: int = 0
+    findings: list[str] = field(default_factory=list)
+    detail: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+
+    def describe(self) -> str:
+        """One line (plus findings) a reviewer reads."""
+        if self.status == "errors":
+            head = (f"compute-sanitizer {self.tool}: {self.errors or len(self.findings) or 'some'} error(s) "
+                    f"({WHAT.get(self.tool, self.tool)})")
+            return "\n".join([head, *(f"  {f}" for f in self.findings)])
+        if self.status == "skipped":
+            return f"compute-sanitizer {self.tool} gave no verdict: {self.detail}"
+        return f"compute-sanitizer {self.tool}: clean"
+
+
+def parse_report(text: str) -> tuple[int | None, list[str]]:
+    """(error count from the summary line, or None; up to MAX_FINDINGS short findings with locations)."""
+    errors = None
+    findings: list[dict] = []
+    current = None
+    for raw in text.splitlines():
+        if not raw.startswith("========="):
+            continue
+        body = raw[len("========="):]
+        match = _SUMMARY.search(body) or _RACE_SUMMARY.search(body)
+        if match:
+            errors = max(errors or 0, int(match.group(1)))
+            continue
+        stripped = body.strip()
+        if not stripped or any(stripped.startswith(s) for s in _SKIP):
+            current = None if not stripped else current
+            continue
+        indent = len(body) - len(body.lstrip(" "))
+        if indent <= 1:
+            current = {"what": stripped, "where": None, "more": []}
+            findings.append(current)
+            loc = _LOCATION.search(stripped)
+            if loc:
+                current["where"] = f"{Path(loc.group(1)).name}:{loc.group(2)}"
+        elif current is not None:
+            if stripped.startswith("and ") and len(current["more"]) < 1:
+                current["more"].append(stripped)  # racecheck: "... and Read access at ... file.cu:17"
+            if current["where"] is None:
+                loc = _LOCATION.search(stripped)
+                if loc:
+                    current["where"] = f"{Path(loc.group(1)).name}:{loc.group(2)}"
+    short, seen = [], set()
+    for finding in findings:
+        text_ = " ".join([finding["what"], *finding["more"]])
+        text_ = _NOISE.sub(" ", text_)
+        text_ = re.sub(r"\s+", " ", _LOCATION.sub(lambda m: f"{Path(m.group(1)).name}:{m.group(2)}", text_)).strip()
+        if finding["where"] and finding["where"] not in text_:
+            text_ += f" (at {finding['where']})"
+        key = re.sub(r"(?<![:\w])\d+", "N", text_)  # the same error at another offset or thread is one finding
+        if key not in seen:
+            seen.add(key)
+            short.append(text_)
+    return errors, short[:MAX_FINDINGS]
+
+
+def cache_dir() -> Path:
+    from .compiler import cache_dir as compile_cache
+
+    return compile_cache().parent / "sanitizer"
+
+
+def cache_key(request: dict, tool: str, exe: str) -> str:
+    """Everything that decides a tool's verdict on a one-case request; input files by content."""
+    case = dict(request["cases"][0])
+    files = {}
+    for name, spec in case.get("buffers", {}).items():
+        if spec.get("input"):
+            path = Path(request.get("base_dir", ".")) / spec["input"]
+            try:
+                files[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                files[name] = None
+    case["buffers"] = {name: spec.get("count") for name, spec in case.get("buffers", {}).items()}
+    try:
+        stat = os.stat(exe)
+        binary = [exe, stat.st_size, int(stat.st_mtime)]
+    except OSError:
+        binary = [exe]
+    kernel = {k: v for k, v in (request.get("kernel") or {}).items() if k not in ("name", "source_name")}
+    blob = json.dumps({"format": CACHE_FORMAT, "tool": tool, "binary": binary, "kernel": kernel,
+                       "signature": request.get("signature"), "case": case, "files": files,
+                       "python": sys.version_info[:2]}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _cached(key: str) -> ToolResult | None:
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text())
+        return ToolResult(**{**data, "cached": True})
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _store(key: str, result: ToolResult) -> None:
+    if result.status == "skipped":
+        return  # a timeout or a tool failure says nothing about the kernel: try again next time
+    try:
+        directory = cache_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(asdict(result), handle)
+        os.replace(tmp, directory / f"{key}.json")
+    except OSError:
+        pass
+
+
+def _harness_error(stdout: str) -> str | None:
+    """The harness's own error for the case (a refused launch, a fault), if it reported one."""
+    for line in stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if message.get("type") == "case" and message.get("status") == "error":
+            error = message.get("error", {})
+            return f"{error.get('kind', 'error')}: {error.get('message', '')}"
+        if message.get("type") == "compile" and not message.get("ok", True):
+            return "the kernel does not compile"
+    return None
+
+
+def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0, env: dict | None = None,
+              workdir: Path | None = None, use_cache: bool = True) -> dict[str, ToolResult]:
+    """Run each tool on the one-case ``request`` (a ``run`` request), all at once; results by tool."""
+    results: dict[str, ToolResult] = {}
+    todo = []
+    for tool in tools:
+        key = cache_key(request, tool, exe)
+        hit = _cached(key) if use_cache else None
+        if hit is not None:
+            results[tool] = hit
+        else:
+            todo.append((tool, key))
+    if not todo:
+        return results
+    own = workdir is None
+    folder = Path(tempfile.mkdtemp(prefix="cudagate-sanitizer-")) if own else Path(workdir)
+    procs = []
+    try:
+        for tool, key in todo:
+            tool_dir = folder / tool
+            tool_dir.mkdir(parents=True, exist_ok=True)
+            one = json.loads(json.dumps(request))
+            one["output_dir"] = str(tool_dir / "out")
+            one.setdefault("base_dir", str(Path.cwd()))
+            for case in one.get("cases", []):
+                case["sanitize"] = True
+                case.pop("fresh", None)
+            one["timing"] = None
+            one["checks"] = {"guards": False, "scrub_shared": False, "timed_outputs": False}
+            req_path = tool_dir / "request.json"
+            req_path.write_text(json.dumps(one))
+            log = tool_dir / "sanitizer.log"
+            out = open(tool_dir / "stdout.txt", "wb")
+            command = [exe, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--log-file", str(log),
+                       sys.executable, "-m", "cudagate_harness", str(req_path)]
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**os.environ, **(env or {})}, start_new_session=True)
+            procs.append((tool, key, proc, out, log, tool_dir, time.perf_counter()))
+        deadline = time.monotonic() + timeout_s
+        for tool, key, proc, out, log, tool_dir, started in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                proc.wait()
+            out.close()
+            seconds = time.perf_counter() - started
+            report = log.read_text(errors="replace") if log.is_file() else ""
+            stdout = (tool_dir / "stdout.txt").read_text(errors="replace")
+            if timed_out:
+                result = ToolResult(tool, "skipped", detail=f"did not finish within {timeout_s:g} s", seconds=seconds)
+            else:
+                result = interpret(tool, proc.returncode, report, stdout, seconds)
+            results[tool] = result
+            if use_cache:
+                _store(key, result)
+    finally:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+    return results
+
+
+def interpret(tool: str, returncode: int, report: str, stdout: str, seconds: float = 0.0) -> ToolResult:
+    """A tool's verdict from its exit code, its report and the harness's answer."""
+    errors, findings = parse_report(report)
+    if returncode == ERROR_EXIT or (errors or 0) > 0:
+        return ToolResult(tool, "errors", errors or len(findings), findings, seconds=seconds)
+    harness = _harness_error(stdout)
+    if returncode == 0 and harness is None:
+        return ToolResult(tool, "clean", 0, seconds=seconds)
+    if harness is not None:
+        return ToolResult(tool, "skipped", detail=f"the harness did not run the case ({harness})", seconds=seconds)
+    tail = " | ".join(line.strip() for line in (report or stdout).strip().splitlines()[-3:])
+    return ToolResult(tool, "skipped", detail=f"exit code {returncode}: {tail or 'no output'}", seconds=seconds)

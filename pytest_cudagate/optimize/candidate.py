@@ -1,0 +1,223 @@
+"""A candidate: CUDA source and a launch configuration, and the checks it passes before any GPU time.
+
+A proposer writes only CUDA source and launch expressions. Nothing it writes is executed on the
+host: the source goes to NVRTC and the GPU, and launch expressions are integer expressions over the
+case's scalars, parsed by the suite's whitelist (never ``eval``). Includes are the one way source
+text could reach the host's files (NVRTC reads what an ``#include`` names, and a compile error
+quotes it back), so a candidate may include only the headers the shipped kernel includes and a
+fixed list of CUDA toolkit headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+
+from cudagate_harness.protocol import DTYPES
+
+from ..requests import quoted_includes
+from ..suite.expr import ExprError, parse
+from ..suite.model import Launch, Program, Suite
+
+MAX_SOURCE_CHARS = 200_000
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SHARED_BYTES = 227 * 1024  # sm_90's opt-in maximum per block
+# Toolkit headers a kernel may include with <...>: device-side libraries only.
+SYSTEM_HEADERS = frozenset({
+    "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "cuda_runtime.h", "mma.h", "cuda_pipeline.h",
+    "cuda_pipeline_primitives.h", "cooperative_groups.h", "cooperative_groups/reduce.h",
+    "cooperative_groups/memcpy_async.h", "cuda/pipeline", "cuda/barrier", "cuda/atomic", "cuda/std/cstdint",
+    "cuda/std/limits", "cuda/std/type_traits", "cuda/std/utility", "cuda/std/array", "cuda/std/cmath",
+    "cuda/annotated_ptr", "cuda_awbarrier.h", "cuda_awbarrier_primitives.h", "sm_90_rt.h", "crt/math_functions.h",
+    "stdint.h", "cstdint", "limits.h", "climits", "float.h", "cfloat", "math.h", "cmath", "type_traits",
+})
+# A directive that makes the preprocessor read a file: #include, #include_next, #import, #embed,
+# spelled with # or the %: digraph, possibly with comments between.
+_DIRECTIVE = re.compile(r"(?:#|%:)(?:\s|/\*.*?\*/)*(include_next|include|import|embed)\b(.*)")
+_HEADER = re.compile(r'^\s*(?:<([^<>"\s]+)>|"([^"]+)")\s*(?://.*|/\*.*)?$')
+
+
+class CandidateError(ValueError):
+    """A candidate that cannot be compiled or launched as given; the message says what to fix."""
+
+
+@dataclass
+class Candidate:
+    """One proposal. ``defines`` (autotune) are baked into the source as ``#define`` lines, so what is
+    timed is exactly what ``best.cu`` holds and what a review branch ships."""
+
+    source: str
+    launch: Launch
+    launch_overrides: dict[str, Launch] = field(default_factory=dict)
+    defines: dict[str, int] = field(default_factory=dict)
+    origin: str = ""  # initial / openai / autotune / replay
+    label: str = ""  # short, for people: a proposal file's name, a tunable setting, a model's title
+    notes: str = ""  # the proposer's own words (a model's summary of its idea)
+
+    @property
+    def text(self) -> str:
+        """The source as compiled: the defines first, then the source."""
+        if not self.defines:
+            return self.source
+        lines = ["// cudagate optimize --proposer autotune: tunables of this build"]
+        lines += [f"#define {name} {value}" for name, value in self.defines.items()]
+        return "\n".join(lines) + "\n" + self.source
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def key(self) -> str:
+        """Identity of the build and launch: two equal keys time the same thing."""
+        blob = json.dumps({"text": self.text, "launch": self.launch.to_json(),
+                           "overrides": {k: v.to_json() for k, v in sorted(self.launch_overrides.items())}},
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def program(self, base: Program) -> Program:
+        """``base`` (the suite's kernel) with this launch; source comes as text, options stay."""
+        return replace(base, launch=self.launch, launch_overrides=dict(self.launch_overrides), tunables={},
+                       tuning_launch=None, tuning_overrides={})
+
+    def launch_json(self) -> dict:
+        return {"launch": self.launch.to_json(),
+                "launch_overrides": {k: v.to_json() for k, v in sorted(self.launch_overrides.items())}}
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "label": self.label, "notes": self.notes, "defines": dict(self.defines),
+                "source_sha256": self.sha256, "source": self.text, **self.launch_json()}
+
+    @classmethod
+    def initial(cls, program: Program) -> Candidate:
+        return cls(source=program.source.read_text(encoding="utf-8"), launch=program.launch,
+                   launch_overrides=dict(program.launch_overrides), origin="initial", label="initial kernel")
+
+
+def launch_from_json(raw: dict, what: str = "launch") -> Launch:
+    """A :class:`Launch` from ``{grid: [...], block: [...], shared_bytes: ...}`` (expressions as text)."""
+    if not isinstance(raw, dict):
+        raise CandidateError(f"{what}: expected an object with grid, block and shared_bytes")
+    grid, block = raw.get("grid"), raw.get("block")
+    for name, dims in (("grid", grid), ("block", block)):
+        if not isinstance(dims, list) or not 1 <= len(dims) <= 3:
+            raise CandidateError(f"{what}.{name}: expected a list of 1 to 3 integer expressions, got {dims!r}")
+        for dim in dims:
+            if isinstance(dim, bool) or not isinstance(dim, (str, int)) or (isinstance(dim, str) and not dim.strip()):
+                raise CandidateError(f"{what}.{name}: {dim!r} is not an integer expression")
+    shared = raw.get("shared_bytes", 0)
+    if shared is None or (isinstance(shared, str) and not shared.strip()):
+        shared = 0
+    if isinstance(shared, bool) or not isinstance(shared, (str, int)):
+        raise CandidateError(f"{what}.shared_bytes: {shared!r} is not an integer expression")
+    return Launch(tuple(str(d) for d in grid), tuple(str(d) for d in block), str(shared))
+
+
+def c_prototype(suite: Suite, entry: str) -> str:
+    """The entry's C declaration, e.g. ``extern "C" __global__ void f(const float* __restrict__ a, ...)``."""
+    params = []
+    for p in suite.signature:
+        ctype = DTYPES[p.dtype][1]
+        if p.kind == "buffer":
+            params.append(f"{'const ' if p.intent == 'in' else ''}{ctype}* __restrict__ {p.name}")
+        else:
+            params.append(f"{ctype} {p.name}")
+    return f'extern "C" __global__ void {entry}({", ".join(params)})'
+
+
+def include_problems(source: str, allowed_quoted: set[str]) -> list[str]:
+    """Every ``#include``-like directive that names a file outside the allowed set."""
+    text = source.replace("\\\r\n", "").replace("\\\n", "")  # line splices
+    problems = []
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        for match in _DIRECTIVE.finditer(line):
+            directive, rest = match.group(1), match.group(2)
+            header = _HEADER.match(rest)
+            name = header and (header.group(1) or header.group(2))
+            if directive != "include" or not header:
+                problems.append(f"line {line_number}: #{directive}{rest[:60]}: only #include of a header named "
+                                f"literally is allowed")
+            elif header.group(2) is not None and name not in allowed_quoted:
+                allowed = ", ".join(sorted(allowed_quoted)) or "none"
+                problems.append(f'line {line_number}: #include "{name}": the only local headers allowed are the ones '
+                                f"the shipped kernel includes ({allowed})")
+            elif header.group(1) is not None and name not in SYSTEM_HEADERS:
+                problems.append(f"line {line_number}: #include <{name}> is not on the list of CUDA toolkit headers a "
+                                f"candidate may use ({', '.join(sorted(SYSTEM_HEADERS))})")
+    return problems
+
+
+def allowed_headers(program: Program) -> set[str]:
+    """Local headers the shipped kernel includes (by the spelling its source uses)."""
+    try:
+        return set(quoted_includes(program.source))
+    except OSError:
+        return set()
+
+
+def static_problems(candidate: Candidate, suite: Suite, program: Program, visible: list, *,
+                    own_source: bool = False) -> list[str]:
+    """Why ``candidate`` cannot be compiled or launched as given (empty: it may go to the compiler).
+
+    ``visible``: the cases the proposer may know of; launches are checked on those only, so a
+    message never tells a proposer anything about a holdout case. ``own_source``: the source is
+    the suite's own kernel file (the initial kernel, autotune), so its includes are not limited.
+    """
+    problems = []
+    if len(candidate.text) > MAX_SOURCE_CHARS and not own_source:
+        problems.append(f"the source has {len(candidate.text)} characters; at most {MAX_SOURCE_CHARS} are accepted")
+    if not re.search(rf"\b{re.escape(program.entry)}\s*\(", candidate.text):
+        problems.append(f"the source does not define the entry {program.entry!r}; declare it as "
+                        f"{c_prototype(suite, program.entry)}")
+    if not own_source:
+        problems += include_problems(candidate.text, allowed_headers(program))
+    scalars = {p.name for p in suite.signature if p.kind == "scalar"}
+    names = {c.name for c in visible}
+    launches = [("launch", candidate.launch)] + [(f"launch_overrides[{k}]", v) for k, v in candidate.launch_overrides.items()]
+    for case in candidate.launch_overrides:
+        if case not in names:
+            problems.append(f"launch_overrides names {case!r}, which is not one of the cases ({', '.join(sorted(names))})")
+    for what, launch in launches:
+        for part, exprs in (("grid", launch.grid), ("block", launch.block), ("shared_bytes", (launch.shared_bytes,))):
+            if part != "shared_bytes" and not 1 <= len(exprs) <= 3:
+                problems.append(f"{what}.{part}: needs 1 to 3 dimensions, has {len(exprs)}")
+            for expr in exprs:
+                try:
+                    unknown = sorted(parse(expr).names - scalars)
+                except ExprError as exc:
+                    problems.append(f"{what}.{part}: {exc}")
+                    continue
+                if unknown:
+                    problems.append(f"{what}.{part}: {expr!r} uses {', '.join(unknown)}; launch expressions may use "
+                                    f"only the scalars {', '.join(sorted(scalars))}, integers, + - * / // % and "
+                                    "cdiv/min/max")
+    if problems:
+        return problems
+    for case in visible:
+        launch = candidate.launch_overrides.get(case.name, candidate.launch)
+        problems += launch_problems(launch, case)
+    return problems
+
+
+def launch_problems(launch: Launch, case) -> list[str]:
+    """Limits of the hardware a launch breaks on ``case`` (sm_90)."""
+    try:
+        resolved = launch.resolve(case.scalars)
+    except ExprError as exc:
+        return [f"case {case.name}: {exc}"]
+    grid, block, shared = resolved["grid"], resolved["block"], resolved["shared_bytes"]
+    problems = []
+    where = f"case {case.name} ({', '.join(f'{k}={v}' for k, v in case.scalars.items())})"
+    if min(grid + block) < 1:
+        problems.append(f"{where}: grid {grid} and block {block} need every dimension >= 1")
+    if block[0] * block[1] * block[2] > MAX_THREADS_PER_BLOCK:
+        problems.append(f"{where}: block {block} has {block[0] * block[1] * block[2]} threads; at most "
+                        f"{MAX_THREADS_PER_BLOCK}")
+    if any(b > m for b, m in zip(block, MAX_BLOCK)) or any(g > m for g, m in zip(grid, MAX_GRID)):
+        problems.append(f"{where}: grid {grid} / block {block} exceed the limits {list(MAX_GRID)} / {list(MAX_BLOCK)}")
+    if not 0 <= shared <= MAX_SHARED_BYTES:
+        problems.append(f"{where}: shared_bytes {shared} is outside 0..{MAX_SHARED_BYTES}")
+    return problems

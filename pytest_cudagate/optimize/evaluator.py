@@ -1,0 +1,319 @@
+"""The harness side of the loop: compile, check and time a candidate; gate the winner.
+
+Search (:meth:`HarnessEvaluator.evaluate`): the candidate is compiled on the host first (NVRTC
+needs no GPU, so a compile error costs no GPU time), then every visible correctness case runs,
+then every visible performance case is timed **interleaved with the initial kernel** (the worker's
+``compare``: one launch of each per round, random order, cold L2, the suite's warm-up and
+``timing.repeat`` rounds). Each case thus yields the candidate's median and its latency ratio to
+the initial kernel measured side by side, so clock and placement drift between rounds cancels.
+
+Winner (:meth:`HarnessEvaluator.validate`): :meth:`Gate.replay` on **every** case of the suite,
+holdout cases included, exactly as a pull request is judged: correctness with the gate's checks
+(fresh inputs, compute-sanitizer where present), then interleaved, adaptive timing against the
+approved kernel and a verdict from its confidence interval.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import stats
+from ..build import compile_program
+from ..gate import Gate, GateOptions
+from ..requests import case_spec, kernel_spec, run_request
+from ..suite.model import Case, Program, Suite
+from ..verdicts import CaseVerdict, judge, load_expected
+from .candidate import Candidate
+
+RATIO_CONFIDENCE = 0.99
+
+
+def finite(value) -> float | None:
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+@dataclass
+class CaseResult:
+    case: str
+    kind: str
+    passed: bool
+    launch: dict | None = None  # resolved: {grid, block, shared_bytes}
+    message: str = ""  # for people (history.json, the report)
+    for_model: str = ""  # what a proposer may read: no expected values
+    latency_ms: float | None = None  # median of the candidate's timed launches
+    initial_ms: float | None = None  # median of the initial kernel's launches in the same interleaved run
+    ratio: dict | None = None  # candidate / initial: {ratio, low, high, confidence, n}
+    samples: int = 0
+    disturbances: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"case": self.case, "kind": self.kind, "passed": self.passed, "launch": self.launch,
+                "message": self.message, "latency_ms": self.latency_ms, "initial_ms": self.initial_ms,
+                "ratio_vs_initial": self.ratio, "samples": self.samples, "disturbances": self.disturbances}
+
+
+@dataclass
+class Evaluation:
+    stage: str  # where it ended: compile / correctness / performance / done
+    passed: bool
+    compile: dict = field(default_factory=dict)  # ok, log, seconds, resources, cache_hit
+    cases: list[CaseResult] = field(default_factory=list)
+    rejection: str | None = None  # for people
+    rejection_for_model: str | None = None
+    gpu_s: float = 0.0
+
+    def case(self, name: str) -> CaseResult | None:
+        return next((c for c in self.cases if c.case == name), None)
+
+
+@dataclass
+class Validation:
+    """The winner's full gate: one entry per suite case (holdout cases included)."""
+
+    passed: bool
+    cases: list[dict] = field(default_factory=list)
+    rejection: str | None = None
+    notes: list[str] = field(default_factory=list)
+    fresh_seed: int | None = None
+    gpu_s: float = 0.0
+    skipped: str | None = None  # why it did not run (interrupted, budget)
+    checks: dict = field(default_factory=dict)  # which of the gate's defences applied (fresh inputs, sanitizer)
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "rejection": self.rejection, "cases": self.cases, "notes": self.notes,
+                "fresh_seed": self.fresh_seed, "gpu_seconds": round(self.gpu_s, 3), "skipped": self.skipped,
+                "checks": self.checks}
+
+
+def compile_summary(result) -> dict:
+    data = result.to_json() if hasattr(result, "to_json") else dict(result)
+    return {"ok": bool(data.get("ok")), "log": (data.get("log") or "")[-20000:], "seconds": data.get("seconds"),
+            "resources": data.get("resources") or {}, "cache_hit": data.get("cache_hit"), "arch": data.get("arch")}
+
+
+def for_model(verdict: CaseVerdict) -> str:
+    """A failed case as a proposer may read it: what went wrong and where, never an expected value."""
+    lines = [f"case {verdict.case}: FAILED"]
+    lines += [p for p in verdict.problems]
+    for c in verdict.comparisons:
+        if c.ok:
+            continue
+        where = "" if c.worst_index is None else f", worst at index {list(c.worst_index)}"
+        lines.append(f"output {c.buffer!r}: {c.mismatches} of {c.total} elements outside tolerance"
+                     f"{f', {c.unwritten} never written' if c.unwritten else ''}{where}; max |error| "
+                     f"{c.max_abs_error:.3g}, relative norm error {c.rel_norm:.3g}")
+    return "\n".join(lines)
+
+
+def ratio_json(estimate) -> dict:
+    return {"ratio": finite(estimate.ratio), "low": finite(estimate.low), "high": finite(estimate.high),
+            "confidence": estimate.confidence, "n": estimate.n}
+
+
+class HarnessEvaluator:
+    """Candidates on one GPU worker (``client``), judged against ``suite``'s visible cases."""
+
+    def __init__(self, suite: Suite, program: Program, ledger, client, fingerprint, *, gate_options: GateOptions,
+                 work_dir: Path | None = None):
+        self.suite = suite
+        self.program = program
+        self.ledger = ledger
+        self.client = client
+        self.fingerprint = fingerprint
+        self.gate_options = gate_options
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="cudagate-optimize-"))
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.initial = Candidate.initial(program)
+        self.visible = [c for c in suite.cases if not c.holdout]
+        self.arch = client.device.get("arch", "sm_90")
+        self._seed = 0
+
+    # -- what the loop asks -----------------------------------------------------------------------
+    def device(self) -> dict:
+        fp = self.fingerprint
+        return {"key": fp.key(), "description": fp.describe(), "fields": fp.to_dict()}
+
+    def validation_reserve_s(self) -> float:
+        """GPU seconds the final gate of one winner may take: each case's measurement budget plus
+        its validation, fresh inputs and (once) compute-sanitizer."""
+        return len(self.suite.cases) * (self.gate_options.budget_s + 1.0) + 15.0
+
+    def compile(self, candidate: Candidate) -> dict:
+        return compile_summary(compile_program(candidate.program(self.program), self.arch, candidate.text))
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        start = time.monotonic()
+        program = candidate.program(self.program)
+        out = Path(tempfile.mkdtemp(prefix="eval-", dir=self.work_dir))
+        try:
+            evaluation = self._evaluate(candidate, program, out)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        evaluation.gpu_s = time.monotonic() - start
+        return evaluation
+
+    def _evaluate(self, candidate: Candidate, program: Program, out: Path) -> Evaluation:
+        evaluation = Evaluation(stage="correctness", passed=False)
+        checks = [c for c in self.visible if c.kind != "performance"]
+        if checks:
+            request = run_request(self.suite, program, checks, output_dir=out, timing=None, source_text=candidate.text)
+            result = self.client.run(request)
+            evaluation.compile = compile_summary(result.compile)
+            if not result.compile.get("ok"):
+                evaluation.stage = "compile"
+                evaluation.rejection = evaluation.rejection_for_model = "compile error:\n" + evaluation.compile["log"]
+                return evaluation
+            for case in checks:
+                body = result.cases.get(case.name, {"status": "error", "error": {"kind": "crash", "message": "not run"}})
+                if self._judged(evaluation, program, case, body) is None:
+                    return evaluation
+        evaluation.stage = "performance"
+        for case in [c for c in self.visible if c.kind == "performance"]:
+            if not self._timed(evaluation, candidate, program, case, out):
+                return evaluation
+        evaluation.stage, evaluation.passed = "done", True
+        return evaluation
+
+    def _judged(self, evaluation: Evaluation, program: Program, case: Case, body: dict) -> CaseResult | None:
+        expected = load_expected({p.name: self.suite.expected_path(case, p) for p in self.suite.outputs})
+        shapes = {p.name: self.suite.shape(p, case) for p in self.suite.buffers}
+        verdict = judge(program.name, case.name, body, expected, self.suite.tolerance, shapes)
+        result = CaseResult(case.name, case.kind, verdict.passed, program.launch_for(case.name).resolve(case.scalars))
+        evaluation.cases.append(result)
+        if not verdict.passed:
+            result.message = verdict.describe()
+            result.for_model = for_model(verdict)
+            evaluation.rejection = result.message
+            evaluation.rejection_for_model = result.for_model
+            return None
+        return result
+
+    def _timed(self, evaluation: Evaluation, candidate: Candidate, program: Program, case: Case, out: Path) -> bool:
+        suite, initial = self.suite, self.initial.program(self.program)
+        self._seed += 1
+        request = {
+            "protocol": 1, "op": "compare", "suite": str(suite.path),
+            "kernels": {"approved": kernel_spec(initial, self.initial.text), "current": kernel_spec(program, candidate.text)},
+            "launches": {"approved": initial.launch_for(case.name).resolve(case.scalars),
+                         "current": program.launch_for(case.name).resolve(case.scalars)},
+            "signature": [p.protocol() for p in suite.signature],
+            "case": case_spec(suite, program, case),
+            "timing": {**suite.timing.to_json(), "chunk": suite.timing.repeat, "seed": self._seed},
+            "output_dir": str(out),
+        }
+        chunks = []
+
+        def decide(chunk: dict) -> int:  # one chunk of timing.repeat rounds: the seed tool's 100 launches
+            chunks.append(chunk)
+            return 0
+
+        result = self.client.compare(request, decide)
+        current = result.compile.get("current") or {"ok": False, "log": "not compiled"}
+        if not evaluation.compile:
+            evaluation.compile = compile_summary(current)
+        if not current.get("ok"):
+            evaluation.stage = "compile"
+            evaluation.rejection = evaluation.rejection_for_model = "compile error:\n" + current.get("log", "")
+            return False
+        body = result.body or {"status": "error", "error": {"kind": "crash", "message": "no answer"}}
+        verdict_result = self._judged(evaluation, program, case, body)
+        if verdict_result is None:
+            return False
+        samples = {"current": [], "approved": []}
+        for chunk in chunks:
+            samples["current"] += chunk.get("current", [])
+            samples["approved"] += chunk.get("approved", [])
+            verdict_result.disturbances += chunk.get("disturbances") or []
+        if samples["current"] and len(samples["current"]) == len(samples["approved"]):
+            estimate = stats.paired_ratio(samples["current"], samples["approved"], confidence=RATIO_CONFIDENCE)
+            verdict_result.ratio = ratio_json(estimate)
+            verdict_result.latency_ms = float(np.median(samples["current"]))
+            verdict_result.initial_ms = float(np.median(samples["approved"]))
+            verdict_result.samples = len(samples["current"])
+        return True
+
+    def validate(self, candidate: Candidate) -> Validation:
+        start = time.monotonic()
+        program = candidate.program(self.program)
+        out = Path(tempfile.mkdtemp(prefix="gate-", dir=self.work_dir))
+        gate = Gate(self.client, self.fingerprint, self.gate_options, out)
+        validation = Validation(passed=True, fresh_seed=getattr(gate, "fresh_seed", None))
+        try:
+            for case in self.suite.cases:
+                outcome = gate.replay(self.suite, program, case, self.ledger, source_text=candidate.text)
+                validation.cases.append(outcome_json(outcome, case))
+                notes = getattr(outcome, "notes", []) or []
+                validation.notes += [f"{case.name}: {n}" for n in notes if f"{case.name}: {n}" not in validation.notes]
+                if outcome.failed and validation.passed:
+                    validation.passed = False
+                    validation.rejection = f"case {case.name}{' (holdout)' if case.holdout else ''}: {outcome.message}"
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        if not hasattr(gate, "fresh_seed"):
+            validation.notes.append("this version of the gate draws no fresh inputs: only the signed cases were checked")
+        validation.checks = self.gate_checks(validation)
+        validation.gpu_s = time.monotonic() - start
+        return validation
+
+    def gate_checks(self, validation: Validation) -> dict:
+        """What the gate applied beyond the signed cases, for the audit pack (a finding fails its case;
+        a check that could not run leaves a note)."""
+        try:
+            from cudagate_harness import sanitizer
+
+            from ..hardening import effective_checks, sanitizer_case
+        except ImportError:
+            return {"fresh_inputs": None, "sanitizer": None}
+        checks, _ = effective_checks(self.suite)
+        binary = sanitizer.find()
+        return {
+            "fresh_inputs": {"sets_per_case": checks.fresh_inputs, "adversarial": checks.adversarial_inputs,
+                             "seed": validation.fresh_seed, "cases": "every case, holdout included"},
+            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer_case(self.suite).name,
+                          "binary": binary, "ran": bool(binary and checks.sanitizer)},
+        }
+
+    def profile(self, candidate: Candidate) -> dict:
+        from .nsight import profile
+
+        perf = [c for c in self.visible if c.kind == "performance"]
+        case = max(perf, key=lambda c: sum(self.suite.counts(c).values()))
+        program = candidate.program(self.program)
+        request = run_request(self.suite, program, [case], output_dir=self.work_dir / "ncu", source_text=candidate.text)
+        start = time.monotonic()
+        summary = profile(request, program.entry, env=getattr(self.client, "env", None))
+        summary["case"] = case.name
+        summary["seconds"] = round(time.monotonic() - start, 3)
+        return summary
+
+    def close(self) -> None:
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def outcome_json(outcome, case: Case) -> dict:
+    """One gate outcome (:class:`~pytest_cudagate.gate.CaseOutcome`) for the audit pack."""
+    latency = outcome.latency
+    entry = {"case": case.name, "kind": case.kind, "holdout": case.holdout, "passed": not outcome.failed,
+             "message": outcome.message, "warning": outcome.warning,
+             "correctness": None, "latency_verdict": None, "ratio_vs_approved": None,
+             "approved_ms": None, "current_ms": None, "notes": list(getattr(outcome, "notes", []) or [])}
+    if outcome.correctness is not None:
+        entry["correctness"] = {"passed": outcome.correctness.passed, "problems": list(outcome.correctness.problems),
+                                "rel_norm": finite(outcome.correctness.rel_norm)}
+    if latency is not None:
+        entry["latency_verdict"] = latency.verdict.value
+        if latency.estimate is not None:
+            entry["ratio_vs_approved"] = ratio_json(latency.estimate)
+        if latency.approved is not None:
+            entry["approved_ms"] = latency.approved.median
+        if latency.current is not None:
+            entry["current_ms"] = latency.current.median
+        entry["latency_reason"] = latency.reason if latency.estimate is None else ""
+    return entry

@@ -1,0 +1,305 @@
+"""The audit pack: ``results/run-NNN/``, a new folder per run, never overwritten.
+
+- ``history.json``: every attempt, per-case detail, launch, latencies, rejection reason, gate result
+  (``schemas/optimize-history.schema.json``); rewritten after each attempt.
+- ``summary.json``: outcome, stop reason, best candidate per case, speedups, tokens, estimated
+  cost, GPU and wall time, device, git state and oracle hashes (``optimize-summary``).
+- ``model-NNN.json``: each model request and response with its usage (``optimize-model-call``).
+- ``best.cu`` and ``best-case-N.json`` (harness requests that replay the winner with ``cudagate
+  run``, expected outputs and tolerances included; N counts the suite's cases from 1), when a
+  candidate passed the gate.
+- ``heatmap.png`` / ``heatmap.svg`` (latency per case per attempt) and ``report.html``.
+
+Every file is written whole, through a temporary file and a rename, so an interrupted run leaves
+each file either as it was or complete. Secrets (the API key, a signing key, anything in an
+environment variable whose name says KEY/TOKEN/SECRET) are masked in every text before it is
+written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from .. import __version__
+from ..approvals import git_state
+from ..paths import display_path
+from ..requests import run_request
+from ..schema import problems as schema_problems
+from .budgets import STOP_REASONS
+
+FORMAT = 1
+_RUN = re.compile(r"^run-(\d+)$")
+
+
+def _scrubber():
+    try:
+        from ..reports.scrub import Scrubber
+
+        return Scrubber()
+    except Exception:  # the reports package is optional here: mask the OpenAI key at least
+        class _Minimal:
+            def __init__(self):
+                self.secrets = [v for k, v in os.environ.items() if ("KEY" in k.upper() or "TOKEN" in k.upper()) and len(v) >= 6]
+
+            def text(self, value: str) -> str:
+                for s in self.secrets:
+                    value = value.replace(s, "***")
+                return value
+
+            def data(self, value):
+                if isinstance(value, str):
+                    return self.text(value)
+                if isinstance(value, dict):
+                    return {self.text(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()}
+                if isinstance(value, (list, tuple)):
+                    return [self.data(v) for v in value]
+                return value
+
+        return _Minimal()
+
+
+def allocate(results: Path) -> Path:
+    """A new ``run-NNN`` folder below ``results`` (created exclusively: two runs never share one)."""
+    results = Path(results)
+    results.mkdir(parents=True, exist_ok=True)
+    numbers = [int(m.group(1)) for p in results.iterdir() if (m := _RUN.match(p.name))]
+    number = max(numbers, default=0) + 1
+    while True:
+        folder = results / f"run-{number:03d}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            number += 1
+
+
+def _json_safe(value):
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class AuditPack:
+    def __init__(self, results: Path, *, suite, program, device: dict | None = None, proposer: dict | None = None,
+                 settings: dict | None = None, trust: str = "", on_problem=None):
+        self.dir = allocate(results)
+        self.suite, self.program = suite, program
+        self.device = device or {}
+        self.proposer = proposer or {}
+        self.settings = settings or {}
+        self.trust = trust
+        self.scrubber = _scrubber()
+        self.calls = 0
+        self.problems: list[str] = []  # schema violations of what was written (a bug of ours: reported, not fatal)
+        self.on_problem = on_problem or (lambda message: None)
+        self.optimizer = None
+        self.git = git_state(suite.root)
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    # -- writing -------------------------------------------------------------------------------------
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.dir / name
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(self.scrubber.text(text))
+        os.replace(tmp, path)
+        return path
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        path = self.dir / name
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+        return path
+
+    def write_json(self, name: str, document, schema: str | None = None) -> Path:
+        document = self.scrubber.data(_json_safe(document))
+        if schema:
+            found = schema_problems(document, schema)
+            if found:
+                message = f"{name} does not match schemas/{schema}.schema.json: {found[0]}"
+                self.problems.append(message)
+                self.on_problem(message)
+        return self.write_text(name, json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+
+    # -- the loop's hooks ------------------------------------------------------------------------------
+    def record_call(self, record: dict) -> str:
+        self.calls += 1
+        name = f"model-{self.calls:03d}.json"
+        self.write_json(name, {"format": FORMAT, "call": self.calls, "run": self.name, **record}, "optimize-model-call")
+        if self.optimizer is not None:
+            self.optimizer.call_recorded(name)
+        return name
+
+    def begin(self, optimizer) -> None:
+        self.optimizer = optimizer
+        self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
+        self.write_json("summary.json", summary_doc(self, optimizer, status="running"), "optimize-summary")
+
+    def attempt(self, optimizer, attempt) -> None:
+        self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
+        self.write_json("summary.json", summary_doc(self, optimizer, status="running"), "optimize-summary")
+
+    def finish(self, optimizer) -> dict:
+        files = []
+        winner = optimizer.winner
+        if winner is not None:
+            self.write_text("best.cu", winner.candidate.text)
+            files.append("best.cu")
+            files += self.write_replays(winner)
+        from .heatmap import write_heatmaps
+
+        files += write_heatmaps(self, optimizer)
+        status = "interrupted" if optimizer.stop_reason == "interrupted" else "finished"
+        self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
+        summary = summary_doc(self, optimizer, status=status, files=files)
+        self.write_json("summary.json", summary, "optimize-summary")
+        from .report import render
+
+        self.write_text("report.html", render(summary, history_doc(self, optimizer), self.dir))
+        summary["files"] = sorted(p.name for p in self.dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        self.write_json("summary.json", summary, "optimize-summary")
+        return summary
+
+    def write_replays(self, winner) -> list[str]:
+        """``best-case-N.json``: ``cudagate run`` requests replaying the winner on case N (from 1)."""
+        written = []
+        program = winner.candidate.program(self.program)
+        for number, case in enumerate(self.suite.cases, start=1):
+            timing = self.suite.timing.to_json() if case.kind == "performance" else None
+            request = run_request(self.suite, program, [case], output_dir=Path("outputs"), timing=timing, expected=True,
+                                  source_text=winner.candidate.text)
+            request["output_dir"] = "outputs"
+            for entry in request["cases"]:  # paths in a request file are relative to it
+                for spec in entry["buffers"].values():
+                    if "input" in spec:
+                        spec["input"] = _relative(spec["input"], self.dir)
+                entry["expected"] = {k: _relative(v, self.dir) for k, v in entry.get("expected", {}).items()}
+            name = f"best-case-{number}.json"
+            self.write_json(name, request, "harness-request")
+            written.append(name)
+        return written
+
+
+def _relative(path: str, start: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), start.resolve())).as_posix()
+
+
+# -- documents -------------------------------------------------------------------------------------------
+
+def attempt_json(a) -> dict:
+    cand = a.candidate
+    evaluation = a.evaluation
+    return {
+        "attempt": a.index, "round": a.round, "repair": a.repair,
+        "origin": cand.origin if cand else None, "label": cand.label if cand else None,
+        "status": "passed" if a.passed else "rejected", "stage": a.stage,
+        "rejection": a.rejection,
+        "candidate": cand.to_json() if cand else None,
+        "compile": a.compile,
+        "cases": [c.to_json() for c in evaluation.cases] if evaluation else [],
+        "latency_ms": dict(a.anchored), "geomean_ms": a.geomean_ms, "speedup_vs_initial": a.speedup,
+        "gpu_seconds": round(evaluation.gpu_s, 3) if evaluation else 0.0,
+        "nsight": a.nsight,
+        "validation": a.validation.to_json() if a.validation else None,
+        "model_calls": list(a.model_calls),
+        "started_at": a.started_at, "seconds": a.seconds,
+    }
+
+
+def history_doc(pack: AuditPack, opt) -> dict:
+    return {
+        "format": FORMAT, "tool_version": __version__, "run": pack.name,
+        "suite": display_path(pack.suite.path), "kernel": pack.program.name,
+        "ranking": "geometric mean over the visible performance cases of each case's latency, measured interleaved "
+                   "with the initial kernel and expressed on the initial kernel's round-0 medians",
+        "attempts": [attempt_json(a) for a in opt.attempts],
+    }
+
+
+def _oracle(suite) -> dict:
+    try:
+        from ..trust import collect_manifest
+
+        manifest, problems = collect_manifest(suite)
+        return {"reference": manifest.get("reference"), "cases": {n: c.get("files") for n, c in manifest["cases"].items()},
+                "problems": problems}
+    except Exception as exc:  # hashes are evidence, not a precondition
+        return {"reference": None, "cases": {}, "problems": [f"could not hash the oracle: {exc}"]}
+
+
+def _best_json(opt, attempt, pack) -> dict | None:
+    if attempt is None:
+        return None
+    cases = []
+    gate = {c["case"]: c for c in (attempt.validation.cases if attempt.validation else [])}
+    evaluation = {c.case: c for c in attempt.evaluation.cases} if attempt.evaluation else {}
+    for case in pack.suite.cases:
+        ev, g = evaluation.get(case.name), gate.get(case.name)
+        cases.append({
+            "case": case.name, "kind": case.kind, "holdout": case.holdout,
+            "search_latency_ms": attempt.anchored.get(case.name),
+            "initial_ms": opt.base.get(case.name),
+            "ratio_vs_initial": ev.ratio if ev else None,
+            "speedup_vs_initial": (1.0 / ev.ratio["ratio"]) if ev and ev.ratio and ev.ratio.get("ratio") else None,
+            "gate": {"passed": g["passed"], "latency_verdict": g.get("latency_verdict"),
+                     "ratio_vs_approved": g.get("ratio_vs_approved"), "approved_ms": g.get("approved_ms"),
+                     "current_ms": g.get("current_ms")} if g else None,
+        })
+    ratios = [c["gate"]["ratio_vs_approved"]["ratio"] for c in cases
+              if c["gate"] and c["gate"].get("ratio_vs_approved") and c["kind"] == "performance"
+              and c["gate"]["ratio_vs_approved"].get("ratio")]
+    from .loop import geomean
+
+    g = geomean(ratios)
+    return {"attempt": attempt.index, "round": attempt.round, "origin": attempt.candidate.origin,
+            "label": attempt.candidate.label, "geomean_ms": attempt.geomean_ms,
+            "speedup_vs_initial": attempt.speedup, "speedup_vs_approved": (1.0 / g) if g else None,
+            "validated": bool(attempt.validation and attempt.validation.passed),
+            "source_sha256": attempt.candidate.sha256, "defines": attempt.candidate.defines,
+            **attempt.candidate.launch_json(), "cases": cases}
+
+
+def summary_doc(pack: AuditPack, opt, *, status: str, files: list[str] | None = None) -> dict:
+    meter = opt.meter
+    attempts = opt.attempts
+    initial = attempts[0] if attempts else None
+    best_any = opt.best if opt.best is not None and opt.best.index != 0 else None
+    return {
+        "format": FORMAT, "tool_version": __version__, "run": pack.name, "status": status,
+        "suite": display_path(pack.suite.path), "suite_name": pack.suite.name, "kernel": pack.program.name,
+        "proposer": pack.proposer, "settings": pack.settings,
+        "started_at": opt.started_at, "ended_at": opt.ended_at,
+        "stop_reason": opt.stop_reason, "stop_detail": opt.stop_detail,
+        "outcome": opt.outcome if status != "running" else "running",
+        "validation_note": opt.validation_note,
+        "rounds": opt.rounds_run, "attempts": len(attempts),
+        "passed_attempts": sum(1 for a in attempts if a.passed and a.index > 0),
+        "rejected_attempts": sum(1 for a in attempts if not a.passed and a.index > 0),
+        "repairs": sum(1 for a in attempts if a.repair > 0),
+        "initial": {"geomean_ms": initial.geomean_ms if initial else None, "latency_ms": dict(opt.base)},
+        "best": _best_json(opt, opt.winner, pack),
+        "fastest_unvalidated": _best_json(opt, best_any, pack) if opt.winner is None and best_any is not None else None,
+        "rejected_by_gate": [{"attempt": a.index, "label": a.candidate.label, "speedup_vs_initial": a.speedup,
+                              "reason": a.validation.rejection if a.validation else None} for a in opt.rejected],
+        "usage": {**meter.to_json(), "price_per_mtok": meter.price.to_json() if meter.price else None},
+        "budgets": opt.budgets.to_json(),
+        "device": pack.device, "git": pack.git, "trust": pack.trust, "oracle": _oracle(pack.suite),
+        "stop_reasons": STOP_REASONS,
+        "files": files or [],
+        "best_case_files": {f"best-case-{n}.json": c.name for n, c in enumerate(pack.suite.cases, start=1)}
+        if opt.winner is not None else {},
+        "schema_problems": list(pack.problems),
+    }

@@ -1,0 +1,129 @@
+"""Tolerances judged against the output's own scale.
+
+An absolute tolerance (``atol``) chosen for outputs of order one lets a kernel that writes zeros
+pass when a case's expected outputs are tiny; and a case whose expected output is nearly constant
+lets a kernel that writes that constant pass. Both are visible from the expected output and the
+tolerance alone: if a *trivial* output (all zeros, or one constant) would pass the elementwise
+tolerance, the tolerance cannot tell a kernel from a fake on that case.
+
+The gate then applies a second rule (:func:`scale_check`): the kernel's error must be at most
+:data:`SCALE_FRACTION` of the distance between the expected output and that trivial output (both
+as Euclidean norms). A correct float32 kernel is many orders of magnitude inside it; zeros or a
+constant sit exactly at 100 %.
+
+At signing time (:func:`flag_cases`, for ``cudagate check``, ``cudagate cases generate`` and
+``cudagate sign``) the same test flags such cases so a maintainer can fix the data or the tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SCALE_FRACTION = 0.25  # the error may be at most this fraction of the distance to a passing trivial output
+MIN_ELEMENTS = 32  # below this an output's "scale" means little; flag_cases still reports such outputs
+
+
+@dataclass(frozen=True)
+class Trivial:
+    """A trivial output that passes the elementwise tolerance on an expected output."""
+
+    label: str  # "all zeros", "the constant 0.5"
+    value: float
+    distance: float  # ||expected - value||
+
+
+def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | None:
+    """The trivial output nearest to ``expected`` that passes ``|t - e| <= atol + rtol*|e|``
+    everywhere, or None. Only finite expected outputs qualify (a constant never matches an
+    infinity or a NaN)."""
+    e = np.asarray(expected).reshape(-1).astype(np.float64)
+    if e.size == 0 or not np.all(np.isfinite(e)):
+        return None
+    allowed = atol + rtol * np.abs(e)
+    if np.all(np.abs(e) <= allowed):  # zeros first: the fake people actually write
+        return Trivial("all zeros", 0.0, float(np.linalg.norm(e)))
+    best = None
+    for value in dict.fromkeys((float(np.mean(e)), float(np.median(e)), float((e.min() + e.max()) / 2))):
+        if not np.all(np.abs(value - e) <= allowed):
+            continue
+        distance = float(np.linalg.norm(e - value))
+        if best is None or distance < best.distance:
+            best = Trivial(f"the constant {value:.6g}", value, distance)
+    return best
+
+
+@dataclass(frozen=True)
+class ScaleVerdict:
+    ok: bool
+    trivial: Trivial
+    error_norm: float
+    fraction: float  # error_norm / trivial.distance
+    wrote: str = ""  # what the kernel's output looks like, when it is itself trivial
+
+    def describe(self, buffer: str, atol: float) -> str:
+        wrote = self.wrote or "values unrelated to the expected output"
+        return (f"output {buffer!r}: {self.trivial.label} would pass its tolerance on this case (atol={atol:g} is not "
+                f"small against the expected values), so the error is also judged against the output's own scale: "
+                f"it is {self.fraction:.0%} of the distance from the expected output to {self.trivial.label} "
+                f"(limit {SCALE_FRACTION:.0%}); the kernel wrote {wrote}")
+
+
+def scale_check(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> ScaleVerdict | None:
+    """None when the tolerance alone can tell a trivial output from the expected one (nothing to add),
+    when the expected output is exactly constant (then nothing can: :func:`flag_cases` says so), or
+    when it has fewer than :data:`MIN_ELEMENTS` elements."""
+    if np.asarray(expected).size < MIN_ELEMENTS:
+        return None
+    trivial = trivial_output(expected, atol, rtol)
+    if trivial is None or trivial.distance == 0.0:
+        return None
+    a = np.asarray(actual).reshape(-1).astype(np.float64)
+    e = np.asarray(expected).reshape(-1).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = float(np.linalg.norm(a - e)) if np.all(np.isfinite(a)) else float("inf")
+    fraction = error / trivial.distance
+    wrote = ""
+    if a.size and np.all(a == 0):
+        wrote = "all zeros"
+    elif a.size and np.all(a == a[0]):
+        wrote = f"the constant {a[0]:.6g} everywhere"
+    return ScaleVerdict(fraction <= SCALE_FRACTION, trivial, error, fraction, wrote)
+
+
+def degenerate_outputs(suite, case) -> list[str]:
+    """Why a case's expected outputs cannot tell a kernel from a trivial fake (empty: they can)."""
+    problems = []
+    for param in suite.outputs:
+        path = suite.expected_path(case, param)
+        try:
+            expected = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            continue  # missing or unreadable data is check_case_data's to report
+        tol = suite.tolerance.get(param.name)
+        if tol is None or expected.size == 0:
+            continue
+        e = expected.reshape(-1).astype(np.float64)
+        finite = e[np.isfinite(e)]
+        if finite.size == e.size and finite.size > 1 and np.all(finite == finite[0]):
+            problems.append(f"case {case.name}: output {param.name!r} is constant (every element is {finite[0]:.6g}): "
+                            f"a kernel that writes that constant passes it; draw inputs with real variation")
+            continue
+        trivial = trivial_output(expected, tol.atol, tol.rtol)
+        if trivial is not None:
+            biggest = float(np.max(np.abs(finite))) if finite.size else 0.0
+            problems.append(f"case {case.name}: output {param.name!r}: {trivial.label} passes its tolerance "
+                            f"(atol={tol.atol:g}, rtol={tol.rtol:g}; the largest |expected| is {biggest:.3g}), so on "
+                            f"correctness alone a kernel writing {trivial.label} passes this case; the gate also "
+                            f"requires the error to stay under {SCALE_FRACTION:.0%} of the output's own scale, but "
+                            f"widen the inputs or tighten atol so the tolerance itself means something")
+    return problems
+
+
+def flag_cases(suite) -> list[str]:
+    """Every case of ``suite`` whose expected output is (nearly) constant under its tolerance.
+
+    For ``cudagate check``, ``cudagate cases generate`` and ``cudagate sign``: warnings a
+    maintainer should read before signing, not errors (a suite may still be signed)."""
+    return [problem for case in suite.cases for problem in degenerate_outputs(suite, case)]

@@ -1,0 +1,300 @@
+"""A simulated GPU for the hardening CPU tests (no tests here): device memory in numpy, kernels in Python.
+
+``FakeDevice`` has the methods of :class:`cudagate_harness.driver.Device` the runner and worker
+use; launches run a Python function at once, so the whole run/compare flow (poison, guard zones,
+scrub, rotation, timed-output checks, fresh inputs) can be exercised without CUDA. A kernel body
+gets a :class:`Launch` with its arguments by name and views of device memory; writing outside an
+allocation is an illegal address (sticky), as on a GPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cudagate_harness.driver import CudaError
+from cudagate_harness.protocol import numpy_dtype
+
+LIMITS = {
+    "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
+    "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
+    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448, "COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
+    "MULTIPROCESSOR_COUNT": 4, "L2_CACHE_SIZE": 1 << 16,
+}
+
+
+@dataclass
+class FakeKernel:
+    """A kernel: ``body(launch)``; ``params`` are the signature entries (harness protocol form)."""
+
+    body: object
+    params: list[dict]
+    static_shared: int = 0
+    max_threads: int = 1024
+    registers: int = 32
+    state: dict = field(default_factory=dict)  # a kernel's "device globals": survive launches
+
+
+class Launch:
+    def __init__(self, device: FakeDevice, kernel: FakeKernel, args: dict, grid, block, shared):
+        self.device, self.kernel, self.args = device, kernel, args
+        self.grid, self.block, self.shared = grid, block, shared
+
+    @property
+    def state(self) -> dict:
+        return self.kernel.state
+
+    def array(self, name: str, dtype, count: int) -> np.ndarray:
+        """A writable view of ``count`` elements at buffer argument ``name``."""
+        return self.device.view(self.args[name], np.dtype(dtype), count)
+
+    def at(self, name: str, dtype, offset_elements: int, count: int) -> np.ndarray:
+        itemsize = np.dtype(dtype).itemsize
+        return self.device.view(self.args[name] + offset_elements * itemsize, np.dtype(dtype), count)
+
+
+class _Event:
+    def __init__(self):
+        self.t = 0.0
+
+
+class FakeDevice:
+    def __init__(self, ordinal: int = 0):
+        self.ordinal = ordinal
+        self._bases: list[int] = []
+        self._memory: dict[int, np.ndarray] = {}
+        self._next = 0x7F0000000000
+        self.sticky: CudaError | None = None
+        self.clock = 0.0
+        self.shared_word = 0  # what "uninitialised" shared memory holds right now
+        self.launches = 0
+        self.flushed = False  # a memset of 1 MiB or more (the L2 flush) happened; kernels may clear it
+
+    # -- like Device ----------------------------------------------------------------------------
+    def attribute(self, name: str) -> int:
+        return LIMITS[name]
+
+    @property
+    def arch(self) -> str:
+        return "sm_90"
+
+    def describe(self) -> dict:
+        return {"ordinal": self.ordinal, "name": "Fake GPU", "arch": "sm_90", "compute_capability": "9.0",
+                "sm_count": LIMITS["MULTIPROCESSOR_COUNT"], "l2_bytes": LIMITS["L2_CACHE_SIZE"],
+                "memory_total_bytes": 1 << 34, "max_threads_per_block": 1024,
+                "max_shared_per_block_optin": LIMITS["MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"],
+                "cuda_driver_version": "13.0", "pci_bus_id": "0000:00:00.0",
+                "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
+
+    def _check(self):
+        if self.sticky is not None:
+            raise self.sticky
+
+    def alloc(self, nbytes: int) -> int:
+        self._check()
+        base = self._next
+        size = max(int(nbytes), 1)
+        self._memory[base] = np.full(size, 0x3C, dtype=np.uint8)  # "leftover" bytes, never zero
+        bisect.insort(self._bases, base)
+        self._next += ((size + 511) // 512) * 512 + (1 << 20)  # a gap: past it is an illegal address
+        return base
+
+    def free(self, ptr: int) -> None:
+        if ptr in self._memory:
+            del self._memory[ptr]
+            self._bases.remove(ptr)
+
+    def view(self, ptr: int, dtype: np.dtype, count: int) -> np.ndarray:
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        nbytes = int(count) * dtype.itemsize
+        if i < 0:
+            raise self._fault(ptr)
+        base = self._bases[i]
+        mem = self._memory[base]
+        offset = ptr - base
+        if offset < 0 or offset + nbytes > mem.size:
+            raise self._fault(ptr)
+        return mem[offset:offset + nbytes].view(dtype)
+
+    def _fault(self, ptr: int) -> CudaError:
+        self.sticky = CudaError("CUDA_ERROR_ILLEGAL_ADDRESS", "cuStreamSynchronize", f"address {ptr:#x}")
+        return self.sticky
+
+    def upload(self, ptr: int, array: np.ndarray) -> None:
+        self._check()
+        array = np.ascontiguousarray(array)
+        self.view(ptr, np.dtype(np.uint8), array.nbytes)[:] = array.reshape(-1).view(np.uint8)
+
+    def download(self, ptr: int, array: np.ndarray) -> np.ndarray:
+        self._check()
+        array.reshape(-1).view(np.uint8)[:] = self.view(ptr, np.dtype(np.uint8), array.nbytes)
+        return array
+
+    def fill(self, ptr: int, byte: int, nbytes: int) -> None:
+        self._check()
+        if nbytes:
+            self.view(ptr, np.dtype(np.uint8), nbytes)[:] = byte
+            self.flushed |= nbytes >= 1 << 20
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        self._check()
+        if nbytes:
+            self.view(dst, np.dtype(np.uint8), nbytes)[:] = self.view(src, np.dtype(np.uint8), nbytes)
+
+    def synchronize(self) -> None:
+        self._check()
+
+    def synchronize_all(self) -> None:
+        self._check()
+
+    def allow_dynamic_shared(self, function, nbytes: int) -> None:
+        if nbytes > LIMITS["MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"]:
+            raise CudaError("CUDA_ERROR_INVALID_VALUE", "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+    def function_attribute(self, function: FakeKernel, name: str) -> int:
+        return {"SHARED_SIZE_BYTES": function.static_shared, "MAX_THREADS_PER_BLOCK": function.max_threads,
+                "NUM_REGS": function.registers}[name]
+
+    def launch(self, function: FakeKernel, grid, block, shared_bytes: int, params: np.ndarray) -> None:
+        self._check()
+        threads = block[0] * block[1] * block[2]
+        if threads > min(1024, function.max_threads):
+            raise CudaError("CUDA_ERROR_INVALID_VALUE", "cuLaunchKernel")
+        args = {}
+        for i, param in enumerate(function.params):
+            address = int(params[i])
+            if param["kind"] == "buffer":
+                args[param["name"]] = ctypes.c_uint64.from_address(address).value
+            else:
+                dtype = numpy_dtype(param["dtype"])
+                args[param["name"]] = np.frombuffer(ctypes.string_at(address, dtype.itemsize), dtype)[0].item()
+        self.launches += 1
+        self.clock += 0.01
+        try:
+            function.body(Launch(self, function, args, tuple(grid), tuple(block), shared_bytes))
+        except CudaError:
+            pass  # a fault: sticky, reported at the next synchronisation like a real one
+        if function.params:  # any launch but the empty pad kernel: the next one sees no flush before it
+            self.flushed = False
+
+    # -- events -----------------------------------------------------------------------------------
+    def event(self):
+        return _Event()
+
+    def record(self, event) -> None:
+        event.t = self.clock
+
+    def elapsed_ms(self, start, end) -> float:
+        return end.t - start.t
+
+    def destroy_event(self, event) -> None:
+        pass
+
+
+# -- a worker on the fake device ----------------------------------------------------------------------
+class FakeCompileResult:
+    def __init__(self, entry: str, arch: str):
+        self.ok, self.key, self.log, self.arch, self.entry = True, entry, "", arch, entry
+
+    def to_json(self) -> dict:
+        return {"ok": True, "arch": self.arch, "key": self.key, "cache_hit": True, "seconds": 0.0, "log": "",
+                "lowered_name": self.entry, "resources": {}}
+
+
+def scrub_kernel() -> FakeKernel:
+    def body(launch: Launch) -> None:
+        launch.device.shared_word = launch.args["pattern"]
+
+    return FakeKernel(body, [{"name": "pattern", "kind": "scalar", "dtype": "uint32"},
+                             {"name": "words", "kind": "scalar", "dtype": "uint32"}])
+
+
+def make_worker(kernels: dict[str, FakeKernel], device: FakeDevice | None = None, emit=None, source=None):
+    """A real :class:`Worker` on a :class:`FakeDevice`, compiling entries to ``kernels``."""
+    from cudagate_harness.worker import Worker
+
+    registry = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel(), **kernels}
+
+    class FakeWorker(Worker):
+        def function_for(self, kernel: dict, arch: str):
+            return FakeCompileResult(kernel["entry"], arch), registry[kernel["entry"]]
+
+        def state(self) -> dict:
+            return {}
+
+    return FakeWorker(device or FakeDevice(), emit or (lambda message: None), source or iter(()))
+
+
+class InProcessClient:
+    """The :class:`~pytest_cudagate.client.HarnessClient` interface over a fake worker in this process.
+
+    A sticky fault ends the worker (as a real one exits); the next request gets a fresh one.
+    """
+
+    timeout_s = 60.0
+
+    def __init__(self, kernels: dict[str, FakeKernel]):
+        self.kernels = kernels
+        self.worker = None
+        self.restarts = 0
+        self.env = None
+
+    def _worker(self, lines: list, replies: list):
+        if self.worker is None:
+            self.worker = make_worker(self.kernels, emit=lines.append)
+        self.worker.emit = lines.append
+        self.worker.source = iter(replies)
+        return self.worker
+
+    def run(self, request: dict):
+        from pytest_cudagate.client import RunResult
+
+        lines: list = []
+        worker = self._worker(lines, [])
+        try:
+            worker.handle(json.loads(json.dumps(request)))
+        except SystemExit:
+            self.worker, self.restarts = None, self.restarts + 1
+        result = RunResult(compile={})
+        for line in lines:
+            if line["type"] == "compile":
+                result.compile = {k: v for k, v in line.items() if k not in ("type", "id")}
+            elif line["type"] == "case":
+                result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
+            elif line["type"] == "error":
+                raise RuntimeError(line["message"])
+        return result
+
+    def compare(self, request: dict, decide):
+        from pytest_cudagate.client import CompareResult
+
+        result = CompareResult()
+        lines: list = []
+
+        class Replies:
+            def __iter__(self):
+                return self
+
+            def __next__(self):
+                chunk = next(line for line in reversed(lines) if line["type"] == "chunk")
+                result.chunks.append(chunk)
+                rounds = decide(chunk)
+                return json.dumps({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
+
+        worker = self._worker(lines, [])
+        worker.source = Replies()
+        try:
+            worker.handle(json.loads(json.dumps(request)))
+        except SystemExit:
+            self.worker, self.restarts = None, self.restarts + 1
+        for line in lines:
+            if line["type"] == "compile":
+                result.compile[line.get("role", "current")] = {k: v for k, v in line.items() if k not in ("type", "id")}
+            elif line["type"] == "case":
+                result.body = {k: v for k, v in line.items() if k not in ("type", "id")}
+        return result
+

@@ -184,3 +184,63 @@ def test_a_missing_or_altered_pinned_copy_is_refused(suite):
     blob.unlink()
     with pytest.raises(FileError, match="is missing"):
         ledger.approved_spec(approval)
+
+
+# -- the identical-kernel path: NVML snapshots around the timed run ----------------------------------
+
+class _Client:
+    device = {"ordinal": 0, "pci_bus_id": "0000:00:06.0"}
+    hello = {"pid": 4242}
+
+
+def _gate_with(monkeypatch, states):
+    import pytest_cudagate.gate as gate_module
+
+    feed = iter(states)
+
+    def fake_state(ordinal, pci_bus_id=None):
+        value = next(feed)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    monkeypatch.setattr(gate_module, "device_state", fake_state)
+    gate = Gate(client=_Client(), fingerprint=None, options=GateOptions(), output_dir=Path("."))
+    runs = []
+    monkeypatch.setattr(gate, "_run", lambda *args: runs.append(1) or ({"status": "ok"}, {"ok": True}))
+    return gate, runs
+
+
+QUIET = {"throttle_reasons": ["gpu_idle"], "other_processes": [], "sm_clock_mhz": 345, "temperature_c": 35}
+BUSY = {**QUIET, "other_processes": [{"pid": 999, "used_memory_bytes": 1 << 30}]}
+MINE = {**QUIET, "other_processes": [{"pid": 4242, "used_memory_bytes": 1 << 30}]}  # the worker itself
+
+
+def test_a_quiet_run_is_measured_once(monkeypatch):
+    gate, runs = _gate_with(monkeypatch, [QUIET, {**QUIET, "sm_clock_mhz": 1980}])  # idle → boost is no disturbance
+    body, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
+    assert body["status"] == "ok" and discarded == [] and len(runs) == 1
+
+
+def test_the_worker_itself_is_not_another_process(monkeypatch):
+    gate, runs = _gate_with(monkeypatch, [MINE, MINE])
+    assert gate._quiet_run(None, None, None, None, {}, Path("."), None)[2] == []
+
+
+def test_a_disturbed_run_is_repeated(monkeypatch):
+    gate, runs = _gate_with(monkeypatch, [QUIET, BUSY, BUSY, QUIET, QUIET, QUIET])
+    _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
+    assert len(runs) == 3 and len(discarded) == 2 and "999" in discarded[0]
+
+
+def test_a_run_that_is_never_clean_ends(monkeypatch):
+    from pytest_cudagate.latency import MAX_DISTURBED_CHUNKS
+
+    gate, runs = _gate_with(monkeypatch, [BUSY] * 20)
+    _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
+    assert len(discarded) == MAX_DISTURBED_CHUNKS + 1
+
+
+def test_telemetry_failure_is_not_a_disturbance(monkeypatch):
+    gate, runs = _gate_with(monkeypatch, [RuntimeError("nvml broke"), RuntimeError("nvml broke")])
+    assert gate._quiet_run(None, None, None, None, {}, Path("."), None)[2] == []

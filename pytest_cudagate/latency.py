@@ -16,6 +16,7 @@ from . import stats
 
 FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
 MAX_DISTURBED_CHUNKS = 3
+BASELINE_REASON = "the stored baseline"
 
 
 class Latency(str, Enum):
@@ -66,8 +67,12 @@ class LatencyResult:
     def describe(self) -> str:
         lines = [self.headline()]
         if self.approved is not None and self.current is not None:
-            lines.append(f"  approved median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
-            lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
+            label = "stored baseline" if self.reason == BASELINE_REASON else "approved"
+            lines.append(f"  {label} median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
+            if self.reason == BASELINE_REASON:
+                lines.append(f"  {self.current.n} timed launches of this run against {self.approved.n} stored at approval")
+            else:
+                lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
         if self.discarded:
             lines.append(f"  {len(self.discarded)} chunk(s) discarded as disturbed: {'; '.join(self.discarded[:3])}")
         if self.baseline is not None:
@@ -151,7 +156,7 @@ def against_baseline(current: list[float], baseline: list[float], threshold: flo
     """Current samples of this run against samples stored at approval on the same fingerprint."""
     estimate = stats.unpaired_ratio(current, baseline)
     verdict = Latency(stats.judge(estimate, threshold).value)
-    return LatencyResult(verdict, threshold, reason="the stored baseline", estimate=estimate,
+    return LatencyResult(verdict, threshold, reason=BASELINE_REASON, estimate=estimate,
                          approved=stats.summarize(baseline), current=stats.summarize(current), pairs=len(current))
 
 

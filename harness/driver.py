@@ -123,9 +123,6 @@ class Device:
         function = check(cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
         return module, function
 
-    def unload(self, module) -> None:
-        _cu().cuModuleUnload(module)
-
     def allow_dynamic_shared(self, function, nbytes: int) -> None:
         cu = _cu()
         attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

@@ -105,10 +105,6 @@ class HarnessClient:
         return text[-limit:].strip()
 
     # -- requests ---------------------------------------------------------------------------------
-    def compile(self, kernel: dict, arch: str | None = None) -> dict:
-        result = self.run({"op": "compile", "kernel": kernel, **({"arch": arch} if arch else {})})
-        return result.compile
-
     def run(self, request: dict) -> RunResult:
         """Send ``request``; return its compile line and one body per case, whatever happens."""
         pending = list(request.get("cases", []))

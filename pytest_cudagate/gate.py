@@ -18,6 +18,7 @@ from cudagate_harness.telemetry import device_state, disturbances
 from .approvals import Ledger, build_identity
 from .client import HarnessClient
 from .errors import CudagateError
+from .fingerprint import Fingerprint, differences
 from .fresh import make_sets
 from .hardening import effective_checks, sanitize, wants_sanitizer, worker_checks
 from .latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
@@ -200,8 +201,9 @@ class Gate:
         baseline = approval.baselines.get(self.fingerprint.key())
         if baseline is None or case.name not in baseline.cases:
             return incomparable(threshold, "the kernel is identical to the approved version, and no baseline was "
-                                           f"recorded on this hardware ({self.fingerprint.key()}); a maintainer "
-                                           "records one with `cudagate approve` on this runner", self.fingerprint_text)
+                                           f"recorded on this hardware ({self.fingerprint.key()}){self._nearest(approval)}; "
+                                           "a maintainer records one with `cudagate approve` on this runner",
+                                self.fingerprint_text)
         samples = (body.get("timing") or {}).get("samples_ms") or []
         if not samples:
             return incomparable(threshold, "no timing samples (the case did not run)", self.fingerprint_text)
@@ -209,6 +211,21 @@ class Gate:
         result.fingerprint = self.fingerprint_text
         result.advisory = True
         return result
+
+    def _nearest(self, approval) -> str:
+        """How this hardware differs from the closest one that has a baseline (empty if none has)."""
+        recorded = []
+        for baseline in approval.baselines.values():
+            try:
+                recorded.append(Fingerprint.from_dict(baseline.fingerprint))
+            except TypeError:  # a fingerprint missing fields (hand-edited or from an old ledger)
+                continue
+        if not recorded:
+            return ""
+        closest = min(recorded, key=lambda other: len(differences(self.fingerprint, other)))
+        changed = ", ".join(f"{name} ({theirs} there, {ours} here)"
+                            for name, ours, theirs in differences(self.fingerprint, closest))
+        return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
     def _compare(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
         request = {

@@ -244,3 +244,21 @@ def test_a_run_that_is_never_clean_ends(monkeypatch):
 def test_telemetry_failure_is_not_a_disturbance(monkeypatch):
     gate, runs = _gate_with(monkeypatch, [RuntimeError("nvml broke"), RuntimeError("nvml broke")])
     assert gate._quiet_run(None, None, None, None, {}, Path("."), None)[2] == []
+
+
+def test_incomparable_names_what_differs_from_the_recorded_hardware(suite):
+    from pytest_cudagate.fingerprint import Fingerprint
+
+    here = Fingerprint("NVIDIA H200", "9.0", 150_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0, True, False,
+                       sm_count=132)
+    there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0,
+                        True, False, sm_count=132)
+    ledger = approve(suite)
+    approval = ledger.approvals["softmax_rows"]
+    approval.baselines = {there.key(): Baseline(there.to_dict(), "2026-11-29", {
+        "perf_256x1024": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
+    gate = Gate(client=None, fingerprint=here, options=GateOptions(), output_dir=Path("."))
+    result = gate._identical(approval, suite.case("perf_256x1024"), {"timing": {"samples_ms": [0.006]}}, 0.02)
+    assert result.verdict is Latency.INCOMPARABLE
+    assert "gpu_name (NVIDIA H100 80GB HBM3 there, NVIDIA H200 here)" in result.reason
+    assert "memory_total_bytes" in result.reason and "cudagate approve" in result.reason

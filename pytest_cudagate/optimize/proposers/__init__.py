@@ -56,20 +56,3 @@ class Proposer(Protocol):
 
     def close(self) -> None:
         """Release connections."""
-
-
-def make_proposer(spec: str, **kwargs) -> Proposer:
-    """``openai``, ``autotune`` or ``replay:DIR``."""
-    if spec == "openai":
-        from .openai import OpenAIProposer
-
-        return OpenAIProposer(**kwargs["openai"])
-    if spec == "autotune":
-        from .autotune import AutotuneProposer
-
-        return AutotuneProposer(**kwargs["autotune"])
-    if spec.startswith("replay:"):
-        from .replay import ReplayProposer
-
-        return ReplayProposer(spec.split(":", 1)[1], **kwargs["replay"])
-    raise ValueError(f"unknown proposer {spec!r}: use openai, autotune or replay:DIR")

@@ -17,7 +17,6 @@ import json
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import stat
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import SUITE_YAML, replace_once, write_suite
-from test_hardening_fakes import FakeKernel, InProcessClient
+from test_hardening_fakes import InProcessClient
 from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer

@@ -263,21 +263,10 @@ def _print_summary(summary: dict, pack, proposal, stream) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pytest_cudagate.optimize.cli SUITE KERNEL ...`` (until ``cudagate optimize`` is wired)."""
-    from ..client import WorkerUnavailable
+    """``cudagate optimize ARGS`` from Python (tests, notebooks): the same parser and exit codes."""
+    from ..cli import main as cudagate
 
-    parser = argparse.ArgumentParser(prog="cudagate")
-    sub = parser.add_subparsers(dest="command", required=True)
-    register(sub)
-    args = parser.parse_args(["optimize", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except WorkerUnavailable as exc:
-        print(f"cudagate: {exc}", file=sys.stderr)
-        return EXIT_NO_GPU
-    except (CudagateError, KeyError) as exc:
-        print(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}", file=sys.stderr)
-        return EXIT_INPUT
+    return cudagate(["optimize", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -27,39 +27,13 @@ from pathlib import Path
 from .. import __version__
 from ..approvals import git_state
 from ..paths import display_path
+from ..reports.scrub import Scrubber
 from ..requests import run_request
 from ..schema import problems as schema_problems
 from .budgets import STOP_REASONS
 
 FORMAT = 1
 _RUN = re.compile(r"^run-(\d+)$")
-
-
-def _scrubber():
-    try:
-        from ..reports.scrub import Scrubber
-
-        return Scrubber()
-    except Exception:  # the reports package is optional here: mask the OpenAI key at least
-        class _Minimal:
-            def __init__(self):
-                self.secrets = [v for k, v in os.environ.items() if ("KEY" in k.upper() or "TOKEN" in k.upper()) and len(v) >= 6]
-
-            def text(self, value: str) -> str:
-                for s in self.secrets:
-                    value = value.replace(s, "***")
-                return value
-
-            def data(self, value):
-                if isinstance(value, str):
-                    return self.text(value)
-                if isinstance(value, dict):
-                    return {self.text(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()}
-                if isinstance(value, (list, tuple)):
-                    return [self.data(v) for v in value]
-                return value
-
-        return _Minimal()
 
 
 def allocate(results: Path) -> Path:
@@ -96,7 +70,7 @@ class AuditPack:
         self.proposer = proposer or {}
         self.settings = settings or {}
         self.trust = trust
-        self.scrubber = _scrubber()
+        self.scrubber = Scrubber()
         self.calls = 0
         self.problems: list[str] = []  # schema violations of what was written (a bug of ours: reported, not fatal)
         self.on_problem = on_problem or (lambda message: None)

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from . import toolkit
+
 CACHE_FORMAT = 1
 # -lineinfo maps sanitizer and profiler findings to source lines at no run-time cost; -v makes
 # ptxas report registers, spills and shared memory, which the gate shows beside compile results.
@@ -73,8 +75,7 @@ def toolkit_include_flags() -> tuple[str, ...]:
     NVRTC from PyPI ships no headers; the first folder holding cuda_fp16.h wins: $CUDA_HOME,
     $CUDA_PATH, /usr/local/cuda, then the nvidia-* wheels in site-packages.
     """
-    candidates = [Path(os.environ[v]) / "include" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    candidates.append(Path("/usr/local/cuda/include"))
+    candidates = [root / "include" for root in toolkit.roots()]
     try:
         import nvidia
 

@@ -28,6 +28,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .toolkit import find_tool
+
 TOOLS = ("memcheck", "racecheck", "initcheck")
 ERROR_EXIT = 99
 CACHE_FORMAT = 1
@@ -45,18 +47,7 @@ WHAT = {"memcheck": "out-of-bounds or misaligned access",
 
 def find() -> str | None:
     """The compute-sanitizer binary: $CUDAGATE_COMPUTE_SANITIZER, the PATH, then the usual toolkit folders."""
-    explicit = os.environ.get("CUDAGATE_COMPUTE_SANITIZER")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
-    for root in filter(None, roots):
-        candidate = Path(root) / "bin" / "compute-sanitizer"
-        if candidate.is_file():
-            return str(candidate)
-    return None
+    return find_tool("compute-sanitizer", "CUDAGATE_COMPUTE_SANITIZER")
 
 
 @dataclass

@@ -5,9 +5,19 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # so tests can `import helpers`
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "gpu")]  # so tests can `import helpers` and `import gpu_support`
 
+from gpu_support import has_gpu  # noqa: E402
 from helpers import write_suite  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu`-marked tests skip cleanly on a machine without a CUDA device."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if gpu_items and not has_gpu():
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason="no CUDA device"))
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,12 @@ import csv
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from cudagate_harness.toolkit import find_tool
 
 METRICS = {
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
@@ -31,17 +32,8 @@ TIMEOUT_S = 180.0
 
 
 def find_ncu() -> str | None:
-    explicit = os.environ.get("CUDAGATE_NCU")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]):
-        candidate = Path(root) / "bin" / "ncu"
-        if candidate.is_file():
-            return str(candidate)
-    return None
+    """Nsight Compute's CLI: $CUDAGATE_NCU, the PATH, then the usual toolkit folders."""
+    return find_tool("ncu", "CUDAGATE_NCU")
 
 
 def parse_csv(text: str) -> dict:

@@ -21,36 +21,22 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from helpers import KERNEL_CU, write_suite
+from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.build import compile_program
 from pytest_cudagate.optimize.evaluator import CaseResult, Evaluation, Validation, compile_summary
 
 BASE_MS = 0.020
 
-OPT_SUITE_YAML = """\
-suite: scale
-description: y = 2 * x, row by row
-signature:
-  - {name: x, buffer: float32, intent: in, size: rows*cols, shape: [rows, cols]}
-  - {name: y, buffer: float32, intent: out, size: rows*cols, shape: [rows, cols]}
-  - {name: rows, scalar: int32}
-  - {name: cols, scalar: int32}
-reference:
-  python: reference.py:scale_rows
-tolerance:
-  y: {atol: 1.0e-6, rtol: 1.0e-5}
-kernels:
-  - name: scale2
-    source: scale.cu
-    # a comment the --propose rewrite must keep
-    launch: {grid: [rows], block: [BLOCK]}
-    tunables: {BLOCK: [128, 64, 256, 512]}
-cases:
-  - {name: small, kind: correctness, scalars: {rows: 3, cols: 50}}
-  - {name: perf, kind: performance, scalars: {rows: 64, cols: 256}}
-  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 1000}}
-  - {name: hidden_77x300, kind: performance, holdout: true, scalars: {rows: 77, cols: 300}}
-"""
+# The shared `scale` suite, with a tunable launch, a second performance case and a holdout case.
+OPT_SUITE_YAML = replace_once(
+    replace_once(SUITE_YAML, "    launch: {grid: [rows], block: [128]}\n",
+                 "    # a comment the --propose rewrite must keep\n"
+                 "    launch: {grid: [rows], block: [BLOCK]}\n"
+                 "    tunables: {BLOCK: [128, 64, 256, 512]}\n"),
+    "  - {name: perf, kind: performance, scalars: {rows: 64, cols: 256}}\n",
+    "  - {name: perf, kind: performance, scalars: {rows: 64, cols: 256}}\n"
+    "  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 1000}}\n"
+    "  - {name: hidden_77x300, kind: performance, holdout: true, scalars: {rows: 77, cols: 300}}\n")
 
 
 def opt_suite(folder: Path) -> Path:

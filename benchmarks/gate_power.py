@@ -21,10 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_cudagate import stats
-from pytest_cudagate.client import HarnessClient
-from pytest_cudagate.latency import AdaptiveSampler
-from pytest_cudagate.requests import case_spec, kernel_spec
+from pytest_cudagate.judge import stats
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.judge.latency import AdaptiveSampler
+from pytest_cudagate.worker.requests import case_spec, kernel_spec
 from pytest_cudagate.suite.loader import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from cudagate_harness.compiler import compile_kernel
-from pytest_cudagate.client import HarnessClient, WorkerUnavailable
+from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.plugin import RUNTIME
-from pytest_cudagate.requests import run_request
+from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

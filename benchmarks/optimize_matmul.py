@@ -30,9 +30,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pytest_cudagate.client import HarnessClient  # noqa: E402
+from pytest_cudagate.worker.client import HarnessClient  # noqa: E402
 from pytest_cudagate.optimize.candidate import Candidate, launch_from_json  # noqa: E402
-from pytest_cudagate.requests import run_request  # noqa: E402
+from pytest_cudagate.worker.requests import run_request  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 from pytest_cudagate.suite.model import Case  # noqa: E402
 

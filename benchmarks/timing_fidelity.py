@@ -23,8 +23,8 @@ import cupy
 import numpy as np
 import triton.testing
 
-from pytest_cudagate.client import HarnessClient
-from pytest_cudagate.requests import run_request
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]

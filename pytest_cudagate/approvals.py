@@ -15,10 +15,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import schema
-from .errors import FileError
-from .requests import kernel_spec
-from .suite.model import Launch, Program, Suite
+from pytest_cudagate import schema
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.worker.requests import kernel_spec
+from pytest_cudagate.suite.model import Launch, Program, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"
 BLOB_DIR = "approved"

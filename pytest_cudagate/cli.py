@@ -16,21 +16,21 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
-from .build import compile_program
-from .client import HarnessClient, WorkerUnavailable
-from .errors import CudagateError
-from .paths import display_path
-from .scale import flag_cases
-from .suite.cases import case_data_fix, check_case_data, generate
-from .suite.loader import discover, load_suite
-from .suite.model import Tolerance
-from .trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
-from .optimize.cli import register as register_optimize
-from .reports.cli import register as register_reports
-from .trust.cli import register as register_trust
-from .trust.ledger import sign_ledger
-from .verdicts import judge, load_expected
+from pytest_cudagate import __version__
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.judge.output_scale import flag_cases
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
+from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.suite.model import Tolerance
+from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
+from pytest_cudagate.optimize.cli import register as register_optimize
+from pytest_cudagate.reports.cli import register as register_reports
+from pytest_cudagate.trust.cli import register as register_trust
+from pytest_cudagate.trust.ledger import sign_ledger
+from pytest_cudagate.judge.correctness import judge, load_expected
 
 EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
 
@@ -78,7 +78,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .schema import validate
+    from pytest_cudagate.schema import validate
 
     path = Path(args.request)
     try:
@@ -137,11 +137,11 @@ def cmd_cases_generate(args) -> int:
 
 def cmd_approve(args) -> int:
     """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
-    from .approvals import Baseline, Ledger, approval_for, build_identity, git_state
-    from .fingerprint import Fingerprint
-    from .gate import BASELINE_ROUNDS
-    from .requests import run_request
-    from .stats import summarize
+    from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
+    from pytest_cudagate.worker.fingerprint import Fingerprint
+    from pytest_cudagate.gate import BASELINE_ROUNDS
+    from pytest_cudagate.worker.requests import run_request
+    from pytest_cudagate.judge.stats import summarize
 
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
@@ -200,7 +200,7 @@ def cmd_approve(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from .diffing import kernel_diff
+    from pytest_cudagate.diffing import kernel_diff
 
     suite = load_suite(next(iter(_suites([args.suite]))))
     print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))

@@ -6,11 +6,11 @@ import difflib
 import json
 from pathlib import Path
 
-from .approvals import Ledger, build_identity
-from .errors import CudagateError
-from .paths import display_path
-from .requests import kernel_spec
-from .suite.model import Suite
+from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.worker.requests import kernel_spec
+from pytest_cudagate.suite.model import Suite
 
 
 def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[str]:

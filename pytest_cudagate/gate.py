@@ -15,17 +15,17 @@ from pathlib import Path
 
 from cudagate_harness.telemetry import device_state, disturbances
 
-from .approvals import Ledger, build_identity
-from .client import HarnessClient
-from .errors import CudagateError
-from .fingerprint import Fingerprint, differences
-from .fresh import make_sets
-from .hardening import effective_checks, sanitize, wants_sanitizer, worker_checks
-from .latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
+from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.worker.fingerprint import Fingerprint, differences
+from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.defences.checks import effective_checks, sanitize, wants_sanitizer, worker_checks
+from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
-from .requests import case_spec, kernel_spec, run_request
-from .suite.model import Case, Program, Suite
-from .verdicts import CaseVerdict, judge, load_expected
+from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from .build import compile_program
-from .errors import CudagateError
-from .reports import pytest_hooks as reports
-from .gate import CaseOutcome, GateOptions
-from .runtime import GateRuntime
-from .summary import render_table
-from .trust import UNSIGNED_WARNING
-from .settings import load_settings
-from .suite.cases import case_data_fix, check_case_data
-from .suite.loader import SUITE_FILENAME, load_suite
-from .suite.model import Case, Program, Suite
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.reports import pytest_hooks as reports
+from pytest_cudagate.gate import CaseOutcome, GateOptions
+from pytest_cudagate.session import GateRuntime
+from pytest_cudagate.reports.terminal import render_table
+from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.config import load_settings
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data
+from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
+from pytest_cudagate.suite.model import Case, Program, Suite
 
 RUNTIME = pytest.StashKey[GateRuntime]()
 

@@ -8,7 +8,7 @@ import jsonschema
 
 import cudagate_schemas
 
-from .errors import FileError
+from pytest_cudagate.errors import FileError
 
 
 @lru_cache(maxsize=None)

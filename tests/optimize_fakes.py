@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.build import compile_program
+from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.optimize.evaluator import CaseResult, Evaluation, Validation, compile_summary
 
 BASE_MS = 0.020

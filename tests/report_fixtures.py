@@ -14,15 +14,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from helpers import SUITE_YAML, write_suite
-from pytest_cudagate import stats
-from pytest_cudagate.compare import compare
-from pytest_cudagate.fingerprint import Fingerprint
+from pytest_cudagate.judge import stats
+from pytest_cudagate.judge.elementwise import compare
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
-from pytest_cudagate.latency import AdaptiveSampler, Latency, LatencyResult, incomparable
-from pytest_cudagate.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, incomparable
+from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Suite
-from pytest_cudagate.verdicts import CaseVerdict
+from pytest_cudagate.judge.correctness import CaseVerdict
 
 CASES = """\
 cases:

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from pytest_cudagate.compare import compare
+from pytest_cudagate.judge.elementwise import compare
 from pytest_cudagate.suite.model import Tolerance
 
 inf, nan = float("inf"), float("nan")

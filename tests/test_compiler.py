@@ -10,8 +10,8 @@ import pytest
 from cudagate_harness import compiler
 from cudagate_harness.compiler import CompileOptionError, cache_key, check_options, compile_kernel, parse_resources
 from helpers import BROKEN_CU, KERNEL_CU, write_suite
-from pytest_cudagate.build import compile_program
-from pytest_cudagate.requests import kernel_spec, quoted_includes
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.requests import kernel_spec, quoted_includes
 from pytest_cudagate.suite.loader import load_suite
 
 SHARED_CU = """\

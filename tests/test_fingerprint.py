@@ -1,4 +1,4 @@
-"""Telemetry (harness/telemetry.py) against a fake pynvml, and the Fingerprint key."""
+"""Telemetry (harness/cudagate_harness/telemetry.py) against a fake pynvml, and the Fingerprint key."""
 
 import importlib.util
 import os
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.fingerprint import KEY_FIELDS, Fingerprint, differences
+from pytest_cudagate.worker.fingerprint import KEY_FIELDS, Fingerprint, differences
 
-TELEMETRY = Path(__file__).resolve().parents[1] / "harness" / "telemetry.py"
+TELEMETRY = Path(__file__).resolve().parents[1] / "harness" / "cudagate_harness" / "telemetry.py"
 
 
 class NVMLError(Exception):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.gpulock import GpuLock, GpuLockTimeout, default_lock_dir, read_holder
+from pytest_cudagate.worker.gpulock import GpuLock, GpuLockTimeout, default_lock_dir, read_holder
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses POSIX signals")
 
@@ -20,7 +20,7 @@ GPU = "GPU-8f3c1d2e-0000-4000-8000-000000000001"
 HOLDER = """
 import sys
 from pathlib import Path
-from pytest_cudagate.gpulock import GpuLock
+from pytest_cudagate.worker.gpulock import GpuLock
 with GpuLock(sys.argv[1], lock_dir=Path(sys.argv[2]), timeout_s=30):
     print("locked", flush=True)
     sys.stdin.read()

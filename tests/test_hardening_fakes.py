@@ -230,7 +230,7 @@ def make_worker(kernels: dict[str, FakeKernel], device: FakeDevice | None = None
 
 
 class InProcessClient:
-    """The :class:`~pytest_cudagate.client.HarnessClient` interface over a fake worker in this process.
+    """The :class:`~pytest_cudagate.worker.client.HarnessClient` interface over a fake worker in this process.
 
     A sticky fault ends the worker (as a real one exits); the next request gets a fresh one.
     """
@@ -251,7 +251,7 @@ class InProcessClient:
         return self.worker
 
     def run(self, request: dict):
-        from pytest_cudagate.client import RunResult
+        from pytest_cudagate.worker.client import RunResult
 
         lines: list = []
         worker = self._worker(lines, [])
@@ -270,7 +270,7 @@ class InProcessClient:
         return result
 
     def compare(self, request: dict, decide):
-        from pytest_cudagate.client import CompareResult
+        from pytest_cudagate.worker.client import CompareResult
 
         result = CompareResult()
         lines: list = []

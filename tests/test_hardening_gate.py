@@ -21,9 +21,9 @@ from test_hardening_fakes import FakeDevice, FakeKernel, InProcessClient, Launch
 from cudagate_harness.runner import Launchable, LaunchRefused, check_launch
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.requests import kernel_spec, case_spec, run_request
+from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.verdicts import judge, load_expected
+from pytest_cudagate.judge.correctness import judge, load_expected
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
 

@@ -17,13 +17,13 @@ from test_hardening_fakes import InProcessClient
 from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer
-from pytest_cudagate import fresh
+from pytest_cudagate.defences import fresh_inputs as fresh
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.compare import compare
+from pytest_cudagate.judge.elementwise import compare
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.hardening import effective_checks, manifest_entry, sanitizer_case
-from pytest_cudagate.scale import flag_cases, scale_check, trivial_output
+from pytest_cudagate.defences.checks import effective_checks, manifest_entry, sanitizer_case
+from pytest_cudagate.judge.output_scale import flag_cases, scale_check, trivial_output
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Checks, Tolerance
 
@@ -146,7 +146,7 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
         return real(command, **kwargs)
 
     monkeypatch.setattr(sanitizer.subprocess, "Popen", spy)
-    from pytest_cudagate.requests import run_request
+    from pytest_cudagate.worker.requests import run_request
 
     request = run_request(scale_suite, scale_suite.kernels[0], [scale_suite.case("small")], output_dir=tmp_path / "o")
     results = sanitizer.run_tools(request, ("memcheck",), exe=str(script), use_cache=False)

@@ -12,10 +12,10 @@ import pytest
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
-from pytest_cudagate.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
-from pytest_cudagate.stats import RatioEstimate
+from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
+from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.verdicts import CaseVerdict
+from pytest_cudagate.judge.correctness import CaseVerdict
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
 
@@ -234,7 +234,7 @@ def test_a_disturbed_run_is_repeated(monkeypatch):
 
 
 def test_a_run_that_is_never_clean_ends(monkeypatch):
-    from pytest_cudagate.latency import MAX_DISTURBED_CHUNKS
+    from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
 
     gate, runs = _gate_with(monkeypatch, [BUSY] * 20)
     _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
@@ -247,7 +247,7 @@ def test_telemetry_failure_is_not_a_disturbance(monkeypatch):
 
 
 def test_incomparable_names_what_differs_from_the_recorded_hardware(suite):
-    from pytest_cudagate.fingerprint import Fingerprint
+    from pytest_cudagate.worker.fingerprint import Fingerprint
 
     here = Fingerprint("NVIDIA H200", "9.0", 150_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0, True, False,
                        sm_count=132)

@@ -92,7 +92,7 @@ def test_the_shipped_matmul_kernel_compiles_to_the_approved_binary():
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "STAGES": 3},
 ])
 def test_register_blocked_variants_compile(point):
-    from pytest_cudagate.build import compile_program
+    from pytest_cudagate.worker.build import compile_program
 
     suite = load_suite(MATMUL)
     kernel = suite.kernel("matmul_f32")
@@ -199,7 +199,7 @@ def test_candidate_key_and_text():
 
 
 def test_the_recorded_matmul_proposals_pass_the_static_checks_and_compile():
-    from pytest_cudagate.build import compile_program
+    from pytest_cudagate.worker.build import compile_program
     from pytest_cudagate.optimize.candidate import static_problems
     from pytest_cudagate.optimize.proposers.replay import load_rounds
 

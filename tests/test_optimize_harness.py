@@ -9,8 +9,8 @@ import pytest
 
 from optimize_fakes import fake_source, opt_suite
 from pytest_cudagate.approvals import Ledger, approval_for
-from pytest_cudagate.client import CompareResult, RunResult
-from pytest_cudagate.fingerprint import Fingerprint
+from pytest_cudagate.worker.client import CompareResult, RunResult
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import BROKEN_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.settings import Settings, load_settings
+from pytest_cudagate.config import Settings, load_settings
 
 pytest_plugins = ["pytester"]
 

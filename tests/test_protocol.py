@@ -18,7 +18,7 @@ from cudagate_harness.protocol import DTYPES, POISON_FIRST, POISON_SECOND, numpy
 from cudagate_harness.runner import CaseInputError, load_buffers, pack_arguments
 from helpers import EXAMPLES, KERNEL_CU
 from pytest_cudagate import schema
-from pytest_cudagate.requests import run_request
+from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
 SCHEMAS = Path(cudagate_schemas.__file__).parent

@@ -194,8 +194,8 @@ def test_saved_requests_are_accepted_by_cudagate_run(written):
 
 def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
     from pytest_cudagate.gate import CaseOutcome
-    from pytest_cudagate.latency import AdaptiveSampler
-    from pytest_cudagate.verdicts import judge
+    from pytest_cudagate.judge.latency import AdaptiveSampler
+    from pytest_cudagate.judge.correctness import judge
 
     scenario = build_scenario(tmp_path / "scale")
     fault = CaseOutcome("scale", "scale2", "small", "correctness", failed=True)

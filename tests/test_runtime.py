@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from pytest_cudagate.runtime import xdist_device_env
+from pytest_cudagate.session import xdist_device_env
 
 
 @pytest.fixture()

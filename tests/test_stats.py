@@ -1,4 +1,4 @@
-"""Tests for pytest_cudagate.stats on synthetic GPU-like latencies with known answers."""
+"""Tests for pytest_cudagate.judge.stats on synthetic GPU-like latencies with known answers."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from pytest_cudagate import stats
-from pytest_cudagate.stats import (
+from pytest_cudagate.judge import stats
+from pytest_cudagate.judge.stats import (
     MIN_STOP_N,
     RatioEstimate,
     SampleSummary,

@@ -21,7 +21,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.settings import load_settings
+from pytest_cudagate.config import load_settings
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import (SIGNATURE_FILENAME, SIGNING_KEY_ENV, TRUSTED_IDS_ENV, SignatureError,
                                    canonical_bytes, diff_manifests, file_sha256, find_project_root, gate_problems,

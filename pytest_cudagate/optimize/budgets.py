@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import CudagateError
+from pytest_cudagate.errors import CudagateError
 
 # USD per million tokens: (input, cached input, output). Reasoning tokens are billed as output and
 # are included in completion_tokens. Override or extend with --price-table FILE.json.

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 
 from cudagate_harness.protocol import DTYPES
 
-from ..requests import quoted_includes
-from ..suite.expr import ExprError, parse
-from ..suite.model import Launch, Program, Suite
+from pytest_cudagate.worker.requests import quoted_includes
+from pytest_cudagate.suite.expr import ExprError, parse
+from pytest_cudagate.suite.model import Launch, Program, Suite
 
 MAX_SOURCE_CHARS = 200_000
 MAX_THREADS_PER_BLOCK = 1024

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import stats
-from ..build import compile_program
-from ..gate import Gate, GateOptions
-from ..requests import case_spec, kernel_spec, run_request
-from ..suite.model import Case, Program, Suite
-from ..verdicts import CaseVerdict, judge, load_expected
-from .candidate import Candidate
+from pytest_cudagate.judge import stats
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
+from pytest_cudagate.optimize.candidate import Candidate
 
 RATIO_CONFIDENCE = 0.99
 
@@ -268,7 +268,7 @@ class HarnessEvaluator:
         try:
             from cudagate_harness import sanitizer
 
-            from ..hardening import effective_checks, sanitizer_case
+            from pytest_cudagate.defences.checks import effective_checks, sanitizer_case
         except ImportError:
             return {"fresh_inputs": None, "sanitizer": None}
         checks, _ = effective_checks(self.suite)
@@ -281,7 +281,7 @@ class HarnessEvaluator:
         }
 
     def profile(self, candidate: Candidate) -> dict:
-        from .nsight import profile
+        from pytest_cudagate.optimize.nsight import profile
 
         perf = [c for c in self.visible if c.kind == "performance"]
         case = max(perf, key=lambda c: sum(self.suite.counts(c).values()))

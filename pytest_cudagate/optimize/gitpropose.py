@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import CudagateError
+from pytest_cudagate.errors import CudagateError
 
 
 def clean_tree_problem(path: Path) -> str | None:

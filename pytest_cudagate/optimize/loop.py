@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from .budgets import STOP_REASONS, Budgets, BudgetExceeded, Meter
-from .candidate import Candidate, static_problems
-from .evaluator import Evaluation, Validation
-from .proposers import ModelError, ProposalError, ProposerExhausted, RoundContext
+from pytest_cudagate.optimize.budgets import STOP_REASONS, Budgets, BudgetExceeded, Meter
+from pytest_cudagate.optimize.candidate import Candidate, static_problems
+from pytest_cudagate.optimize.evaluator import Evaluation, Validation
+from pytest_cudagate.optimize.proposers import ModelError, ProposalError, ProposerExhausted, RoundContext
 
 
 def now() -> str:

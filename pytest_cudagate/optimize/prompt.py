@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from ..suite.model import Suite
-from .candidate import SYSTEM_HEADERS, allowed_headers, c_prototype
+from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.optimize.candidate import SYSTEM_HEADERS, allowed_headers, c_prototype
 
 MAX_LOG_CHARS = 3000
 MAX_SOURCE_IN_PROMPT = 24_000
@@ -88,7 +88,7 @@ def _evidence(a, best) -> list[str]:
             lines.append(f"  compile: {res.get('registers', '?')} registers, {res.get('spill_store_bytes', 0)} B spill "
                          f"stores, {res.get('shared_static_bytes', 0)} B static shared")
     if a.nsight:
-        from .nsight import describe
+        from pytest_cudagate.optimize.nsight import describe
 
         lines.append("  " + describe(a.nsight, ((a.evaluation and a.evaluation.compile) or {}).get("resources")))
     return lines

@@ -21,7 +21,7 @@ header.fail{background:#fee2e2}header.warn{background:#fef3c7}.badge{font-size:3
 
 def _css() -> str:
     try:
-        from ..reports.html_style import CSS
+        from pytest_cudagate.reports.html_style import CSS
 
         return CSS
     except Exception:  # the reports package is optional here

@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import __version__
+from pytest_cudagate import __version__
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this mirrors
 

@@ -6,11 +6,11 @@ import argparse
 import os
 from pathlib import Path
 
-from ..paths import display_path
-from . import github
-from .merge import merge_reports
-from .scrub import Scrubber
-from .writer import REPORT_HTML, write_report
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.reports import github
+from pytest_cudagate.reports.merge import merge_reports
+from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.reports.writer import REPORT_HTML, write_report
 
 EXIT_FAILED = 1
 

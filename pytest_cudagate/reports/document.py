@@ -12,12 +12,12 @@ from pathlib import Path
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import __version__
-from ..gate import CaseOutcome, GateOptions
-from .hashes import case_hashes, relative
-from .locate import ItemInfo, Key, from_requests
-from .replay_requests import request_name, runnable, with_checks
-from .serialize import correctness_json, latency_json, plain, samples_json
+from pytest_cudagate import __version__
+from pytest_cudagate.gate import CaseOutcome, GateOptions
+from pytest_cudagate.reports.hashes import case_hashes, relative
+from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
+from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
+from pytest_cudagate.reports.serialize import correctness_json, latency_json, plain, samples_json
 
 REPORT_FORMAT = "cudagate-report"
 REPORT_VERSION = 1

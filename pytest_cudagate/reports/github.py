@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import fmt
+from pytest_cudagate.reports import fmt
 
 SUMMARY_ROW_LIMIT = 200  # GitHub caps a step summary at 1 MiB; a huge table helps nobody anyway
 

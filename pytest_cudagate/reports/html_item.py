@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from . import fmt, plots
+from pytest_cudagate.reports import fmt, plots
 
 TELEMETRY_COLUMNS = (("sm_clock_mhz", "SM MHz"), ("mem_clock_mhz", "mem MHz"), ("temperature_c", "°C"),
                      ("power_w", "W"), ("utilization_gpu_pct", "util %"), ("throttle_reasons", "clock events"),

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from html import escape
 
-from . import fmt
-from .html_item import article, e, pill
-from .html_style import CSS
+from pytest_cudagate.reports import fmt
+from pytest_cudagate.reports.html_item import article, e, pill
+from pytest_cudagate.reports.html_style import CSS
 
 
 def anchors(items: list[dict]) -> list[str]:

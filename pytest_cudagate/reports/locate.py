@@ -12,7 +12,7 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
-from .hashes import case_files, relative
+from pytest_cudagate.reports.hashes import case_files, relative
 
 Key = tuple[str, str, str]  # (suite name, kernel, case)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import CudagateError
-from ..paths import display_path
-from .document import Built, assemble, reproduce
-from .writer import REQUESTS_DIR, read_report
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.reports.document import Built, assemble, reproduce
+from pytest_cudagate.reports.writer import REQUESTS_DIR, read_report
 
 
 def _load_request(folder: Path, name: str) -> dict:

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from ..errors import CudagateError
-from ..paths import display_path
-from . import github
-from .benchmark_json import benchmark_document
-from .document import Built, build_report
-from .locate import from_items
-from .scrub import Scrubber
-from .writer import REPORT_HTML, dumps, write_report, write_text
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.reports import github
+from pytest_cudagate.reports.benchmark_json import benchmark_document
+from pytest_cudagate.reports.document import Built, build_report
+from pytest_cudagate.reports.locate import from_items
+from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
 
 _DONE = pytest.StashKey[bool]()
 

@@ -13,7 +13,7 @@ import copy
 import re
 from typing import Any
 
-from ..requests import REQUEST_PROTOCOL, case_spec
+from pytest_cudagate.worker.requests import REQUEST_PROTOCOL, case_spec
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

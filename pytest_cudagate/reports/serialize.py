@@ -11,9 +11,9 @@ import math
 from enum import Enum
 from typing import Any
 
-from ..compare import Comparison
-from ..latency import LatencyResult
-from ..verdicts import CaseVerdict
+from pytest_cudagate.judge.elementwise import Comparison
+from pytest_cudagate.judge.latency import LatencyResult
+from pytest_cudagate.judge.correctness import CaseVerdict
 
 SAMPLE_DECIMALS = 6  # ms to the nanosecond: below CUDA event resolution, and keeps the file small
 

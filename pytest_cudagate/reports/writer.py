@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import CudagateError
-from ..schema import validate
-from .document import Built
-from .html_page import render
-from .scrub import Scrubber
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.schema import validate
+from pytest_cudagate.reports.document import Built
+from pytest_cudagate.reports.html_page import render
+from pytest_cudagate.reports.scrub import Scrubber
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"

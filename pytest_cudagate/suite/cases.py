@@ -16,9 +16,9 @@ import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
-from ..errors import CudagateError
-from ..paths import display_path
-from .model import Case, Distribution, Param, Suite
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
 
 
 class CaseDataError(CudagateError):
@@ -91,7 +91,7 @@ def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected
 
 def cuda_expected(suite: Suite, cases: list[Case], client, data_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     """Run the CUDA reference on the inputs already written under ``data_dir``."""
-    from ..requests import run_request  # imported here: requests imports this package's model
+    from pytest_cudagate.worker.requests import run_request  # imported here: requests imports this package's model
 
     program = suite.reference.program
     with tempfile.TemporaryDirectory(prefix="cudagate-ref-") as out:

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .. import schema
-from ..errors import FileError
-from .expr import ExprError, parse
-from .model import Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
+from pytest_cudagate import schema
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.suite.expr import ExprError, parse
+from pytest_cudagate.suite.model import Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
 
 SUITE_FILENAME = "cudagate.yaml"
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .expr import evaluate
+from pytest_cudagate.suite.expr import evaluate
 
 
 @dataclass(frozen=True)

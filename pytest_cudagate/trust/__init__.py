@@ -10,13 +10,13 @@ Public API::
                      load_signature_file, gate_problems, UNSIGNED_WARNING
 """
 
-from .canonical import canonical_bytes, file_sha256
-from .documents import SignatureError, sign_document, verify_document
-from .keys import (PASSPHRASE_ENV, SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, GeneratedKey, TrustedKeys,
+from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
+from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
+from pytest_cudagate.trust.keys import (PASSPHRASE_ENV, SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, GeneratedKey, TrustedKeys,
                    default_key_dir, find_project_root, generate_key_pair, key_id, load_private_key, load_public_key,
                    load_trusted_keys)
-from .manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, manifest_bytes, suite_manifest
-from .suite_signing import (SIGNATURE_FILENAME, UNSIGNED_WARNING, VerifyResult, gate_problems, load_signature_file,
+from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, manifest_bytes, suite_manifest
+from pytest_cudagate.trust.suite_signing import (SIGNATURE_FILENAME, UNSIGNED_WARNING, VerifyResult, gate_problems, load_signature_file,
                             sign_suite, signature_path, verify_suite)
 
 __all__ = [

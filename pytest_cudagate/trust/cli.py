@@ -12,20 +12,20 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import CudagateError
-from ..paths import display_path
-from .keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
-from ..approvals import Ledger
-from ..scale import flag_cases
-from .ledger import ledger_problems, sign_ledger
-from .suite_signing import sign_suite, signer_from_keys, verify_suite
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.judge.output_scale import flag_cases
+from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
+from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 
 EXIT_FAILED = 1
 
 
 def _suites(paths: list[str]) -> list:
-    from ..suite.loader import discover, load_suite
+    from pytest_cudagate.suite.loader import discover, load_suite
 
     found = discover([Path(p) for p in paths])
     if not found:
@@ -34,7 +34,7 @@ def _suites(paths: list[str]) -> list:
 
 
 def _project(suite):
-    from ..settings import load_settings
+    from pytest_cudagate.config import load_settings
 
     root = find_project_root(suite.root) or suite.root
     return root, load_settings(root)

@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from .. import __version__
-from ..errors import CudagateError
-from .canonical import canonical_bytes
-from .keys import key_id
+from pytest_cudagate import __version__
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.trust.canonical import canonical_bytes
+from pytest_cudagate.trust.keys import key_id
 
 ALGORITHM = "ed25519"
 DOMAIN = b"cudagate-signature-v1\x00"

@@ -20,8 +20,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..errors import CudagateError, FileError
-from ..paths import display_path
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.paths import display_path
 
 SIGNING_KEY_ENV = "CUDAGATE_SIGNING_KEY"
 PASSPHRASE_ENV = "CUDAGATE_SIGNING_KEY_PASSPHRASE"
@@ -298,7 +298,7 @@ def load_trusted_keys(project_root: Path, settings=None) -> TrustedKeys:
     """
     project_root = Path(project_root)
     if settings is None:
-        from ..settings import load_settings
+        from pytest_cudagate.config import load_settings
 
         settings = load_settings(project_root)
     keys = TrustedKeys()

@@ -4,10 +4,10 @@ approving one kernel never silently re-vouches for another."""
 
 from __future__ import annotations
 
-from ..approvals import Ledger
-from ..errors import CudagateError
-from ..paths import display_path
-from .documents import SignatureError, sign_document, verify_document
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
 
 PURPOSE = "approval"
 

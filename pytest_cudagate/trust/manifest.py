@@ -17,11 +17,11 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import FileError
-from ..paths import display_path
-from ..suite.model import Launch, Program, Suite
-from .canonical import canonical_bytes, file_sha256
-from ..hardening import manifest_entry
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.model import Launch, Program, Suite
+from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
+from pytest_cudagate.defences.checks import manifest_entry
 
 MANIFEST_FORMAT = 1
 # Suite fields placed in the manifest by name below, or deliberately not signed (path, description;

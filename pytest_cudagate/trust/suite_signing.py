@@ -9,16 +9,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import schema
-from ..approvals import Ledger
-from ..errors import CudagateError, FileError
-from ..paths import display_path
-from ..suite.model import Suite
-from .canonical import canonical_bytes
-from .documents import SignatureError, sign_document, verify_document
-from .ledger import ledger_problems
-from .keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
-from .manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
+from pytest_cudagate import schema
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.trust.canonical import canonical_bytes
+from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
+from pytest_cudagate.trust.ledger import ledger_problems
+from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
+from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
 
 SIGNATURE_FILENAME = "cudagate.sig.json"
 SIGNATURE_FORMAT = 1
@@ -111,7 +111,7 @@ def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
     """Sign the suite's manifest with ``key`` (an Ed25519 private key) and write ``cudagate.sig.json``
     next to the suite file. Refuses (:class:`FileError`) when case data is missing, unreferenced or does
     not match the signature, since a signature vouches for exactly what is on disk."""
-    from ..suite.cases import check_case_data
+    from pytest_cudagate.suite.cases import check_case_data
 
     manifest = suite_manifest(suite)
     bad = [f"case {case.name}: {p}" for case in suite.cases for p in check_case_data(suite, case)]

@@ -22,10 +22,10 @@ import yaml
 from gpu_support import copy_suite
 
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.client import HarnessClient
-from pytest_cudagate.fingerprint import Fingerprint
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.scale import flag_cases
+from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.suite.loader import load_suite
 

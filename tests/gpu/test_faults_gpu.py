@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from pytest_cudagate.client import HarnessClient
-from pytest_cudagate.requests import run_request
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
 from gpu_support import copy_suite, gate

@@ -81,8 +81,8 @@ def test_replayed_candidates_pick_the_honest_register_blocked_kernel(tmp_path):
 def gate_directly(tmp_path: Path, recorded: dict) -> dict:
     """The full gate of a recorded candidate, as the optimizer runs it on a winner."""
     from pytest_cudagate.approvals import Ledger
-    from pytest_cudagate.client import HarnessClient
-    from pytest_cudagate.fingerprint import Fingerprint
+    from pytest_cudagate.worker.client import HarnessClient
+    from pytest_cudagate.worker.fingerprint import Fingerprint
     from pytest_cudagate.gate import GateOptions
     from pytest_cudagate.optimize.candidate import Candidate, launch_from_json
     from pytest_cudagate.optimize.evaluator import HarnessEvaluator
@@ -116,8 +116,8 @@ def test_nsight_summary_of_the_shipped_kernel(tmp_path):
     if find_ncu() is None:
         pytest.skip("ncu not installed")
     from pytest_cudagate.approvals import Ledger
-    from pytest_cudagate.client import HarnessClient
-    from pytest_cudagate.fingerprint import Fingerprint
+    from pytest_cudagate.worker.client import HarnessClient
+    from pytest_cudagate.worker.fingerprint import Fingerprint
     from pytest_cudagate.gate import GateOptions
     from pytest_cudagate.optimize.candidate import Candidate
     from pytest_cudagate.optimize.evaluator import HarnessEvaluator

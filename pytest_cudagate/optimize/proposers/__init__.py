@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..candidate import Candidate
+from pytest_cudagate.optimize.candidate import Candidate
 
 
 class ProposerExhausted(Exception):

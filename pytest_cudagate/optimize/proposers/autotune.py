@@ -14,10 +14,10 @@ import itertools
 import math
 import random
 
-from ...errors import CudagateError
-from ...suite.expr import ExprError
-from ..candidate import Candidate, launch_problems
-from . import ProposerExhausted, RoundContext
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.suite.expr import ExprError
+from pytest_cudagate.optimize.candidate import Candidate, launch_problems
+from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 
 DEFAULT_BATCH = 8
 ENUMERATE_LIMIT = 200_000

@@ -25,11 +25,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import jsonschema
 
-from ..budgets import Meter
-from ..candidate import Candidate, CandidateError, launch_from_json
-from ..prompt import repair_prompt, round_prompt, system_prompt
-from ..research import TOOL
-from . import ModelError, ProposalError, RoundContext
+from pytest_cudagate.optimize.budgets import Meter
+from pytest_cudagate.optimize.candidate import Candidate, CandidateError, launch_from_json
+from pytest_cudagate.optimize.prompt import repair_prompt, round_prompt, system_prompt
+from pytest_cudagate.optimize.research import TOOL
+from pytest_cudagate.optimize.proposers import ModelError, ProposalError, RoundContext
 
 _LAUNCH_PROPERTIES = {
     "grid": {"type": "array", "items": {"type": "string"}, "description": "1 to 3 integer expressions"},
@@ -119,14 +119,14 @@ class OpenAIProposer:
             try:
                 import openai
             except ImportError:
-                from ...errors import CudagateError
+                from pytest_cudagate.errors import CudagateError
 
                 raise CudagateError("--proposer openai needs the openai package: pip install 'pytest-cudagate[optimize]'") from None
             import os
 
             key = api_key or os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)
             if key is None:
-                from ...errors import CudagateError
+                from pytest_cudagate.errors import CudagateError
 
                 raise CudagateError("--proposer openai needs OPENAI_API_KEY in the environment (or --base-url for a "
                                     "local OpenAI-compatible server that needs no key)")

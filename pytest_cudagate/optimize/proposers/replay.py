@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ...errors import CudagateError
-from ..candidate import Candidate, CandidateError, launch_from_json
-from . import ProposerExhausted, RoundContext
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.optimize.candidate import Candidate, CandidateError, launch_from_json
+from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 
 
 def _candidate(raw: dict, base: Path, label: str) -> Candidate:

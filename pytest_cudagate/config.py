@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FileError
+from pytest_cudagate.errors import FileError
 
 if sys.version_info >= (3, 11):
     import tomllib

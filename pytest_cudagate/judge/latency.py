@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from . import stats
+from pytest_cudagate.judge import stats
 
 FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
 MAX_DISTURBED_CHUNKS = 3

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cudagate_harness import sanitizer
 
-from .suite.model import DEFAULT_CHECKS, Case, Checks, Suite
+from pytest_cudagate.suite.model import DEFAULT_CHECKS, Case, Checks, Suite
 
 SIGNATURE_FILENAME = "cudagate.sig.json"  # trust.suite_signing.SIGNATURE_FILENAME (not imported: no cycle)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel
 
-from .requests import kernel_spec
-from .suite.model import Program
+from pytest_cudagate.worker.requests import kernel_spec
+from pytest_cudagate.suite.model import Program
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None) -> CompileResult:

@@ -9,13 +9,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .approvals import Ledger
-from .client import HarnessClient, WorkerUnavailable
-from .fingerprint import Fingerprint
-from .gate import CaseOutcome, Gate, GateOptions
-from .gpulock import GpuLock
-from .suite.model import Suite
-from .trust import gate_problems
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
+from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.worker.gpulock import GpuLock
+from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.trust import gate_problems
 
 DEFAULT_ARCH = "sm_90"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .compare import Comparison, compare
-from .suite.model import DEFAULT_CHECKS, Checks, Tolerance
+from pytest_cudagate.judge.elementwise import Comparison, compare
+from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
 
 _ERROR_TITLES = {
     "fault": "the kernel faulted",

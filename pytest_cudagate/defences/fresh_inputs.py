@@ -31,8 +31,8 @@ import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
-from .suite.cases import draw, python_expected, write_case
-from .suite.model import Case, Suite
+from pytest_cudagate.suite.cases import draw, python_expected, write_case
+from pytest_cudagate.suite.model import Case, Suite
 
 SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40}  # magnitudes spread over 2^-R..2^R
 HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16}  # |expected| stays below max * 2^-H
@@ -191,7 +191,7 @@ class ReferenceRunner:
             return None
 
     def _cuda(self, case: Case, candidates: list[dict]) -> list:
-        from .requests import case_spec, run_request  # requests imports the suite model, as we do
+        from pytest_cudagate.worker.requests import case_spec, run_request  # requests imports the suite model, as we do
 
         if self.client is None:
             return [None] * len(candidates)

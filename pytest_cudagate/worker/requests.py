@@ -12,8 +12,8 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from .paths import display_path
-from .suite.model import Case, Program, Suite
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.model import Case, Program, Suite
 
 REQUEST_PROTOCOL = 1
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)

@@ -5,7 +5,7 @@ that rule says nothing about: NaN in the output fails unless the expected value 
 suite says ``nan: equal``; an infinity must match exactly, sign included; -0.0 equals 0.0. The
 relative norm ``||actual - expected|| / ||expected||`` is always reported, and is a rule of its
 own when the suite sets ``max_rel_norm``. When an all-zeros or constant output would pass the
-tolerance, the error is also judged against the output's own scale (:mod:`pytest_cudagate.scale`).
+tolerance, the error is also judged against the output's own scale (:mod:`pytest_cudagate.judge.output_scale`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scale import ScaleVerdict, scale_check
-from .suite.model import Tolerance
+from pytest_cudagate.judge.output_scale import ScaleVerdict, scale_check
+from pytest_cudagate.suite.model import Tolerance
 
 
 @dataclass(frozen=True)

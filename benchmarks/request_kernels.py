@@ -60,12 +60,9 @@ class RequestKernel:
                    block=tuple(launch["block"]), shared_bytes=int(launch.get("shared_bytes", 0)),
                    params=request["signature"], scalars=dict(case["scalars"]), host=host)
 
-    def with_source(self, source: str, label: str) -> RequestKernel:
-        return RequestKernel(label, source, self.entry, self.options, self.headers, self.grid, self.block,
-                             self.shared_bytes, self.params, self.scalars, self.host)
-
     def launcher(self, cupy):
-        """A function ``launch(stream)`` that launches the kernel once on a CuPy stream."""
+        """A function ``launch(stream)`` that launches the kernel once on a CuPy stream. Host arrays are
+        uploaded; device arrays put in ``host`` (``dataclasses.replace``) are used as they are."""
         include = Path(tempfile.mkdtemp(prefix="cudagate-headers-"))
         for name, text in self.headers.items():
             (include / name).parent.mkdir(parents=True, exist_ok=True)

@@ -57,12 +57,14 @@ def run(args: list[str], timeout: float = 300, cwd: Path = ROOT) -> str:
     return done.stdout
 
 
-def gate_requests(work: Path) -> dict[tuple[str, str], Path]:
-    """Run requests of the examples' performance cases, as the gate saves them (approved kernels)."""
+def gate_requests(work: Path, paths: tuple[str, ...] = ("examples",)) -> dict[tuple[str, str], Path]:
+    """Run requests of the performance cases under ``paths``, as the gate saves them (approved kernels)."""
     report = work / "report"
-    subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", "examples", "--cuda-gate-require-gpu",
-                    "--cuda-gate-report", str(report), "-p", "no:cacheprovider", "-p", "no:gpucheck", "-q"],
-                   cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", *paths, "--cuda-gate-require-gpu",
+                           "--cuda-gate-report", str(report), "-p", "no:cacheprovider", "-p", "no:gpucheck", "-q"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if not (report / "report.json").is_file():
+        raise RuntimeError(f"pytest --cuda-gate {' '.join(paths)} wrote no report: {done.stdout[-3000:]}{done.stderr[-2000:]}")
     found = {}
     for item in json.loads((report / "report.json").read_text())["items"]:
         names = [r for r in item.get("requests", []) if not r.endswith("-approved.json")]

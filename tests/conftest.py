@@ -8,16 +8,38 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "gpu")]  # so tests can `import helpers` and `import gpu_support`
 
-from gpu_support import has_gpu  # noqa: E402
+from gpu_support import gpu_problem, gpu_required  # noqa: E402
 from helpers import write_suite  # noqa: E402
+
+_NO_GPU = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--require-gpu", action="store_true", dest="require_gpu",
+                     help="gpu-marked tests fail, naming the underlying error, where they would skip for want of "
+                          "a GPU (also CUDAGATE_REQUIRE_GPU=1); for the GPU machine")
 
 
 def pytest_collection_modifyitems(config, items):
-    """`gpu`-marked tests skip cleanly on a machine without a CUDA device."""
+    """`gpu`-marked tests skip cleanly without a CUDA device, saying why; on a machine that must have
+    one (``--require-gpu``, CUDAGATE_REQUIRE_GPU=1) they fail with the underlying error instead."""
     gpu_items = [item for item in items if "gpu" in item.keywords]
-    if gpu_items and not has_gpu():
+    problem = gpu_problem() if gpu_items else None
+    if problem is None:
+        return
+    if gpu_required(config):
+        config.stash[_NO_GPU] = problem
+    else:
         for item in gpu_items:
-            item.add_marker(pytest.mark.skip(reason="no CUDA device"))
+            item.add_marker(pytest.mark.skip(reason=f"no CUDA device ({problem})"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before fixtures: a module's GPU fixture would otherwise hit the error first
+def pytest_runtest_setup(item):
+    problem = item.config.stash.get(_NO_GPU, None)
+    if problem is not None and "gpu" in item.keywords:
+        pytest.fail(f"a GPU is required here (--require-gpu / CUDAGATE_REQUIRE_GPU) but none is usable: {problem}",
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import textwrap
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_support import copy_suite
+from gpu_support import copy_suite, gpu_required
 
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.worker.client import HarnessClient
@@ -42,6 +43,7 @@ PLANTED = {
     "pointer_cache": ("pointer_cache.cu", None, []),          # 4
     "oob_write": ("oob_write.cu", None, []),                  # 5
     "input_write": ("input_write.cu", None, []),              # 5
+    "race": ("race.cu", None, []),                            # 6, without the sanitizer
     "uninit_shared": ("uninit_shared.cu", None, []),          # 7
     "call_counter": ("call_counter.cu", None, []),            # 9
     "rdc": ("softmax.cu", None, ["-rdc=true"]),               # 10
@@ -133,12 +135,15 @@ def test_the_honest_softmax_passes_every_defence(planted):
 
 
 @pytest.mark.parametrize("kernel, case, reasons", [
-    ("nothing", "correct_7x33", ["231 elements were never written by the kernel"]),
+    ("nothing", "correct_7x33", ["output 'y': 231 of 231 elements outside tolerance",
+                                 "231 elements were never written by the kernel (still held the poison pattern)"]),
     ("first_row", "correct_7x33", ["198 elements were never written by the kernel"]),
     ("pointer_cache", "correct_7x33", ["wrong on fresh inputs (resampled", "returned a cached result"]),
-    ("oob_write", "correct_7x33", ["the kernel wrote past the end of buffer 'y'", "found after validation launch 1"]),
-    ("input_write", "correct_7x33", ["the kernel wrote into input buffer 'x'"]),
-    ("call_counter", "perf_256x1024", ["elements were not written by the timed launches",
+    ("oob_write", "correct_7x33", ["the kernel wrote past the end of buffer 'y': 16 canary bytes of its guard zone "
+                                   "changed, the nearest 0 bytes after its end (found after validation launch 1)"]),
+    ("input_write", "correct_7x33", ["the kernel wrote into input buffer 'x' (7 elements changed)"]),
+    ("call_counter", "perf_256x1024", ["output 'y': 131072 elements were not written by the timed launches (they "
+                                       "still held the poison pattern;", "the kernel does less work when timed",
                                        "right on the first launch but wrong after the timed launches"]),
     ("rdc", "correct_7x33", ["does not compile", "relocatable device code (and with it device-side launches) is refused"]),
     ("device_launch", "correct_7x33", ["does not compile", "device-side kernel launch"]),
@@ -146,7 +151,8 @@ def test_the_honest_softmax_passes_every_defence(planted):
     ("big_block", "correct_7x33", ["the launch was refused", "has 2048 threads; this device allows at most 1024 per block"]),
     ("big_smem", "correct_7x33", ["the launch was refused", "asks for 300000 bytes of dynamic shared memory"]),
     ("tail_drop", "holdout_300x700", ["18000 elements were never written by the kernel"]),
-    ("naive", "perf_256x1024", ["wrong on fresh inputs (adversarial: magnitudes spread over 2^±16", "actual nan"]),
+    ("naive", "perf_256x1024", ["wrong on fresh inputs (adversarial: magnitudes spread over 2^±16", "CUDAGATE_FRESH_SEED=",
+                                "draws them again", "actual nan"]),
 ])
 def test_each_planted_kernel_is_rejected_with_its_reason(planted, kernel, case, reasons):
     text = failure(planted, kernel, case)
@@ -160,6 +166,15 @@ def test_kernels_fitted_to_the_signed_cases_pass_them(planted):
         assert not planted["tail_drop", case].failed, planted["tail_drop", case].message
     for kernel, case in (("pointer_cache", "correct_7x33"), ("naive", "perf_256x1024")):
         assert all(c.ok for c in planted[kernel, case].correctness.comparisons)  # right on the signed inputs
+
+
+def test_the_race_is_caught_without_the_sanitizer(planted):
+    """Class 6 with compute-sanitizer off: the bitwise comparison of launches (validation launch 2 and every
+    checked timed launch against launch 1) must see the missing barrier. A race that happened to lose the
+    same partial sums every time would only show as a tolerance failure: that is a finding, not a pass."""
+    texts = [planted["race", case].message for case in CASES if planted["race", case].failed]
+    assert texts, "the racy reduction passed every case without the sanitizer"
+    assert any(re.search(r"output 'y' is not deterministic: \d+ elements differ bitwise", t) for t in texts), texts
 
 
 def test_the_scrub_exposes_uninitialised_shared_reads(planted):
@@ -229,7 +244,13 @@ def test_atomics_order_fails_bitwise_determinism_and_passes_when_the_suite_allow
         outcome = relaxed["acc_split_k", case]
         assert not outcome.failed, outcome.message
         assert "checks.determinism: tolerance" in outcome.warning
-    assert "is not deterministic" in failure(strict, "acc_split_k", "perf_256x256x512")
+    text = failure(strict, "acc_split_k", "perf_256x256x512")
+    # The README quotes one run (39031 of 65536); atomics order makes the count differ from run to run.
+    found = re.search(r"output 'c' is not deterministic: (\d+) elements differ bitwise between two launches on the "
+                      r"same inputs \(a race, uninitialised memory, or atomics order\)", text)
+    assert found and 0 < int(found[1]) <= 256 * 256, text
+    relaxed_note = relaxed["acc_split_k", "perf_256x256x512"].warning
+    assert re.search(r"output 'c': \d+ elements differed bitwise", relaxed_note or ""), relaxed_note
 
 
 # -- class 3: zeros or a constant where expected outputs are tiny ---------------------------------------------
@@ -285,15 +306,18 @@ def sanitized(harness, tmp_path_factory):
     return replay(harness, path, tmp / "out", "softmax_sanitized")
 
 
-def skip_without_sanitizer(outcome) -> None:
+def skip_without_sanitizer(outcome, config) -> None:
+    """No sanitizer verdict skips, except on a machine that must have one (--require-gpu): there it fails."""
     text = f"{outcome.message}\n{outcome.warning or ''}"
     for line in text.splitlines():
         if "compute-sanitizer not found" in line or "gave no verdict" in line:
+            if gpu_required(config):
+                pytest.fail(f"compute-sanitizer gave no verdict on a machine that must have it: {line}")
             pytest.skip(line.removeprefix("note: "))
 
 
-def test_the_honest_kernel_is_clean_under_every_sanitizer(sanitized):
-    skip_without_sanitizer(sanitized["softmax_rows", "correct_7x33"])
+def test_the_honest_kernel_is_clean_under_every_sanitizer(sanitized, pytestconfig):
+    skip_without_sanitizer(sanitized["softmax_rows", "correct_7x33"], pytestconfig)
     for case in ("correct_7x33", "perf_256x1024"):
         outcome = sanitized["softmax_rows", case]
         assert not outcome.failed, outcome.message
@@ -301,13 +325,15 @@ def test_the_honest_kernel_is_clean_under_every_sanitizer(sanitized):
 
 
 @pytest.mark.parametrize("kernel, reasons", [
-    ("race", ["compute-sanitizer racecheck", "shared-memory race", "race.cu:"]),
-    ("uninit_global", ["compute-sanitizer initcheck", "read of uninitialised global memory", "uninit_global.cu:"]),
-    ("oob_write", ["compute-sanitizer memcheck", "Invalid __global__ write", "oob_write.cu:",
+    ("race", ["compute-sanitizer racecheck: 4 error(s) (shared-memory race)",
+              "Race reported between Write access at race in race.cu:26 and Read access at race in race.cu:26"]),
+    ("uninit_global", ["compute-sanitizer initcheck: 231 error(s) (read of uninitialised global memory)",
+                       "Uninitialized __global__ memory read of size 4 bytes (at uninit_global.cu:17)"]),
+    ("oob_write", ["compute-sanitizer memcheck", "Invalid __global__ write of size 4 bytes", "(at oob_write.cu:9)",
                    "the kernel wrote past the end of buffer 'y'"]),
 ])
-def test_sanitizers_name_the_race_the_uninitialised_read_and_the_stray_write(sanitized, kernel, reasons):
-    skip_without_sanitizer(sanitized[kernel, "correct_7x33"])
+def test_sanitizers_name_the_race_the_uninitialised_read_and_the_stray_write(sanitized, kernel, reasons, pytestconfig):
+    skip_without_sanitizer(sanitized[kernel, "correct_7x33"], pytestconfig)
     text = failure(sanitized, kernel, "correct_7x33")
     for reason in reasons:
         assert reason in text, text

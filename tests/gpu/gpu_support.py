@@ -12,17 +12,31 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
-def has_gpu() -> bool:
+def gpu_problem() -> str | None:
+    """Why no CUDA device can be used here, with the underlying error; None when one can.
+
+    Nothing is swallowed: a missing driver library, bindings that fail to import and a driver that
+    refuses cuInit are each named, so a skip says which it was and CUDAGATE_REQUIRE_GPU can fail on it.
+    """
     try:
         from cuda.bindings import driver
-
+    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+        return f"cuda.bindings is not importable: {type(exc).__name__}: {exc}"
+    try:
         (err,) = driver.cuInit(0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            return False
+            return f"cuInit failed: {err.name}"
         err, count = driver.cuDeviceGetCount()
-        return err == driver.CUresult.CUDA_SUCCESS and count > 0
-    except Exception:  # no driver library at all
-        return False
+    except Exception as exc:  # noqa: BLE001 - e.g. the driver library itself is missing or broken
+        return f"the CUDA driver is unusable: {type(exc).__name__}: {exc}"
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return f"cuDeviceGetCount failed: {err.name}"
+    return None if count > 0 else "the driver reports no CUDA device"
+
+
+def gpu_required(config) -> bool:
+    """``--require-gpu`` or CUDAGATE_REQUIRE_GPU=1: a missing GPU or tool fails instead of skipping."""
+    return bool(config.getoption("require_gpu", False)) or os.environ.get("CUDAGATE_REQUIRE_GPU", "") not in ("", "0")
 
 
 def copy_suite(name: str, dest: Path) -> Path:

@@ -44,6 +44,25 @@ def test_unchanged_kernel_passes_after_approval(matmul: Path):
     assert "PASSED cudagate.yaml::matmul_f32::perf_256x256x256" in out
 
 
+def test_identical_copy_is_not_regressed_interleaved(matmul: Path, tmp_path: Path):
+    """A/A through the interleaved path: a copy that differs only by a comment is timed against the approved
+    version in the same run, so a false `regressed` (or `improved`) here fails the test. The byte-identical
+    kernel would take the advisory stored-baseline path instead, which can only warn."""
+    approve(matmul)
+    with (matmul / "matmul.cu").open("a") as source:
+        source.write("\n// identical copy (A/A)\n")
+    report = tmp_path / "report"
+    result = gate(matmul / "cudagate.yaml", "--cuda-gate-report", str(report))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    items = [i for i in json.loads((report / "report.json").read_text())["items"] if i["kind"] == "performance"]
+    assert {i["case"] for i in items} == {"perf_256x256x256", "perf_384x256x320", "holdout_200x328x136"}, out
+    for item in items:
+        latency = item["latency"]
+        assert not latency.get("advisory") and latency["pairs"] > 0, latency  # interleaved, not the stored baseline
+        assert latency["verdict"] not in ("regressed", "improved"), f"{item['case']}: {latency.get('headline')}"
+
+
 def test_slowed_kernel_is_regressed(matmul: Path):
     approve(matmul)
     slow_down(matmul / "matmul.cu")

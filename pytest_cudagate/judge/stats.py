@@ -12,6 +12,10 @@ launch 10x slower barely moves it.
 
 Unpaired method (``unpaired_ratio``): ratio of medians with a percentile
 bootstrap, each side resampled independently, for stored baselines.
+
+Run-spread method (``judge_run_spread``): where nothing can be timed side by
+side (a new driver or card), today's run median is placed in a prediction
+interval built from the medians of independent approval runs (see there).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.stats import t as _student_t
 
 __all__ = [
     "Verdict",
@@ -35,6 +40,10 @@ __all__ = [
     "unpaired_ratio",
     "judge",
     "precise_enough",
+    "RunSpreadJudgement",
+    "judge_run_spread",
+    "DEFAULT_APPROVAL_RUNS",
+    "RUN_SPREAD_FLOOR",
     "rule_median_percent",
     "rule_mann_whitney",
     "rule_asv",
@@ -420,6 +429,130 @@ def precise_enough(estimate: RatioEstimate, threshold: float) -> bool:
     clearly_above = estimate.low > 0 and math.log(estimate.low) - line >= resolution
     clearly_below = math.isfinite(estimate.high) and line - math.log(estimate.high) >= resolution
     return clearly_above or clearly_below
+
+
+# --------------------------------------------------------------------------- run spread
+# Stored baselines judge what cannot be timed side by side (a new driver or card).  One run's
+# launches say nothing about the next run's placement, clocks or card, so the unit of evidence
+# is a whole run's median: approval records several independent runs, each one median.
+
+# Runs ``cudagate approve`` records by default.
+DEFAULT_APPROVAL_RUNS = 5
+# Widest offset of an unchanged kernel's run median measured between fresh H200 machines
+# (2026-11-30, shared/brief/h200-timing-notes.md "Between runs and cards": -6% ... +8.6%).
+_BETWEEN_CARD_OFFSET = 0.086
+# Floor on the spread of d = ln(today's median / approval runs' mean): the standard deviation at
+# which the widest measured offset is the 99% point, ln(1.086) / z_0.995 = 3.2%.  Approval runs
+# recorded minutes apart on one machine share its card, so their spread misses the card-to-card
+# part, and averaging more of them does not shrink it: the floor applies to d, whatever n.
+RUN_SPREAD_FLOOR = math.log1p(_BETWEEN_CARD_OFFSET) / NormalDist().inv_cdf(0.995)
+
+
+@dataclass(frozen=True)
+class RunSpreadJudgement:
+    """Today's run median against the spread of the approval runs' medians.
+
+    ``low``/``high`` bound the ratio today/baseline that an unchanged kernel reaches with
+    probability ``confidence``; ``ratio`` is today's median over the geometric mean of the runs.
+    """
+
+    verdict: Verdict
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    runs: int
+    measured_spread: float  # sample standard deviation of ln(run median)
+    floored: bool  # the floor, not the measured spread, set the interval
+
+    @property
+    def spread_text(self) -> str:
+        """Which spread was used, e.g. 'spread of 5 approval runs: ±1.2%, floored at ±8.6% (between-card spread)'."""
+        measured = math.expm1(_prediction_half_width(self.measured_spread, self.runs, self.confidence)) * 100
+        text = f"spread of {self.runs} approval runs: ±{measured:.1f}%"
+        if self.floored:
+            text += f", floored at ±{(self.high - 1) * 100:.1f}% (between-card spread)"
+        return text
+
+    def describe(self) -> str:
+        """One line: the change, the interval an unchanged kernel stays in, and the spread used."""
+        change = (self.ratio - 1) * 100
+        return (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
+                f"within {self.low:.3f}–{self.high:.3f} at {self.confidence:.0%}; {self.spread_text})")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["verdict"] = self.verdict.value
+        data["spread_text"] = self.spread_text
+        return data
+
+
+def _prediction_half_width(spread: float, n: int, confidence: float) -> float:
+    """Half-width (log space) of the prediction interval for one more run, from n runs' spread."""
+    return float(_student_t.ppf(0.5 + confidence / 2, n - 1)) * spread * math.sqrt(1 + 1 / n)
+
+
+def judge_run_spread(
+    run_medians: Samples,
+    today_median: float,
+    threshold: float,
+    *,
+    confidence: float = 0.99,
+    floor: float = RUN_SPREAD_FLOOR,
+) -> RunSpreadJudgement:
+    """Judge today's run median against the medians of n independent approval runs.
+
+    Model: ln(run median) = ln(true latency) + e, e ~ N(0, s^2) independently per run (a run's
+    median of hundreds of launches is close to normal in log space; the spread comes from
+    placement, clocks and the card, which act multiplicatively).  For a new run of an unchanged
+    kernel, d = ln(today) - mean(ln runs) has sd s*sqrt(1 + 1/n), and with s estimated from the
+    n runs, d / (s*sqrt(1 + 1/n)) follows Student's t with n-1 degrees of freedom: the
+    prediction interval +-h, h = t_{n-1} * s * sqrt(1 + 1/n).  It is the right question (where
+    does one more run fall?), not a confidence interval on the mean of the runs, which shrinks
+    with n and would again ask what nobody asked.
+
+    The interval is never narrower than the between-card spread ``floor`` (a known standard
+    deviation of d itself, so its interval uses the normal quantile): h = max(that, z * floor).
+
+    Verdicts, with the suite threshold widening the interval:
+      REGRESSED: d > h + ln(1 + threshold): slower than any unchanged run, by more than threshold.
+      IMPROVED: d < -h + ln(1 - threshold).
+      INCONCLUSIVE: h < d <= h + ln(1 + threshold): outside an unchanged kernel's runs, but not
+        by the threshold; neither a regression nor "unchanged" can be claimed (a warning).
+      PASS: otherwise.  An unchanged kernel warns with probability (1 - confidence)/2.
+    The price: at the floor, h is 8.6%, so only slowdowns beyond ~10.8% (at a 2% threshold)
+    are caught, and reliably only beyond ~20%.  That is what a stored number can honestly say across cards; the
+    interleaved comparison exists for everything else.
+    """
+    confidence = _check_confidence(confidence)
+    threshold = _check_threshold(threshold)
+    if not (math.isfinite(floor) and floor >= 0):
+        raise ValueError(f"floor must be a finite spread >= 0, got {floor!r}")
+    logs = np.log(_as_samples(run_medians, "run medians"))
+    if logs.size < 2:
+        raise ValueError(
+            f"judging against stored runs needs >= 2 approval runs, got {logs.size}; "
+            f"re-approve to record runs (`cudagate approve --runs {DEFAULT_APPROVAL_RUNS}`)"
+        )
+    today = float(np.log(_as_samples([today_median], "today's median")[0]))
+    n = int(logs.size)
+    measured = float(logs.std(ddof=1))
+    from_runs = _prediction_half_width(measured, n, confidence)
+    from_floor = NormalDist().inv_cdf(0.5 + confidence / 2) * floor
+    h = max(from_runs, from_floor)
+    d = today - float(logs.mean())
+    if d > h + math.log1p(threshold):
+        verdict = Verdict.REGRESSED
+    elif d < -h + math.log1p(-threshold):
+        verdict = Verdict.IMPROVED
+    elif d > h:
+        verdict = Verdict.INCONCLUSIVE
+    else:
+        verdict = Verdict.PASS
+    return RunSpreadJudgement(
+        verdict=verdict, ratio=math.exp(d), low=math.exp(-h), high=math.exp(h), confidence=confidence,
+        runs=n, measured_spread=measured, floored=from_floor > from_runs,
+    )
 
 
 # --------------------------------------------------------------------------- peer rules

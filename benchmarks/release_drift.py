@@ -1,0 +1,356 @@
+"""Does the release gate hold? Unchanged kernels, creep over five approvals, a toolchain-only change.
+
+Runs what a user runs (`pytest --cuda-gate ...` and `cudagate approve`, each in a fresh process)
+inside a temporary git repository it builds from examples/: the suites are copied, signed with a
+throw-away key the repository trusts, approved where needed, committed and tagged v1.0.0.
+
+    python benchmarks/release_drift.py [--quick] [--runs 20] [--plain-runs 10] [--approve-runs 5]
+                                       [--only unchanged,creep,toolchain] [--json FILE]
+
+Needs a GPU (an H200 for the figures in docs/release-gate.md); about 7-8 minutes at the defaults,
+under a minute with --quick. Prints one markdown table.
+
+(a) unchanged: `--runs` release runs and `--plain-runs` plain gate runs over examples/matmul,
+    softmax and fir: failed runs and warning verdicts.
+(b) creep: a copy of fir (cases correct_1001x13, perf_131072x2048) made ~1.2% slower five times
+    (a clock64() spin at the start of every block, calibrated on this GPU), each step gated once
+    and approved; the true slowdown of every step is measured in-process by a long interleaved
+    comparison, independently of the gate. Then `--runs` release runs against v1.0.0: how many
+    say `regressed`.
+(c) toolchain: another copy whose source stays byte-identical while its NVRTC options change to
+    the first candidate that costs >= 5% on this GPU (measured the same way), approved, then
+    `--runs` release runs against v1.0.0.
+(d) GPU seconds per case: the harness worker's seconds per item (report.json `worker_s`) per mode,
+    and `cudagate approve` wall seconds per case and run.
+
+ASSUMPTIONS about the finished feature (align these if it differs):
+  A1 `pytest --cuda-gate PATHS --cuda-gate-release[=REF]`: an optional value, default the newest
+     tag matching `v*` reachable from HEAD other than HEAD's own. The flag is passed last (or with
+     `=REF`) so that it cannot swallow a path.
+  A2 `cudagate approve SUITE --runs N --key FILE` records N independent runs and signs the entry.
+  A3 report.json (`--cuda-gate-report DIR`): each performance item's `latency.release` is an
+     object with `verdict` (pass/improved/regressed/inconclusive/incomparable/unstable) and
+     `headline`; `latency.verdict` stays the PR gate's verdict (current vs approved).
+  A4 report.json item `worker_s` is the harness worker's time on the item (the GPU-side cost).
+  A5 pytest's exit status is 0 when no item failed (warnings allowed).
+  A6 `cudagate keygen --name N --out DIR` and `cudagate sign SUITE --key FILE` as today; a public
+     key under `.cudagate/trusted_keys/` of the repository is trusted.
+  A7 The examples' ledgers are used as shipped (approved with runs on another machine, by the
+     maintainers); a suite without a ledger (creep, toolchain) is approved here before v1.0.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from pytest_cudagate.judge import stats
+from pytest_cudagate.judge.latency import AdaptiveSampler
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.requests import case_spec, kernel_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ("matmul", "softmax", "fir")
+DRIFT_CASES = ("correct_1001x13", "perf_131072x2048")  # ~130 us, one wave of blocks: a spin adds its own time
+DRIFT_CASE = DRIFT_CASES[1]
+CREEP_STEP = 0.012
+TOOLCHAIN_COST = 0.05
+# Options that cost run time with the same source (NVRTC 13.0 accepts each; on CPU, fir's kernel
+# goes from 400 SASS instructions to 192 with ptxas -O1, i.e. its inner loop is no longer unrolled).
+OPTION_CANDIDATES = (["--ptxas-options=-O1"], ["--ptxas-options=-O0"], ["-G"])
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com", "GIT_COMMITTER_NAME": "bench",
+           "GIT_COMMITTER_EMAIL": "bench@example.com"}
+
+
+class Repo:
+    """The temporary repository, and the commands a user runs in it."""
+
+    def __init__(self, root: Path, key: Path, reports: Path):
+        self.root, self.key, self.reports = root, key, reports
+        self.env = {k: v for k, v in os.environ.items() if k not in ("CUDAGATE_TRUSTED_KEY_IDS", "CUDAGATE_SIGNING_KEY")}
+        self.env.update(GIT_ENV)
+        self.serial = 0
+
+    def sh(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(args, cwd=self.root, env=self.env, capture_output=True, text=True)
+        if check and done.returncode != 0:
+            sys.exit(f"failed: {' '.join(args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done
+
+    def commit(self, message: str, tag: str | None = None) -> None:
+        self.sh("git", "add", "-A")
+        self.sh("git", "commit", "-q", "--allow-empty", "-m", message)
+        if tag:
+            self.sh("git", "tag", "-a", tag, "-m", tag)
+
+    def cudagate(self, *args: str) -> float:
+        start = time.perf_counter()
+        self.sh(str(Path(sys.executable).parent / "cudagate"), *args)
+        return time.perf_counter() - start
+
+    def gate(self, suites: list[str], *extra: str) -> tuple[int, list[dict], float]:
+        """One `pytest --cuda-gate` run in a fresh process: exit status, report items, wall seconds."""
+        self.serial += 1
+        out = self.reports / f"run{self.serial:03d}"
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--cuda-gate",
+                "--cuda-gate-require-gpu", f"--cuda-gate-report={out}", *suites, *extra]  # A1: the release flag last
+        start = time.perf_counter()
+        done = self.sh(*args, check=False)
+        seconds = time.perf_counter() - start
+        report = out / "report.json"
+        if not report.is_file():
+            sys.exit(f"no report from: {' '.join(args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return done.returncode, json.loads(report.read_text())["items"], seconds
+
+
+def build_repo(tmp: Path, approve_runs: int) -> Repo:
+    root, keys = tmp / "repo", tmp / "keys"
+    root.mkdir()
+    repo = Repo(root, keys / "bench.key", tmp / "reports")
+    repo.sh("git", "init", "-q", "-b", "main")
+    (root / "pyproject.toml").write_text("[tool.cudagate]\n")
+    for name in SUITES:
+        shutil.copytree(ROOT / "examples" / name, root / "examples" / name)
+    for name in ("creep", "toolchain"):
+        drift_copy(root / "examples" / "fir", root / "examples" / name)
+    repo.cudagate("keygen", "--name", "bench", "--out", str(keys))
+    (root / ".cudagate" / "trusted_keys").mkdir(parents=True)
+    shutil.copy(keys / "bench.pub", root / ".cudagate" / "trusted_keys" / "bench.pub")
+    for name in (*SUITES, "creep", "toolchain"):
+        suite = root / "examples" / name
+        if not (suite / "cudagate.approvals.json").exists():
+            repo.cudagate("approve", str(suite), "--runs", str(approve_runs), "--key", str(repo.key))  # A2
+        repo.cudagate("sign", str(suite), "--key", str(repo.key))  # A6
+    repo.commit("examples, signed and approved", tag="v1.0.0")
+    repo.commit("work after the release")  # HEAD is not the tag: the default ref is v1.0.0
+    return repo
+
+
+def drift_copy(fir: Path, target: Path) -> None:
+    """A fir suite with only the cases the drift experiments need, and no approvals."""
+    target.mkdir(parents=True)
+    shutil.copy(fir / "fir.cu", target / "fir.cu")
+    shutil.copy(fir / "reference.py", target / "reference.py")
+    data = yaml.safe_load((fir / "cudagate.yaml").read_text())
+    data["suite"] = target.name
+    data["cases"] = [c for c in data["cases"] if c["name"] in DRIFT_CASES]
+    (target / "cudagate.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    for case in DRIFT_CASES:
+        shutil.copytree(fir / "cases" / case, target / "cases" / case)
+
+
+# --------------------------------------------------------------------------- true slowdowns (in-process)
+
+
+def spun(source: str, entry: str, cycles: int) -> str:
+    """``source`` with a clock64() spin of ``cycles`` at the start of ``entry``."""
+    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\([^)]*\)\s*\{", source)
+    spin = f"\n    {{ const long long t0 = clock64(); while (clock64() - t0 < {cycles}) {{ }} }}\n"
+    return source[: match.end()] + spin + source[match.end():]
+
+
+def true_ratio(client, suite_path: Path, approved: dict, current: dict, out: str, budget: float) -> float:
+    """current/approved on DRIFT_CASE from one long interleaved comparison (not the gate's verdict)."""
+    suite = load_suite(suite_path)
+    program = suite.kernels[0]
+    case = suite.case(DRIFT_CASE)
+    launch = program.launch_for(case.name).resolve(case.scalars)
+    request = {
+        "protocol": 1, "op": "compare", "kernels": {"approved": approved, "current": current},
+        "launches": {"approved": launch, "current": launch}, "signature": [p.protocol() for p in suite.signature],
+        "case": case_spec(suite, program, case), "timing": {**suite.timing.to_json(), "chunk": 100, "seed": 7},
+        "output_dir": out,
+    }
+    sampler = AdaptiveSampler(0.001, budget)  # a tiny threshold: run the whole budget
+    result = client.compare(request, sampler.decide)
+    assert result.body and result.body["status"] == "ok", result.body
+    return stats.paired_ratio(sampler.current, sampler.approved).ratio
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def latency_items(items: list[dict]) -> list[dict]:
+    return [i for i in items if i.get("latency")]
+
+
+def release_verdict(item: dict) -> str:
+    return (item["latency"].get("release") or {}).get("verdict", "missing")  # A3
+
+
+def tally(runs: list[tuple[int, list[dict], float]], verdict_of) -> dict:
+    verdicts = Counter(verdict_of(i) for _, items, _ in runs for i in latency_items(items))
+    warnings = sum(1 for _, items, _ in runs for i in latency_items(items) if i["status"] == "warning")
+    return {"runs": len(runs), "failed_runs": sum(1 for code, _, _ in runs if code != 0),
+            "verdicts": dict(verdicts), "warnings": warnings, "cases": sum(verdicts.values())}
+
+
+def gpu_seconds(runs: list[tuple[int, list[dict], float]]) -> float | None:
+    seconds = [i["worker_s"] for _, items, _ in runs for i in latency_items(items) if i.get("worker_s") is not None]
+    return sum(seconds) / len(seconds) if seconds else None
+
+
+# --------------------------------------------------------------------------- experiments
+
+
+def unchanged(repo: Repo, runs: int, plain_runs: int) -> dict:
+    suites = [f"examples/{s}" for s in SUITES]
+    release = [repo.gate(suites, "--cuda-gate-release") for _ in range(runs)]
+    plain = [repo.gate(suites) for _ in range(plain_runs)]
+    return {"release": tally(release, release_verdict), "plain": tally(plain, lambda i: i["latency"]["verdict"]),
+            "gpu_s": {"release": gpu_seconds(release), "plain": gpu_seconds(plain)},
+            "wall_s": {"release": sum(r[2] for r in release) / max(1, runs),
+                       "plain": sum(r[2] for r in plain) / max(1, plain_runs)}}
+
+
+def creep(repo: Repo, runs: int, approve_runs: int, budget: float) -> dict:
+    suite_path = repo.root / "examples" / "creep" / "cudagate.yaml"
+    source_path = suite_path.parent / "fir.cu"
+    base_source = source_path.read_text()
+    program = load_suite(suite_path).kernels[0]
+    out = tempfile.mkdtemp(prefix="cudagate-drift-")
+    steps, approve_s = [], []
+    with HarnessClient(timeout_s=300) as client:
+        client.start()
+        base = kernel_spec(program, base_source)
+        trial = 20_000
+        per_cycle = (true_ratio(client, suite_path, base, kernel_spec(program, spun(base_source, program.entry, trial)),
+                                out, budget) - 1) / trial
+        previous = base
+        for k in range(1, 6):
+            cycles = int(round(((1 + CREEP_STEP) ** k - 1) / per_cycle))
+            source = spun(base_source, program.entry, cycles)
+            current = kernel_spec(program, source)
+            step = true_ratio(client, suite_path, previous, current, out, budget)
+            total = true_ratio(client, suite_path, base, current, out, budget)
+            source_path.write_text(source)
+            code, items, _ = repo.gate(["examples/creep"])
+            pr = [i["latency"]["verdict"] for i in latency_items(items)]
+            approve_s.append(repo.cudagate("approve", str(suite_path.parent), "--runs", str(approve_runs),
+                                           "--key", str(repo.key)))
+            repo.commit(f"creep step {k}")
+            steps.append({"step": k, "cycles": cycles, "step_ratio": step, "total_ratio": total,
+                          "pr_gate": pr, "pr_exit": code})
+            previous = current
+    release = [repo.gate(["examples/creep"], "--cuda-gate-release") for _ in range(runs)]
+    return {"steps": steps, "release": tally(release, release_verdict), "gpu_s": {"release": gpu_seconds(release)},
+            "approve_s_per_case_run": sum(approve_s) / len(approve_s) / (len(DRIFT_CASES) * approve_runs)}
+
+
+def toolchain(repo: Repo, runs: int, approve_runs: int, budget: float) -> dict:
+    suite_path = repo.root / "examples" / "toolchain" / "cudagate.yaml"
+    program = load_suite(suite_path).kernels[0]
+    out = tempfile.mkdtemp(prefix="cudagate-drift-")
+    tried = []
+    with HarnessClient(timeout_s=300) as client:
+        client.start()
+        base = kernel_spec(program)
+        for options in OPTION_CANDIDATES:
+            ratio = true_ratio(client, suite_path, base, {**base, "options": [*base["options"], *options]}, out, budget)
+            tried.append({"options": options, "ratio": ratio})
+            if ratio - 1 >= TOOLCHAIN_COST:
+                break
+    chosen = tried[-1]
+    data = yaml.safe_load(suite_path.read_text())
+    data["kernels"][0]["options"] = [*data["kernels"][0].get("options", []), *chosen["options"]]
+    suite_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    repo.cudagate("approve", str(suite_path.parent), "--runs", str(approve_runs), "--key", str(repo.key))
+    repo.commit(f"toolchain: {' '.join(chosen['options'])}")
+    release = [repo.gate(["examples/toolchain"], "--cuda-gate-release") for _ in range(runs)]
+    return {"tried": tried, "chosen": chosen, "release": tally(release, release_verdict),
+            "gpu_s": {"release": gpu_seconds(release)}}
+
+
+# --------------------------------------------------------------------------- table
+
+
+def share(t: dict, verdict: str) -> str:
+    return f"{t['verdicts'].get(verdict, 0)} / {t['cases']}"
+
+
+def table(results: dict) -> str:
+    rows = ["| experiment | runs | failed runs | warning verdicts | regressed | other verdicts | GPU s per case |",
+            "|---|---|---|---|---|---|---|"]
+
+    def row(name, t, gpu):
+        others = ", ".join(f"{v} {n}" for v, n in sorted(t["verdicts"].items()) if v != "regressed")
+        rows.append(f"| {name} | {t['runs']} | {t['failed_runs']} | {t['warnings']} / {t['cases']} | "
+                    f"{share(t, 'regressed')} | {others} | {'-' if gpu is None else f'{gpu:.2f}'} |")
+
+    if "unchanged" in results:
+        u = results["unchanged"]
+        row("unchanged, release gate vs v1.0.0", u["release"], u["gpu_s"]["release"])
+        row("unchanged, plain gate", u["plain"], u["gpu_s"]["plain"])
+    if "creep" in results:
+        c = results["creep"]
+        total = c["steps"][-1]["total_ratio"]
+        row(f"creep, 5 approvals (true total {(total - 1) * 100:+.1f}%) vs v1.0.0", c["release"], c["gpu_s"]["release"])
+    if "toolchain" in results:
+        t = results["toolchain"]
+        row(f"toolchain only: {' '.join(t['chosen']['options'])} ({(t['chosen']['ratio'] - 1) * 100:+.1f}%) vs v1.0.0",
+            t["release"], t["gpu_s"]["release"])
+    lines = rows
+    if "creep" in results:
+        lines += ["", "| creep step | spin cycles | true step slowdown | true total | PR gate verdict (2%) | PR gate exit |",
+                  "|---|---|---|---|---|---|"]
+        for s in results["creep"]["steps"]:
+            lines.append(f"| {s['step']} | {s['cycles']} | {(s['step_ratio'] - 1) * 100:+.2f}% | "
+                         f"{(s['total_ratio'] - 1) * 100:+.2f}% | {', '.join(s['pr_gate'])} | {s['pr_exit']} |")
+        lines.append(f"\n`cudagate approve`: {results['creep']['approve_s_per_case_run']:.2f} wall s per case and run")
+    if "toolchain" in results:
+        tried = "; ".join(f"{' '.join(t['options'])}: {(t['ratio'] - 1) * 100:+.1f}%" for t in results["toolchain"]["tried"])
+        lines.append(f"\ntoolchain candidates measured on {DRIFT_CASE}: {tried}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 runs each, 2 approval runs, short comparisons")
+    parser.add_argument("--runs", type=int, default=20, help="release runs per experiment (default 20)")
+    parser.add_argument("--plain-runs", type=int, default=10, help="plain gate runs on unchanged kernels (default 10)")
+    parser.add_argument("--approve-runs", type=int, default=5, help="`cudagate approve --runs` (default 5)")
+    parser.add_argument("--only", default="unchanged,creep,toolchain", help="comma-separated experiments to run")
+    parser.add_argument("--json", type=Path, help="also write every figure here")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.plain_runs, args.approve_runs = 2, 1, 2
+    budget = 0.5 if args.quick else 2.0  # seconds of each in-process "true slowdown" comparison
+    wanted = set(args.only.split(","))
+    unknown = wanted - {"unchanged", "creep", "toolchain"}
+    if unknown:
+        parser.error(f"--only: unknown experiment(s) {', '.join(sorted(unknown))}")
+    start = time.perf_counter()
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="cudagate-release-drift-") as tmp:
+        repo = build_repo(Path(tmp), args.approve_runs)
+        print(f"repository ready in {time.perf_counter() - start:.0f} s", flush=True)
+        if "unchanged" in wanted:
+            results["unchanged"] = unchanged(repo, args.runs, args.plain_runs)
+            print(f"unchanged done at {time.perf_counter() - start:.0f} s", flush=True)
+        if "creep" in wanted:
+            results["creep"] = creep(repo, args.runs, args.approve_runs, budget)
+            print(f"creep done at {time.perf_counter() - start:.0f} s", flush=True)
+        if "toolchain" in wanted:
+            results["toolchain"] = toolchain(repo, args.runs, args.approve_runs, budget)
+    print()
+    print(table(results))
+    print(f"\nthreshold: each suite's (2%); {time.perf_counter() - start:.0f} s wall in all")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""The release reference: each kernel's approval as it stood at the previous release, read from git.
+
+The release gate times today's kernel interleaved against the version pinned at a release ref (a
+tag by default), so many small approvals that add up are caught with the power of one PR. Only git
+objects are read (never the working tree), everything read before the signature check is
+size-capped, and the ledger's signatures are checked by a callable the caller injects, bound to
+today's trusted keys.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable
+
+import git
+
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.judge.stats import RatioEstimate
+from pytest_cudagate.suite.model import Launch
+
+LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as approvals.LEDGER_NAME
+# Largest git blob read at a ref: ledgers with per-launch samples run to a few MiB; anything far
+# larger is not ours to parse before its signature is checked.
+MAX_BLOB_BYTES = 32 * 2**20
+FETCH_TAGS_FIX = "fetch tags: `actions/checkout` with `fetch-depth: 0`"
+# A pinned copy is named by its content hash; nothing else may be read through a ledger entry.
+_PINNED = re.compile(r"approved/([0-9a-f]{64})\.[A-Za-z0-9]+")
+
+# verify(raw_ledger, ref_label) raises a CudagateError unless every entry is signed by a trusted key.
+Verify = Callable[[dict, str], None]
+
+
+class ReleaseError(CudagateError):
+    """The release reference cannot be resolved or read; the message names the ref and the file."""
+
+
+class MissingAtRef(ReleaseError):
+    """A path that does not exist at the ref."""
+
+
+@dataclass(frozen=True)
+class ReleaseRef:
+    """A resolved release: the commit and how it is named in verdicts ("v1.3.0", or a short sha)."""
+
+    repo: git.Repo
+    commit: str  # full hex sha
+    label: str
+    explicit: bool  # named by the user rather than found by the tag pattern
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """What an approval was built with; absent from ledgers written before it was recorded."""
+
+    nvrtc_version: str
+    options: tuple[str, ...]
+    cubin_sha256: dict[str, str]  # arch ("sm_90", "sm_90a") -> SHA-256 of the cubin
+
+
+@dataclass(frozen=True)
+class ReleasedApproval:
+    """One kernel as approved at the release ref: enough to build and launch that version."""
+
+    kernel: str
+    label: str
+    commit: str
+    source: str
+    source_sha256: str
+    headers: dict[str, str]  # include name -> text
+    entry: str
+    options: tuple[str, ...]
+    arch_suffix: str
+    launch: dict
+    launch_overrides: dict[str, dict]
+    build: BuildRecord | None
+
+    def kernel_spec(self) -> dict:
+        """The released kernel as a harness request's ``kernel`` field."""
+        return {
+            "name": self.kernel, "entry": self.entry, "source": self.source,
+            "source_name": f"{self.kernel}@{self.label}/{self.source_sha256[:12]}.cu",
+            "headers": dict(self.headers), "options": list(self.options), "arch_suffix": self.arch_suffix,
+        }
+
+    def launch_for(self, case: str) -> Launch:
+        raw = self.launch_overrides.get(case, self.launch)
+        return Launch(tuple(str(e) for e in raw["grid"]), tuple(str(e) for e in raw["block"]),
+                      str(raw.get("shared_bytes", "0")))
+
+
+@dataclass(frozen=True)
+class AbsentAtRef:
+    """A kernel with no approval at the release ref: judged ``incomparable``, saying which."""
+
+    kernel: str
+    label: str
+    reason: str  # e.g. "no approval in examples/x/cudagate.approvals.json there"
+
+    def describe(self) -> str:
+        return f"kernel {self.kernel!r} did not exist at {self.label} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class BuildDrift:
+    """Whether the toolchain changed between the release's build and today's, and what to say."""
+
+    changed: tuple[str, ...]  # e.g. ("NVRTC 12.8 -> 13.0", "options [] -> ['-Xptxas', '-O1']")
+    old_cubin_kept: bool  # the release's cubin is available to time against today's build
+
+    def describe(self, label: str) -> str:
+        if not self.changed:
+            return f"same toolchain as {label}"
+        what = "; ".join(self.changed)
+        if self.old_cubin_kept:
+            return f"toolchain changed since {label} ({what}): the old cubin is timed against the new build"
+        return (f"toolchain changed since {label} ({what}): the old build was not kept and cannot be rebuilt "
+                f"here, so toolchain drift is NOT measured; only source changes are compared")
+
+
+# --------------------------------------------------------------------------- resolving the ref
+
+
+def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str = "v*") -> ReleaseRef:
+    """``ref`` (a tag, branch or commit), or the newest tag matching ``tag_pattern`` reachable from
+    HEAD, other than one on HEAD itself (the release being made)."""
+    try:
+        repo = git.Repo(repo_root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise ReleaseError(f"{repo_root} is not inside a git repository; the release gate reads the previous "
+                           f"release from git history") from None
+    try:
+        head = repo.head.commit.hexsha
+    except ValueError:
+        raise ReleaseError(f"{repo.working_dir}: the repository has no commits yet") from None
+    shallow = _is_shallow(repo)
+    if ref is not None:
+        return _explicit(repo, ref, shallow)
+    tags = list(repo.tags)
+    matching = {}
+    for tag in tags:
+        if not fnmatch.fnmatchcase(tag.name, tag_pattern):
+            continue
+        try:
+            matching.setdefault(tag.commit.hexsha, []).append(tag.name)
+        except ValueError:  # a tag on a tree or blob names no release
+            continue
+    # Topological order lists descendants first: the first tagged commit met is the newest release.
+    for sha in repo.git.rev_list("--topo-order", head).split():
+        if sha != head and sha in matching:
+            names = sorted(matching[sha], key=_version_key, reverse=True)
+            return ReleaseRef(repo, sha, names[0], explicit=False)
+    on_head = matching.get(head, [])
+    what = (f"the repository has {len(tags)} tag(s), {sum(len(v) for v in matching.values())} matching"
+            + (f" (only on HEAD itself: {', '.join(on_head)})" if on_head else ""))
+    fix = FETCH_TAGS_FIX if shallow or not tags else "tag the previous release or pass --cuda-gate-release REF"
+    shallow_note = "; this is a shallow clone" if shallow else ""
+    raise ReleaseError(f"{repo.working_dir}: no tag matching {tag_pattern!r} is reachable from HEAD other than "
+                       f"HEAD's own ({what}{shallow_note}); {fix}")
+
+
+def _explicit(repo: git.Repo, ref: str, shallow: bool) -> ReleaseRef:
+    try:
+        commit = repo.commit(ref)
+    except (git.BadName, git.BadObject, ValueError):
+        fix = FETCH_TAGS_FIX if shallow else "name an existing tag, branch or commit"
+        raise ReleaseError(f"release ref {ref!r} does not exist in {repo.working_dir}"
+                           + ("; this is a shallow clone" if shallow else "") + f"; {fix}") from None
+    label = ref if not re.fullmatch(r"[0-9a-fA-F]{7,40}", ref) else commit.hexsha[:12]
+    return ReleaseRef(repo, commit.hexsha, label, explicit=True)
+
+
+def _is_shallow(repo: git.Repo) -> bool:
+    return repo.git.rev_parse("--is-shallow-repository").strip() == "true"
+
+
+def _version_key(name: str) -> tuple:
+    """Sort tags on one commit by their version numbers (v1.10.0 after v1.9.0)."""
+    return tuple(int(part) if part.isdigit() else -1 for part in re.split(r"[^0-9]+", name) if part)
+
+
+# --------------------------------------------------------------------------- reading at the ref
+
+
+def read_at(ref: ReleaseRef, path: str, max_bytes: int = MAX_BLOB_BYTES) -> bytes:
+    """The content of ``path`` (relative to the repository root) at ``ref``, from git objects.
+
+    A blob larger than ``max_bytes`` is refused before it is read.
+    """
+    posix = PurePosixPath(path)
+    if posix.is_absolute() or ".." in posix.parts:
+        raise ReleaseError(f"{path}: only paths inside the repository can be read at {ref.label}")
+    try:
+        item = ref.repo.commit(ref.commit).tree / str(posix)
+    except KeyError:
+        raise MissingAtRef(f"{path} does not exist at {ref.label}") from None
+    if item.type != "blob":
+        raise ReleaseError(f"{path} at {ref.label} is a {item.type}, not a file")
+    if item.size > max_bytes:
+        raise ReleaseError(f"{path} at {ref.label} is {item.size} bytes, over the {max_bytes}-byte cap for "
+                           f"files read from a release; it is not a file cudagate wrote")
+    return item.data_stream.read()
+
+
+def released_approvals(ref: ReleaseRef, suite_dir: str, verify: Verify,
+                       kernels: list[str] | None = None) -> dict[str, ReleasedApproval | AbsentAtRef]:
+    """Every kernel approved in the suite folder ``suite_dir`` (relative to the repository root) at
+    ``ref``, with its pinned source and headers read and hash-checked at that commit.
+
+    ``verify(raw_ledger, ref.label)`` checks the ledger's signatures against today's trusted keys
+    before anything in it is used. Each name in ``kernels`` that had no approval at the ref maps
+    to an :class:`AbsentAtRef`.
+    """
+    suite_dir = str(PurePosixPath(suite_dir))
+    ledger_path = str(PurePosixPath(suite_dir) / LEDGER_NAME)
+    raw = _ledger_at(ref, ledger_path)
+    if raw is None:
+        found: dict[str, ReleasedApproval | AbsentAtRef] = {}
+        reason = _absent_reason(ref, suite_dir, ledger_path)
+    else:
+        verify(raw, ref.label)
+        found = {name: _released(ref, suite_dir, ledger_path, name, entry) for name, entry in raw["approvals"].items()}
+        reason = f"no approval in {ledger_path} there"
+    for name in kernels or ():
+        found.setdefault(name, AbsentAtRef(name, ref.label, reason))
+    return found
+
+
+def _ledger_at(ref: ReleaseRef, ledger_path: str) -> dict | None:
+    try:
+        data = read_at(ref, ledger_path)
+    except MissingAtRef:
+        return None
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ReleaseError(f"{ledger_path} at {ref.label}: not a readable approvals ledger ({type(exc).__name__})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("approvals"), dict):
+        raise ReleaseError(f"{ledger_path} at {ref.label}: no 'approvals' object; not an approvals ledger")
+    return raw
+
+
+def _absent_reason(ref: ReleaseRef, suite_dir: str, ledger_path: str) -> str:
+    if suite_dir != ".":
+        try:
+            ref.repo.commit(ref.commit).tree / suite_dir
+        except KeyError:
+            return f"{suite_dir} did not exist there"
+    return f"no {ledger_path} there"
+
+
+def _released(ref: ReleaseRef, suite_dir: str, ledger_path: str, name: str, entry) -> ReleasedApproval:
+    where = f"{ledger_path} at {ref.label}: approval of {name!r}"
+
+    def field(key, kind):
+        value = entry.get(key) if isinstance(entry, dict) else None
+        if not isinstance(value, kind):
+            raise ReleaseError(f"{where}: field {key!r} is missing or not a {kind.__name__}")
+        return value
+
+    def launch(raw, key):
+        if not (isinstance(raw, dict) and isinstance(raw.get("grid"), list) and isinstance(raw.get("block"), list)):
+            raise ReleaseError(f"{where}: {key} needs 'grid' and 'block' lists")
+        return raw
+
+    source_sha = field("source_sha256", str)
+    source = _pinned_text(ref, suite_dir, field("source_blob", str), source_sha, where)
+    headers = {include: _pinned_text(ref, suite_dir, blob, None, where)
+               for include, blob in field("headers", dict).items()}
+    return ReleasedApproval(
+        kernel=name, label=ref.label, commit=ref.commit, source=source, source_sha256=source_sha,
+        headers=headers, entry=field("entry", str), options=tuple(field("options", list)),
+        arch_suffix=field("arch_suffix", str), launch=launch(field("launch", dict), "launch"),
+        launch_overrides={case: launch(raw, f"launch_overrides.{case}")
+                          for case, raw in field("launch_overrides", dict).items()},
+        build=_build(entry.get("build"), where),
+    )
+
+
+def _pinned_text(ref: ReleaseRef, suite_dir: str, blob: object, expected_sha: str | None, where: str) -> str:
+    """A pinned copy at the ref, whose SHA-256 must match its name (and the ledger's record)."""
+    match = _PINNED.fullmatch(blob) if isinstance(blob, str) else None
+    if match is None:
+        raise ReleaseError(f"{where}: pinned copy {blob!r} is not approved/<sha256>.<ext>")
+    path = str(PurePosixPath(suite_dir) / blob)
+    try:
+        data = read_at(ref, path)
+    except MissingAtRef:
+        raise MissingAtRef(f"{path} does not exist at {ref.label}, but {where} pins it; the release cannot "
+                           f"be used as a reference") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != match.group(1) or (expected_sha is not None and digest != expected_sha):
+        raise ReleaseError(f"{path} at {ref.label}: content does not match its hash ({digest[:12]}…): the pinned "
+                           f"copy was altered; the release cannot be used as a reference")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReleaseError(f"{path} at {ref.label}: not UTF-8 text") from None
+
+
+def _build(raw: object, where: str) -> BuildRecord | None:
+    if raw is None:
+        return None
+    try:
+        return BuildRecord(str(raw["nvrtc_version"]), tuple(str(o) for o in raw["options"]),
+                           {str(k): str(v) for k, v in raw.get("cubin_sha256", {}).items()})
+    except (TypeError, KeyError, AttributeError):
+        raise ReleaseError(f"{where}: field 'build' needs nvrtc_version, options and cubin_sha256") from None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def build_drift(released: BuildRecord | None, current: BuildRecord, *, old_cubin_kept: bool) -> BuildDrift:
+    """What changed in the toolchain between the release's build and today's.
+
+    A release recorded before builds were recorded counts as changed: nothing says it was not.
+    """
+    if released is None:
+        return BuildDrift(("the release did not record its build",), old_cubin_kept)
+    changed = []
+    if released.nvrtc_version != current.nvrtc_version:
+        changed.append(f"NVRTC {released.nvrtc_version} -> {current.nvrtc_version}")
+    if released.options != current.options:
+        changed.append(f"options {list(released.options)} -> {list(current.options)}")
+    same_arch = set(released.cubin_sha256) & set(current.cubin_sha256)
+    if not changed and any(released.cubin_sha256[a] != current.cubin_sha256[a] for a in same_arch):
+        changed.append("the cubin differs with the same NVRTC and options")
+    return BuildDrift(tuple(changed), old_cubin_kept)
+
+
+def release_verdict_text(estimate: RatioEstimate, label: str) -> str:
+    """E.g. "4.1% slower than v1.3.0 (ratio 1.041, 99% CI 1.032–1.050)"."""
+    change = estimate.ratio - 1
+    direction = "slower" if change >= 0 else "faster"
+    high = f"{estimate.high:.3f}" if estimate.high != float("inf") else "∞"
+    return (f"{abs(change) * 100:.1f}% {direction} than {label} (ratio {estimate.ratio:.3f}, "
+            f"{estimate.confidence:.0%} CI {estimate.low:.3f}–{high})")

@@ -30,7 +30,7 @@ from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.trust.ledger import sign_ledger
-from pytest_cudagate.judge.correctness import judge, load_expected
+from pytest_cudagate.judge.correctness import judge_case, load_expected
 
 EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
 
@@ -105,7 +105,7 @@ def cmd_run(args) -> int:
         if case["expected"] and body.get("status") == "ok":
             tolerance = {k: Tolerance(**v) for k, v in case.get("tolerance", {}).items()}
             shapes = {k: tuple(v) for k, v in case.get("shapes", {}).items()}
-            verdict = judge(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
+            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
             entry.update(passed=verdict.passed, problems=verdict.problems,
                          comparisons=[{**asdict(c), "tolerance": asdict(c.tolerance)} for c in verdict.comparisons])
             failed |= not verdict.passed
@@ -164,7 +164,7 @@ def cmd_approve(args) -> int:
                     problems.append(f"does not compile:\n{result.compile.get('log', '')}")
                     break
                 body = result.cases[case.name]
-                verdict = judge(program.name, case.name, body,
+                verdict = judge_case(program.name, case.name, body,
                                 load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
                                 suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
                 if not verdict.passed:

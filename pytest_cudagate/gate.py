@@ -25,7 +25,7 @@ from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler
                       worst)
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
+from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
@@ -101,7 +101,7 @@ class Gate:
                 outcome.latency = self._identical(approval, case, body, threshold)
                 outcome.latency.discarded = discarded
         else:
-            body, compile_info, outcome.latency = self._compare(outcome, suite, program, case, ledger, approval,
+            body, compile_info, outcome.latency = self._interleaved(outcome, suite, program, case, ledger, approval,
                                                                 threshold, out, source_text, extra)
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
@@ -109,7 +109,7 @@ class Gate:
             return outcome
         expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
         shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
         self._sanitize(outcome, suite, program, case, body, checks, source_text)
         self._decide(outcome)
@@ -227,7 +227,7 @@ class Gate:
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
-    def _compare(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
+    def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
         request = {
             "protocol": 1, "op": "compare", "suite": str(suite.path),
             "kernels": {"approved": ledger.approved_spec(approval), "current": kernel_spec(program, source_text)},
@@ -250,7 +250,7 @@ class Gate:
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
-        approved_check = judge(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
+        approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
                                checks=(extra or {}).get("checks"))

@@ -23,7 +23,7 @@ from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.judge.correctness import judge, load_expected
+from pytest_cudagate.judge.correctness import judge_case, load_expected
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
 
@@ -380,8 +380,8 @@ def test_compare_checks_the_current_kernels_timed_outputs(scale_suite, tmp_path,
     assert body["timed"]["checked"] >= 1
     case = scale_suite.case("perf")
     expected = load_expected({p.name: scale_suite.expected_path(case, p) for p in scale_suite.outputs})
-    verdict = judge(current, "perf", body, expected, scale_suite.tolerance)
-    approved = judge("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
+    verdict = judge_case(current, "perf", body, expected, scale_suite.tolerance)
+    approved = judge_case("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
     if reason is None:
         assert verdict.passed, verdict.describe()
     else:
@@ -424,7 +424,7 @@ def test_a_fault_in_the_timed_launches_is_attributed_to_them(scale_suite, tmp_pa
                           timing={**scale_suite.timing.to_json(), "warmup": 2, "warmup_ms": 0})
     body = client.run(request).cases["perf"]
     assert body["error"]["kind"] == "fault" and body["error"]["phase"].startswith("the timed launches (rounds")
-    verdict = judge("faulty", "perf", body, {}, {})
+    verdict = judge_case("faulty", "perf", body, {}, {})
     assert "the kernel faulted during the timed launches (rounds" in verdict.describe()
     assert client.restarts == 1  # the worker exits after a sticky fault, as a real one does
 

@@ -19,7 +19,7 @@ from test_hardening_gate import Fingerprint, kernels_for
 from cudagate_harness import sanitizer
 from pytest_cudagate.defences import fresh_inputs as fresh
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.judge.elementwise import compare
+from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.defences.checks import effective_checks, manifest_entry, sanitizer_case
@@ -242,7 +242,7 @@ def test_honest_float32_rounding_passes_the_scale_rule():
     rng = np.random.default_rng(1)
     e = rng.normal(size=4096) * 1e-6
     actual = e.astype(np.float32)
-    result = compare("y", actual, e, Tolerance(atol=1e-4, rtol=1e-4))
+    result = check_output("y", actual, e, Tolerance(atol=1e-4, rtol=1e-4))
     assert result.ok and result.scale is not None and result.scale.fraction < 1e-6
 
 

@@ -195,11 +195,11 @@ def test_saved_requests_are_accepted_by_cudagate_run(written):
 def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
     from pytest_cudagate.gate import CaseOutcome
     from pytest_cudagate.judge.latency import AdaptiveSampler
-    from pytest_cudagate.judge.correctness import judge
+    from pytest_cudagate.judge.correctness import judge_case
 
     scenario = build_scenario(tmp_path / "scale")
     fault = CaseOutcome("scale", "scale2", "small", "correctness", failed=True)
-    fault.correctness = judge("scale2", "small", {"status": "error", "error": {
+    fault.correctness = judge_case("scale2", "small", {"status": "error", "error": {
         "kind": "fault", "message": "CUDA_ERROR_ILLEGAL_ADDRESS at launch 1"}}, {}, {})
     fault.message = fault.correctness.describe()
     broken = CaseOutcome("scale", "scale2", "edge", "correctness", failed=True,

@@ -29,7 +29,7 @@ from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
+from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
 from pytest_cudagate.optimize.candidate import Candidate
 
 RATIO_CONFIDENCE = 0.99
@@ -184,7 +184,7 @@ class HarnessEvaluator:
     def _judged(self, evaluation: Evaluation, program: Program, case: Case, body: dict) -> CaseResult | None:
         expected = load_expected({p.name: self.suite.expected_path(case, p) for p in self.suite.outputs})
         shapes = {p.name: self.suite.shape(p, case) for p in self.suite.buffers}
-        verdict = judge(program.name, case.name, body, expected, self.suite.tolerance, shapes)
+        verdict = judge_case(program.name, case.name, body, expected, self.suite.tolerance, shapes)
         result = CaseResult(case.name, case.kind, verdict.passed, program.launch_for(case.name).resolve(case.scalars))
         evaluation.cases.append(result)
         if not verdict.passed:

@@ -11,7 +11,7 @@ import math
 from enum import Enum
 from typing import Any
 
-from pytest_cudagate.judge.elementwise import Comparison
+from pytest_cudagate.judge.elementwise import OutputCheck
 from pytest_cudagate.judge.latency import LatencyResult
 from pytest_cudagate.judge.correctness import CaseVerdict
 
@@ -48,7 +48,7 @@ def number(value: Any) -> float | None:
     return float(value)
 
 
-def comparison_json(c: Comparison) -> dict:
+def comparison_json(c: OutputCheck) -> dict:
     return plain({
         "buffer": c.buffer, "ok": c.ok, "total": c.total, "mismatches": c.mismatches, "rel_norm": c.rel_norm,
         "max_abs_error": c.max_abs_error, "worst_index": list(c.worst_index) if c.worst_index is not None else None,

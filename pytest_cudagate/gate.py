@@ -10,7 +10,7 @@ import copy
 import hashlib
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cudagate_harness.telemetry import device_state, disturbances
@@ -25,7 +25,8 @@ from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler
                       worst)
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.outcome import CaseOutcome
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
@@ -37,26 +38,6 @@ class GateOptions:
     budget_s: float = 2.0  # measurement time per case
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
-
-
-@dataclass
-class CaseOutcome:
-    suite: str
-    kernel: str
-    case: str
-    kind: str
-    correctness: CaseVerdict | None = None
-    latency: LatencyResult | None = None
-    failed: bool = False
-    warning: str | None = None
-    message: str = ""
-    requests: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # relaxed or skipped checks: shown with the outcome
-    worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
-
-    @property
-    def outcome(self) -> str:
-        return "failed" if self.failed else "passed"
 
 
 class Gate:

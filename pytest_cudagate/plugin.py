@@ -14,7 +14,8 @@ import pytest
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.reports import pytest_hooks as reports
-from pytest_cudagate.gate import CaseOutcome, GateOptions
+from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.trust import UNSIGNED_WARNING

@@ -12,7 +12,8 @@ from pathlib import Path
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems

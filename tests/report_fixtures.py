@@ -17,7 +17,8 @@ from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, classify, incomparable
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.loader import load_suite

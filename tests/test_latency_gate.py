@@ -11,7 +11,8 @@ import pytest
 
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
 from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.suite.loader import load_suite

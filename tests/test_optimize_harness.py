@@ -155,8 +155,8 @@ def test_the_winner_is_gated_on_every_case_with_the_real_gate(setup):
     assert validation.passed, validation.rejection
     cases = {c["case"]: c for c in validation.cases}
     assert set(cases) == {"small", "perf", "perf2", "hidden_77x300"} and cases["hidden_77x300"]["holdout"]
-    assert cases["perf"]["latency_verdict"] == "improved" and cases["perf"]["ratio_vs_approved"]["ratio"] < 0.55
-    assert cases["hidden_77x300"]["latency_verdict"] == "improved"
+    assert cases["perf"]["latency"]["verdict"] == "improved" and cases["perf"]["latency"]["estimate"]["ratio"] < 0.55
+    assert cases["hidden_77x300"]["latency"]["verdict"] == "improved"
     compared = [r for r in client.requests if r.get("op") == "compare"]
     assert {r["case"]["name"] for r in compared} == {"perf", "perf2", "hidden_77x300"}
     assert any(r["case"].get("fresh") for r in compared)  # the gate's fresh inputs went along

@@ -193,7 +193,7 @@ def test_saved_requests_are_accepted_by_cudagate_run(written):
 
 
 def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
-    from pytest_cudagate.gate import CaseOutcome
+    from pytest_cudagate.judge.outcome import CaseOutcome
     from pytest_cudagate.judge.latency import AdaptiveSampler
     from pytest_cudagate.judge.correctness import judge_case
 

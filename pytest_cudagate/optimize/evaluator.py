@@ -248,7 +248,7 @@ class HarnessEvaluator:
         try:
             for case in self.suite.cases:
                 outcome = gate.replay(self.suite, program, case, self.ledger, source_text=candidate.text)
-                validation.cases.append(outcome_json(outcome, case))
+                validation.cases.append({**outcome.to_json(), "holdout": case.holdout})
                 notes = getattr(outcome, "notes", []) or []
                 validation.notes += [f"{case.name}: {n}" for n in notes if f"{case.name}: {n}" not in validation.notes]
                 if outcome.failed and validation.passed:
@@ -296,24 +296,3 @@ class HarnessEvaluator:
     def close(self) -> None:
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
-
-def outcome_json(outcome, case: Case) -> dict:
-    """One gate outcome (:class:`~pytest_cudagate.gate.CaseOutcome`) for the audit pack."""
-    latency = outcome.latency
-    entry = {"case": case.name, "kind": case.kind, "holdout": case.holdout, "passed": not outcome.failed,
-             "message": outcome.message, "warning": outcome.warning,
-             "correctness": None, "latency_verdict": None, "ratio_vs_approved": None,
-             "approved_ms": None, "current_ms": None, "notes": list(getattr(outcome, "notes", []) or [])}
-    if outcome.correctness is not None:
-        entry["correctness"] = {"passed": outcome.correctness.passed, "problems": list(outcome.correctness.problems),
-                                "rel_norm": finite(outcome.correctness.rel_norm)}
-    if latency is not None:
-        entry["latency_verdict"] = latency.verdict.value
-        if latency.estimate is not None:
-            entry["ratio_vs_approved"] = ratio_json(latency.estimate)
-        if latency.approved is not None:
-            entry["approved_ms"] = latency.approved.median
-        if latency.current is not None:
-            entry["current_ms"] = latency.current.median
-        entry["latency_reason"] = latency.reason if latency.estimate is None else ""
-    return entry

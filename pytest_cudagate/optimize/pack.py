@@ -27,6 +27,7 @@ from pathlib import Path
 from pytest_cudagate import __version__
 from pytest_cudagate.approvals import git_state
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.optimize.evaluator import finite
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.schema import problems as schema_problems
@@ -214,6 +215,17 @@ def _oracle(suite) -> dict:
         return {"reference": None, "cases": {}, "problems": [f"could not hash the oracle: {exc}"]}
 
 
+def _gate_summary(case: dict) -> dict:
+    """The headline figures of one gate case (:meth:`CaseOutcome.to_json`) for the summary."""
+    latency = case.get("latency") or {}
+    estimate = latency.get("estimate")
+    return {"passed": case["passed"], "latency_verdict": latency.get("verdict"),
+            "ratio_vs_approved": {k: finite(estimate.get(k)) for k in ("ratio", "low", "high")}
+            | {"confidence": estimate["confidence"], "n": estimate["n"]} if estimate else None,
+            "approved_ms": finite((latency.get("approved") or {}).get("median")),
+            "current_ms": finite((latency.get("current") or {}).get("median"))}
+
+
 def _best_json(opt, attempt, pack) -> dict | None:
     if attempt is None:
         return None
@@ -228,9 +240,7 @@ def _best_json(opt, attempt, pack) -> dict | None:
             "initial_ms": opt.base.get(case.name),
             "ratio_vs_initial": ev.ratio if ev else None,
             "speedup_vs_initial": (1.0 / ev.ratio["ratio"]) if ev and ev.ratio and ev.ratio.get("ratio") else None,
-            "gate": {"passed": g["passed"], "latency_verdict": g.get("latency_verdict"),
-                     "ratio_vs_approved": g.get("ratio_vs_approved"), "approved_ms": g.get("approved_ms"),
-                     "current_ms": g.get("current_ms")} if g else None,
+            "gate": _gate_summary(g) if g else None,
         })
     ratios = [c["gate"]["ratio_vs_approved"]["ratio"] for c in cases
               if c["gate"] and c["gate"].get("ratio_vs_approved") and c["kind"] == "performance"

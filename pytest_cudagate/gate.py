@@ -20,7 +20,8 @@ from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
-from pytest_cudagate.defences.checks import effective_checks, sanitize, wants_sanitizer, worker_checks
+from pytest_cudagate.defences.checks import effective_checks, worker_checks
+from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request

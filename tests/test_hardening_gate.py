@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from helpers import SUITE_YAML, replace_once, write_suite
 from test_hardening_fakes import FakeDevice, FakeKernel, InProcessClient, Launch, make_worker
@@ -23,6 +24,7 @@ from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.trust import sign_suite
 from pytest_cudagate.judge.correctness import judge_case, load_expected
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
@@ -342,14 +344,15 @@ def test_without_guard_zones_a_write_past_the_end_is_not_reported(tmp_path):
 
 
 def test_a_relaxation_the_signature_does_not_cover_is_ignored(tmp_path):
-    suite = suite_with(tmp_path, "checks: {sanitizer: off, determinism: tolerance}\n")
-    signed = {"format": 1, "manifest": {"suite": "scale"}, "signature": {}}  # signed before the relaxation
-    (suite.root / "cudagate.sig.json").write_text(json.dumps(signed))
+    key = Ed25519PrivateKey.generate()
+    sign_suite(suite_with(tmp_path, "checks: {sanitizer: off}\n"), key)  # signed before the relaxation
+    relaxed = "checks: {sanitizer: off, determinism: tolerance}\n"
+    (tmp_path / "scale" / "cudagate.yaml").write_text(SUITE_YAML + relaxed)
+    suite = load_suite(tmp_path / "scale" / "cudagate.yaml")
     outcome = replay_all(suite, ["nondeterministic"], tmp_path)["nondeterministic", "small"]
     assert outcome.failed and "is not deterministic" in outcome.message
     assert "does not cover that, so every check applies" in outcome.message
-    signed["manifest"]["checks"] = {"determinism": "tolerance", "sanitizer": []}  # now the signature covers it
-    (suite.root / "cudagate.sig.json").write_text(json.dumps(signed))
+    sign_suite(suite, key)  # now the signature covers it
     outcome = replay_all(suite, ["nondeterministic"], tmp_path / "again")["nondeterministic", "small"]
     assert not outcome.failed, outcome.message
 

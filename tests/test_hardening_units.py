@@ -22,7 +22,9 @@ from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.defences.checks import effective_checks, manifest_entry, sanitizer_case
+from pytest_cudagate.defences.checks import effective_checks
+from pytest_cudagate.defences.sanitizer import sanitizer_case
+from pytest_cudagate.suite.model import manifest_entry
 from pytest_cudagate.judge.output_scale import flag_cases, scale_check, trivial_output
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Checks, Tolerance

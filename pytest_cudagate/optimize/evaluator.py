@@ -30,6 +30,8 @@ from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
+from pytest_cudagate.defences import sanitizer
+from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
 
 RATIO_CONFIDENCE = 0.99
@@ -265,18 +267,12 @@ class HarnessEvaluator:
     def gate_checks(self, validation: Validation) -> dict:
         """What the gate applied beyond the signed cases, for the audit pack (a finding fails its case;
         a check that could not run leaves a note)."""
-        try:
-            from cudagate_harness import sanitizer
-
-            from pytest_cudagate.defences.checks import effective_checks, sanitizer_case
-        except ImportError:
-            return {"fresh_inputs": None, "sanitizer": None}
         checks, _ = effective_checks(self.suite)
         binary = sanitizer.find()
         return {
             "fresh_inputs": {"sets_per_case": checks.fresh_inputs, "adversarial": checks.adversarial_inputs,
                              "seed": validation.fresh_seed, "cases": "every case, holdout included"},
-            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer_case(self.suite).name,
+            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer.sanitizer_case(self.suite).name,
                           "binary": binary, "ran": bool(binary and checks.sanitizer)},
         }
 

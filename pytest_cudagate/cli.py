@@ -18,8 +18,8 @@ from pathlib import Path
 
 from pytest_cudagate import __version__
 from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
@@ -31,8 +31,13 @@ from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.trust.ledger import sign_ledger
 from pytest_cudagate.judge.correctness import judge_case, load_expected
-
-EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
+from pytest_cudagate.schema import validate
+from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.gate import BASELINE_ROUNDS
+from pytest_cudagate.worker.requests import run_request
+from pytest_cudagate.judge.stats import summarize
+from pytest_cudagate.diffing import kernel_diff
 
 
 def _suites(paths: list[str]) -> list[Path]:
@@ -78,8 +83,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from pytest_cudagate.schema import validate
-
     path = Path(args.request)
     try:
         request = json.loads(path.read_text(encoding="utf-8"))
@@ -137,12 +140,6 @@ def cmd_cases_generate(args) -> int:
 
 def cmd_approve(args) -> int:
     """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
-    from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
-    from pytest_cudagate.worker.fingerprint import Fingerprint
-    from pytest_cudagate.gate import BASELINE_ROUNDS
-    from pytest_cudagate.worker.requests import run_request
-    from pytest_cudagate.judge.stats import summarize
-
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     ledger = Ledger.for_suite(suite)
@@ -200,8 +197,6 @@ def cmd_approve(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from pytest_cudagate.diffing import kernel_diff
-
     suite = load_suite(next(iter(_suites([args.suite]))))
     print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))
     return 0
@@ -268,14 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except WorkerUnavailable as exc:
-        print(f"cudagate: {exc}", file=sys.stderr)
-        return EXIT_NO_GPU
-    except (CudagateError, KeyError) as exc:
-        print(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}", file=sys.stderr)
-        return EXIT_INPUT
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

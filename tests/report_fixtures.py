@@ -24,6 +24,8 @@ from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.judge.correctness import CaseVerdict
+from pytest_cudagate.reports.document import build_report
+from pytest_cudagate.reports.locate import from_items
 
 CASES = """\
 cases:
@@ -188,9 +190,6 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
 
 def built_report(scenario: Scenario, report_dir: Path | None = None, *, root: Path | None = None, exitstatus: int = 1):
     """The report document (and request files) the pytest hook would build for ``scenario``."""
-    from pytest_cudagate.reports.document import build_report
-    from pytest_cudagate.reports.locate import from_items
-
     return build_report(scenario.outcomes, scenario.skipped, index=from_items(scenario.items()),
                         fingerprint=scenario.fingerprint, options=scenario.options, trust=scenario.trust,
                         root=root or scenario.suite.root.parent, exitstatus=exitstatus,

@@ -24,6 +24,7 @@ from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.trust import sign_suite
 from pytest_cudagate.judge.correctness import judge_case, load_expected
 
@@ -268,7 +269,6 @@ def tiny_suite(tmp_path_factory):
     (folder / "reference.py").write_text(TINY_REFERENCE)
     path = write_suite(folder, yaml_text=TINY_YAML, data=False)
     (folder / "reference.py").write_text(TINY_REFERENCE)  # write_suite wrote the default one
-    from pytest_cudagate.suite.cases import generate
 
     generate(load_suite(path))
     return load_suite(path)

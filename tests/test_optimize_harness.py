@@ -16,6 +16,7 @@ from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.suite.cases import python_expected
 from pytest_cudagate.suite.loader import load_suite
+from pathlib import Path
 
 HELLO = {"type": "hello", "ok": True, "device": {"name": "Fake H200", "arch": "sm_90", "compute_capability": "9.0",
                                                  "memory_total_bytes": 1 << 37, "cuda_driver_version": "13.0",
@@ -71,7 +72,6 @@ class WorkerLikeClient:
 
     def run(self, request: dict) -> RunResult:
         self.requests.append(request)
-        from pathlib import Path
 
         result = RunResult(compile={"ok": True, "log": "", "resources": {"registers": 16}, "seconds": 0.1})
         for case in request["cases"]:
@@ -85,8 +85,6 @@ class WorkerLikeClient:
         return 0.010 if "latency=0.010" in kernel["source"] else 0.020
 
     def compare(self, request: dict, decide) -> CompareResult:
-        from pathlib import Path
-
         self.requests.append(request)
         result = CompareResult(compile={"approved": {"ok": True, "log": ""}, "current": {"ok": True, "log": ""}})
         rng = np.random.default_rng(0)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import ks_2samp
 
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.latency import Latency, classify
@@ -301,8 +302,6 @@ def test_unpaired_is_reproducible_per_seed() -> None:
 
 @pytest.mark.parametrize("n", [51, 50])
 def test_fast_bootstrap_median_matches_naive_resampling(n: int) -> None:
-    from scipy.stats import ks_2samp
-
     rng = np.random.default_rng(n)
     x = np.sort(rng.lognormal(0.0, 0.3, n))
     fast = stats._bootstrap_medians(x, np.random.default_rng(1), 20_000)

@@ -33,6 +33,7 @@ from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expe
 from pytest_cudagate.defences import sanitizer
 from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
+from pytest_cudagate.optimize.nsight import profile
 
 RATIO_CONFIDENCE = 0.99
 
@@ -277,8 +278,6 @@ class HarnessEvaluator:
         }
 
     def profile(self, candidate: Candidate) -> dict:
-        from pytest_cudagate.optimize.nsight import profile
-
         perf = [c for c in self.visible if c.kind == "performance"]
         case = max(perf, key=lambda c: sum(self.suite.counts(c).values()))
         program = candidate.program(self.program)

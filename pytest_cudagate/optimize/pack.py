@@ -32,6 +32,10 @@ from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.schema import problems as schema_problems
 from pytest_cudagate.optimize.budgets import STOP_REASONS
+from pytest_cudagate.optimize.heatmap import write_heatmaps
+from pytest_cudagate.optimize.report import render
+from pytest_cudagate.trust import collect_manifest
+from pytest_cudagate.optimize.loop import geomean
 
 FORMAT = 1
 _RUN = re.compile(r"^run-(\d+)$")
@@ -134,14 +138,12 @@ class AuditPack:
             self.write_text("best.cu", winner.candidate.text)
             files.append("best.cu")
             files += self.write_replays(winner)
-        from pytest_cudagate.optimize.heatmap import write_heatmaps
 
         files += write_heatmaps(self, optimizer)
         status = "interrupted" if optimizer.stop_reason == "interrupted" else "finished"
         self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
         summary = summary_doc(self, optimizer, status=status, files=files)
         self.write_json("summary.json", summary, "optimize-summary")
-        from pytest_cudagate.optimize.report import render
 
         self.write_text("report.html", render(summary, history_doc(self, optimizer), self.dir))
         summary["files"] = sorted(p.name for p in self.dir.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -206,8 +208,6 @@ def history_doc(pack: AuditPack, opt) -> dict:
 
 def _oracle(suite) -> dict:
     try:
-        from pytest_cudagate.trust import collect_manifest
-
         manifest, problems = collect_manifest(suite)
         return {"reference": manifest.get("reference"), "cases": {n: c.get("files") for n, c in manifest["cases"].items()},
                 "problems": problems}
@@ -245,7 +245,6 @@ def _best_json(opt, attempt, pack) -> dict | None:
     ratios = [c["gate"]["ratio_vs_approved"]["ratio"] for c in cases
               if c["gate"] and c["gate"].get("ratio_vs_approved") and c["kind"] == "performance"
               and c["gate"]["ratio_vs_approved"].get("ratio")]
-    from pytest_cudagate.optimize.loop import geomean
 
     g = geomean(ratios)
     return {"attempt": attempt.index, "round": attempt.round, "origin": attempt.candidate.origin,

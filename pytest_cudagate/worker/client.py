@@ -19,11 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pytest_cudagate.errors import WorkerUnavailable
+
 DEFAULT_TIMEOUT_S = 60.0
-
-
-class WorkerUnavailable(RuntimeError):
-    """No worker can run on this machine (no driver, no device); the message says why."""
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
@@ -36,7 +37,7 @@ BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel
 class GateOptions:
     strict: bool = False  # inconclusive and unstable fail
     release: bool = False  # also judge against the stored baseline; incomparable fails
-    budget_s: float = 2.0  # measurement time per case
+    budget_s: float = DEFAULT_BUDGET_S  # measurement time per case
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
 
@@ -59,7 +60,7 @@ class Gate:
 
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
-        threshold = self.options.threshold or suite.threshold
+        threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         approval = ledger.approvals.get(program.name)
         out = self.output_dir / program.name
         checks, notes = effective_checks(suite)
@@ -136,7 +137,7 @@ class Gate:
         if outcome.correctness is None or not wants_sanitizer(checks, suite, case, body):
             return
         request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer", source_text=source_text)
-        timeout = max(60.0, 2 * float(getattr(self.client, "timeout_s", 60.0)))
+        timeout = max(DEFAULT_TIMEOUT_S, 2 * float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)))
         problems, notes = sanitize(request, checks.sanitizer, timeout_s=timeout, env=getattr(self.client, "env", None))
         outcome.notes.extend(notes)
         if problems:

@@ -242,3 +242,11 @@ def test_without_collected_items_the_requests_locate_each_case(tmp_path):
     assert edge["nodeid"] == "scale/cudagate.yaml::scale2::edge" and edge["source"] == "scale/scale.cu"
     assert set(edge["inputs"]) == {"cases/edge/x.npy", "cases/edge/expected/y.npy"}
     assert item(document, "perf")["nodeid"] == "scale/cudagate.yaml::scale2::perf"  # from its `compare` request
+
+
+def test_a_report_where_nothing_was_replayed_does_not_claim_a_pass(tmp_path):
+    scenario = build_scenario(tmp_path / "scale")
+    scenario.outcomes = []
+    write_report(tmp_path / "out", built_report(scenario, exitstatus=0))
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "every replayed case passed" not in page and "no case was replayed" in page

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pytest_cudagate.judge import stats
+from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
 MAX_DISTURBED_CHUNKS = 3
@@ -124,7 +125,7 @@ class AdaptiveSampler:
     :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is ``unstable``.
     """
 
-    def __init__(self, threshold: float, budget_s: float = 2.0, confidence: float = 0.99):
+    def __init__(self, threshold: float, budget_s: float = DEFAULT_BUDGET_S, confidence: float = 0.99):
         self.threshold = threshold
         self.budget_s = budget_s
         self.confidence = confidence

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.config import DEFAULT_BUDGET_S, project_config
 from pytest_cudagate.errors import CudagateError, run_command
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.budgets import Budgets, Meter, load_price_table, price_for
@@ -75,9 +76,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     search.add_argument("--seed", type=int, default=0, help="autotune: random seed (default 0)")
     search.add_argument("--validate-top", type=int, default=3, metavar="N",
                         help="gate up to N of the fastest candidates until one passes (default 3)")
-    search.add_argument("--gate-budget", type=float, default=2.0, metavar="S", help="gate measurement seconds per case")
+    search.add_argument("--gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="gate measurement seconds per case")
     search.add_argument("--strict", action="store_true", help="the gate fails inconclusive and unstable cases")
-    search.add_argument("--timeout", type=float, default=60.0, metavar="S", help="watchdog per case (default 60)")
+    search.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="watchdog per case (default: [tool.cudagate] timeout_s, else 60)")
     search.add_argument("--allow-unsigned", action="store_true", help="optimise against an unsigned suite (experiments)")
     out = p.add_argument_group("output")
     out.add_argument("--results", default="results", metavar="DIR", help="where run-NNN/ goes (default results)")
@@ -193,7 +195,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
 
 
 def _harness_evaluator(args, suite, program, ledger, resources):
-    client = HarnessClient(timeout_s=args.timeout)
+    client = HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s)
     resources.append(_Closing(client.__exit__, None, None, None))
     hello = client.start()
     lock = GpuLock(hello["device"]["uuid"])  # no other gate run times on this card meanwhile

@@ -19,9 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pytest_cudagate.config import DEFAULT_TIMEOUT_S
 from pytest_cudagate.errors import WorkerUnavailable
-
-DEFAULT_TIMEOUT_S = 60.0
 
 
 @dataclass

@@ -23,9 +23,9 @@ from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
-from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
+from pytest_cudagate.judge.latency import (FIRST_ROUNDS, MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
-from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case, load_expected
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -211,16 +211,9 @@ class Gate:
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
     def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
-        request = {
-            "protocol": 1, "op": "compare", "suite": str(suite.path),
-            "kernels": {"approved": ledger.approved_spec(approval), "current": kernel_spec(program, source_text)},
-            "launches": {"approved": ledger.approved_launch(approval, case.name).resolve(case.scalars),
-                         "current": program.launch_for(case.name).resolve(case.scalars)},
-            "signature": [p.protocol() for p in suite.signature],
-            "case": case_spec(suite, program, case),
-            "timing": {**suite.timing.to_json(), "chunk": 100},
-            "output_dir": str(out),
-        }
+        request = compare_request(suite, program, case, approved=ledger.approved_spec(approval),
+                                  approved_launch=ledger.approved_launch(approval, case.name), output_dir=out,
+                                  chunk=FIRST_ROUNDS, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s)
         result = self.client.compare(request, sampler.decide)

@@ -27,7 +27,7 @@ import numpy as np
 from pytest_cudagate.judge import stats
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
 from pytest_cudagate.defences import sanitizer
@@ -201,16 +201,9 @@ class HarnessEvaluator:
     def _timed(self, evaluation: Evaluation, candidate: Candidate, program: Program, case: Case, out: Path) -> bool:
         suite, initial = self.suite, self.initial.program(self.program)
         self._seed += 1
-        request = {
-            "protocol": 1, "op": "compare", "suite": str(suite.path),
-            "kernels": {"approved": kernel_spec(initial, self.initial.text), "current": kernel_spec(program, candidate.text)},
-            "launches": {"approved": initial.launch_for(case.name).resolve(case.scalars),
-                         "current": program.launch_for(case.name).resolve(case.scalars)},
-            "signature": [p.protocol() for p in suite.signature],
-            "case": case_spec(suite, program, case),
-            "timing": {**suite.timing.to_json(), "chunk": suite.timing.repeat, "seed": self._seed},
-            "output_dir": str(out),
-        }
+        request = compare_request(suite, program, case, approved=kernel_spec(initial, self.initial.text),
+                                  approved_launch=initial.launch_for(case.name), output_dir=out,
+                                  chunk=suite.timing.repeat, source_text=candidate.text, seed=self._seed)
         chunks = []
 
         def decide(chunk: dict) -> int:  # one chunk of timing.repeat rounds: the seed tool's 100 launches

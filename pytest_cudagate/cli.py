@@ -18,8 +18,9 @@ from pathlib import Path
 
 from pytest_cudagate import __version__
 from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
+from pytest_cudagate.config import project_config
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
@@ -30,9 +31,17 @@ from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.trust.ledger import sign_ledger
-from pytest_cudagate.judge.correctness import judge, load_expected
+from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.schema import validate
+from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.gate import BASELINE_ROUNDS
+from pytest_cudagate.worker.requests import run_request
+from pytest_cudagate.judge.stats import summarize
+from pytest_cudagate.diffing import kernel_diff
 
-EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
+
+TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
 
 
 def _suites(paths: list[str]) -> list[Path]:
@@ -63,7 +72,7 @@ def cmd_check(args) -> int:
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
         programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
-        for arch in args.arch or ["sm_90"]:
+        for arch in args.arch or [project_config(suite).arch]:
             for program in programs:
                 result = compile_program(program, arch)
                 if result.ok:
@@ -78,8 +87,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from pytest_cudagate.schema import validate
-
     path = Path(args.request)
     try:
         request = json.loads(path.read_text(encoding="utf-8"))
@@ -93,7 +100,7 @@ def cmd_run(args) -> int:
                 spec["input"] = str(base / spec["input"])
         case["expected"] = {k: str(base / v) for k, v in case.get("expected", {}).items()}
     request["output_dir"] = args.output or tempfile.mkdtemp(prefix="cudagate-run-")
-    with HarnessClient(timeout_s=args.timeout) as client:
+    with HarnessClient(timeout_s=project_config(path, timeout_s=args.timeout).timeout_s) as client:
         client.start()
         result = client.run(request)
     report = {"request": str(path), "compile": result.compile, "device": client.device, "cases": []}
@@ -105,7 +112,7 @@ def cmd_run(args) -> int:
         if case["expected"] and body.get("status") == "ok":
             tolerance = {k: Tolerance(**v) for k, v in case.get("tolerance", {}).items()}
             shapes = {k: tuple(v) for k, v in case.get("shapes", {}).items()}
-            verdict = judge(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
+            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
             entry.update(passed=verdict.passed, problems=verdict.problems,
                          comparisons=[{**asdict(c), "tolerance": asdict(c.tolerance)} for c in verdict.comparisons])
             failed |= not verdict.passed
@@ -125,7 +132,7 @@ def cmd_cases_generate(args) -> int:
         if suite.reference.python:
             folders = generate(suite, cases)
         else:
-            with HarnessClient(timeout_s=args.timeout) as client:
+            with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client:
                 client.start()
                 folders = generate(suite, cases, client=client)
         for folder in folders:
@@ -137,19 +144,13 @@ def cmd_cases_generate(args) -> int:
 
 def cmd_approve(args) -> int:
     """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
-    from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
-    from pytest_cudagate.worker.fingerprint import Fingerprint
-    from pytest_cudagate.gate import BASELINE_ROUNDS
-    from pytest_cudagate.worker.requests import run_request
-    from pytest_cudagate.judge.stats import summarize
-
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     ledger = Ledger.for_suite(suite)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     who = args.approved_by or _user_name(suite.root)
     refused = False
-    with HarnessClient(timeout_s=args.timeout) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
+    with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
         fingerprint = Fingerprint.from_hello(client.start())
         print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
         for program in kernels:
@@ -164,7 +165,7 @@ def cmd_approve(args) -> int:
                     problems.append(f"does not compile:\n{result.compile.get('log', '')}")
                     break
                 body = result.cases[case.name]
-                verdict = judge(program.name, case.name, body,
+                verdict = judge_case(program.name, case.name, body,
                                 load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
                                 suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
                 if not verdict.passed:
@@ -200,8 +201,6 @@ def cmd_approve(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    from pytest_cudagate.diffing import kernel_diff
-
     suite = load_suite(next(iter(_suites([args.suite]))))
     print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))
     return 0
@@ -227,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate suites, their case data, and compile every kernel (no GPU needed)")
     check.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    check.add_argument("--arch", action="append", metavar="SM", help="compile target, repeatable (default sm_90)")
+    check.add_argument("--arch", action="append", metavar="SM", help="compile target, repeatable (default: [tool.cudagate] arch, else sm_90)")
     check.add_argument("--allow-unsigned", action="store_true",
                        help="skip signature checks (local experiments only; says so loudly)")
     check.set_defaults(func=cmd_check)
@@ -235,14 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="replay one harness request file on the GPU and print per-case results as JSON")
     run.add_argument("request", metavar="REQUEST.json")
     run.add_argument("--output", metavar="DIR", help="where the kernel's outputs are written (default: a temp folder)")
-    run.add_argument("--timeout", type=float, default=60.0, metavar="S", help="watchdog per case (default 60)")
+    run.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
     run.set_defaults(func=cmd_run)
 
     approve = sub.add_parser("approve", help="record the current kernel(s) as approved, with baselines measured on this GPU")
     approve.add_argument("suite", metavar="SUITE")
     approve.add_argument("kernel", nargs="?", metavar="KERNEL", help="only this kernel (default: all)")
     approve.add_argument("--approved-by", metavar="NAME", help="reviewer's name (default: git user.name)")
-    approve.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    approve.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
     approve.set_defaults(func=cmd_approve)
@@ -261,21 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference")
     gen.add_argument("suites", nargs="+", metavar="SUITE")
     gen.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
-    gen.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    gen.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
     gen.set_defaults(func=cmd_cases_generate)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except WorkerUnavailable as exc:
-        print(f"cudagate: {exc}", file=sys.stderr)
-        return EXIT_NO_GPU
-    except (CudagateError, KeyError) as exc:
-        print(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}", file=sys.stderr)
-        return EXIT_INPUT
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

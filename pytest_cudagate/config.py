@@ -1,4 +1,9 @@
-"""Project settings from ``[tool.cudagate]`` in pyproject.toml (all optional)."""
+"""Settings: ``[tool.cudagate]`` in pyproject.toml (all optional), the command-line options, and
+every default, resolved once (:func:`resolve`) for each entry point.
+
+Precedence: an option given on the command line, then ``[tool.cudagate]``, then the default here.
+Light on purpose: the pytest plugin imports this module on every pytest run.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,11 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 _KEYS = {"suites", "arch", "timeout_s", "trusted_keys"}
+
+DEFAULT_ARCH = "sm_90"  # compile target when no GPU is present (the H200's)
+DEFAULT_TIMEOUT_S = 60.0  # watchdog per case: a kernel silent for longer is killed
+DEFAULT_BUDGET_S = 2.0  # measurement time per performance case of the interleaved comparison
+DEFAULT_LOCK_TIMEOUT_S = 600.0  # wait for another gate run to release the GPU
 
 
 @dataclass(frozen=True)
@@ -44,3 +54,56 @@ def load_settings(root: Path) -> Settings:
         timeout_s=raw.get("timeout_s"),
         trusted_keys=tuple(raw.get("trusted_keys", ())),
     )
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """What one gate run uses, every value resolved (see the module's precedence)."""
+
+    arch: str = DEFAULT_ARCH
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    budget_s: float = DEFAULT_BUDGET_S
+    threshold: float | None = None  # None: each suite's gate.threshold
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    strict: bool = False
+    release: bool = False
+    fresh_seed: int | None = None
+    allow_unsigned: bool = False
+    require_gpu: bool = False
+
+
+class OptionError(ValueError):
+    """An option value that cannot be used; the message names the option and the fix."""
+
+
+def check_threshold(value: float | None, option: str) -> float | None:
+    """A latency threshold is a fraction strictly between 0 and 1 (0.02 = 2%); refused otherwise,
+    never silently replaced by the suite's."""
+    if value is not None and not 0 < value < 1:
+        raise OptionError(f"{option} {value:g}: the latency threshold is a fraction strictly between 0 and 1 "
+                          f"(0.02 = 2%); leave it out to use each suite's gate.threshold")
+    return value
+
+
+def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | None = None,
+            threshold: float | None = None, threshold_option: str = "--threshold", **options) -> GateConfig:
+    """The run's configuration: command-line values (None when not given) over ``settings`` over
+    the defaults. ``options`` are the remaining :class:`GateConfig` fields, as given."""
+    given = {k: v for k, v in options.items() if v is not None}
+    return GateConfig(arch=arch or settings.arch or DEFAULT_ARCH,
+                      timeout_s=next(t for t in (timeout_s, settings.timeout_s, DEFAULT_TIMEOUT_S) if t is not None),
+                      threshold=check_threshold(threshold, threshold_option), **given)
+
+
+def project_root(start: Path) -> Path:
+    """The folder of the nearest pyproject.toml at or above ``start`` (``start`` itself if none):
+    where the ``cudagate`` commands read ``[tool.cudagate]``, as pytest does from its rootdir."""
+    start = Path(start).resolve()
+    folder = start if start.is_dir() else start.parent
+    return next((p for p in (folder, *folder.parents) if (p / "pyproject.toml").is_file()), folder)
+
+
+def project_config(where, **given) -> GateConfig:
+    """:func:`resolve` for a ``cudagate`` command working on ``where`` (a suite, or a path in the project)."""
+    path = Path(getattr(where, "path", where))
+    return resolve(load_settings(project_root(path)), **given)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
+# Exit codes of every ``cudagate`` command: 0 all good, 1 a check failed, 2 bad input, 3 no CUDA device.
+EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
+
 
 class CudagateError(Exception):
     """Base of the errors cudagate reports to users without a traceback."""
@@ -14,3 +19,19 @@ class FileError(CudagateError):
         self.path = str(path)
         self.problems = list(problems)
         super().__init__(self.path + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class WorkerUnavailable(RuntimeError):
+    """No worker can run on this machine (no driver, no device); the message says why."""
+
+
+def run_command(func, args) -> int:
+    """Run one ``cudagate`` command; a user's error becomes one line on stderr and its exit code."""
+    try:
+        return func(args)
+    except WorkerUnavailable as exc:
+        print(f"cudagate: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
+    except (CudagateError, KeyError) as exc:
+        print(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}", file=sys.stderr)
+        return EXIT_INPUT

@@ -10,22 +10,25 @@ import copy
 import hashlib
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
-from pytest_cudagate.defences.checks import effective_checks, sanitize, wants_sanitizer, worker_checks
-from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
+from pytest_cudagate.defences.checks import effective_checks, worker_checks
+from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
+from pytest_cudagate.judge.latency import (FIRST_ROUNDS, MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
-from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
+from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.outcome import CaseOutcome
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
@@ -34,29 +37,9 @@ BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel
 class GateOptions:
     strict: bool = False  # inconclusive and unstable fail
     release: bool = False  # also judge against the stored baseline; incomparable fails
-    budget_s: float = 2.0  # measurement time per case
+    budget_s: float = DEFAULT_BUDGET_S  # measurement time per case
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
-
-
-@dataclass
-class CaseOutcome:
-    suite: str
-    kernel: str
-    case: str
-    kind: str
-    correctness: CaseVerdict | None = None
-    latency: LatencyResult | None = None
-    failed: bool = False
-    warning: str | None = None
-    message: str = ""
-    requests: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # relaxed or skipped checks: shown with the outcome
-    worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
-
-    @property
-    def outcome(self) -> str:
-        return "failed" if self.failed else "passed"
 
 
 class Gate:
@@ -77,7 +60,7 @@ class Gate:
 
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
-        threshold = self.options.threshold or suite.threshold
+        threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         approval = ledger.approvals.get(program.name)
         out = self.output_dir / program.name
         checks, notes = effective_checks(suite)
@@ -101,7 +84,7 @@ class Gate:
                 outcome.latency = self._identical(approval, case, body, threshold)
                 outcome.latency.discarded = discarded
         else:
-            body, compile_info, outcome.latency = self._compare(outcome, suite, program, case, ledger, approval,
+            body, compile_info, outcome.latency = self._interleaved(outcome, suite, program, case, ledger, approval,
                                                                 threshold, out, source_text, extra)
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
@@ -109,7 +92,7 @@ class Gate:
             return outcome
         expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
         shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
         self._sanitize(outcome, suite, program, case, body, checks, source_text)
         self._decide(outcome)
@@ -154,7 +137,7 @@ class Gate:
         if outcome.correctness is None or not wants_sanitizer(checks, suite, case, body):
             return
         request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer", source_text=source_text)
-        timeout = max(60.0, 2 * float(getattr(self.client, "timeout_s", 60.0)))
+        timeout = max(DEFAULT_TIMEOUT_S, 2 * float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)))
         problems, notes = sanitize(request, checks.sanitizer, timeout_s=timeout, env=getattr(self.client, "env", None))
         outcome.notes.extend(notes)
         if problems:
@@ -227,17 +210,10 @@ class Gate:
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
-    def _compare(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
-        request = {
-            "protocol": 1, "op": "compare", "suite": str(suite.path),
-            "kernels": {"approved": ledger.approved_spec(approval), "current": kernel_spec(program, source_text)},
-            "launches": {"approved": ledger.approved_launch(approval, case.name).resolve(case.scalars),
-                         "current": program.launch_for(case.name).resolve(case.scalars)},
-            "signature": [p.protocol() for p in suite.signature],
-            "case": case_spec(suite, program, case),
-            "timing": {**suite.timing.to_json(), "chunk": 100},
-            "output_dir": str(out),
-        }
+    def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
+        request = compare_request(suite, program, case, approved=ledger.approved_spec(approval),
+                                  approved_launch=ledger.approved_launch(approval, case.name), output_dir=out,
+                                  chunk=FIRST_ROUNDS, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s)
         result = self.client.compare(request, sampler.decide)
@@ -250,7 +226,7 @@ class Gate:
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
-        approved_check = judge(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
+        approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
                                checks=(extra or {}).get("checks"))

@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems
-
-DEFAULT_ARCH = "sm_90"
-
 
 def xdist_device_env() -> dict[str, str]:
     """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
@@ -41,11 +40,11 @@ def xdist_device_env() -> dict[str, str]:
 
 @dataclass
 class GateRuntime:
-    timeout_s: float = 60.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     default_arch: str = DEFAULT_ARCH
     require_gpu: bool = False
     options: GateOptions = field(default_factory=GateOptions)
-    lock_timeout_s: float = 600.0
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
     keep_outputs: Path | None = None
     allow_unsigned: bool = False
     trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
@@ -73,6 +72,10 @@ class GateRuntime:
             self._lock.acquire()
             self._client = client
         return self._client
+
+    @property
+    def fingerprint_text(self) -> str | None:
+        return self._gate.fingerprint_text if self._gate is not None else None
 
     @property
     def unavailable_reason(self) -> str | None:

@@ -7,6 +7,8 @@ its case data is generated without a GPU; its kernel compiles with the NVRTC fro
 from __future__ import annotations
 
 from pathlib import Path
+from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.suite.loader import load_suite
 
 SUITE_YAML = """\
 suite: scale
@@ -66,9 +68,6 @@ def write_suite(folder: Path, *, yaml_text: str = SUITE_YAML, kernel_source: str
     (folder / "scale.cu").write_text(kernel_source, encoding="utf-8")
     (folder / "reference.py").write_text(REFERENCE_PY, encoding="utf-8")
     if data:
-        from pytest_cudagate.suite.cases import generate
-        from pytest_cudagate.suite.loader import load_suite
-
         generate(load_suite(path))
     return path
 

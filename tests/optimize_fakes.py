@@ -23,6 +23,10 @@ from pathlib import Path
 
 from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.judge.correctness import CaseVerdict
+from pytest_cudagate.judge.latency import Latency, LatencyResult
+from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.stats import RatioEstimate, summarize
 from pytest_cudagate.optimize.evaluator import CaseResult, Evaluation, Validation, compile_summary
 
 BASE_MS = 0.020
@@ -140,22 +144,23 @@ class FakeEvaluator:
         validation = Validation(passed=True, fresh_seed=1234, gpu_s=self.validate_gpu_s,
                                 notes=["small: compute-sanitizer not found: the memcheck, racecheck step was skipped"])
         for case in self.suite.cases:
-            entry = {"case": case.name, "kind": case.kind, "holdout": case.holdout, "passed": True, "message": "",
-                     "warning": None, "correctness": {"passed": True, "problems": [], "rel_norm": 0.0},
-                     "latency_verdict": None, "ratio_vs_approved": None, "approved_ms": None, "current_ms": None,
-                     "notes": []}
+            outcome = CaseOutcome(self.suite.name, self.program.name, case.name, case.kind,
+                                  correctness=CaseVerdict(self.program.name, case.name, True))
             if case.kind == "performance":
                 latency = self._latency(candidate, case.name)
-                ratio = latency / BASE_MS
-                entry.update(latency_verdict="regressed" if "regressed" in flags else "improved",
-                             ratio_vs_approved={"ratio": 1.3 if "regressed" in flags else ratio, "low": ratio * 0.98,
-                                                "high": ratio * 1.02, "confidence": 0.99, "n": 200},
-                             approved_ms=BASE_MS, current_ms=latency)
+                ratio = 1.3 if "regressed" in flags else latency / BASE_MS
+                estimate = RatioEstimate(ratio, ratio * 0.98, ratio * 1.02, 0.99, 200, "fake")
+                outcome.latency = LatencyResult(Latency.REGRESSED if "regressed" in flags else Latency.IMPROVED, 0.02,
+                                                estimate=estimate, approved=summarize([BASE_MS] * 3),
+                                                current=summarize([latency] * 3))
             if case.holdout and "holdout-wrong" in flags:
-                entry.update(passed=False, message=f"scale2 × {case.name}: FAILED\noutput 'y': 23100 of 23100 elements "
-                                                    "outside tolerance (23100 never written)")
+                outcome.failed = True
+                outcome.message = (f"scale2 × {case.name}: FAILED\noutput 'y': 23100 of 23100 elements "
+                                   "outside tolerance (23100 never written)")
             if "regressed" in flags and case.kind == "performance":
-                entry.update(passed=False, message="latency regressed: current is 30.0% slower than approved")
+                outcome.failed = True
+                outcome.message = "latency regressed: current is 30.0% slower than approved"
+            entry = {**outcome.to_json(), "holdout": case.holdout}
             validation.cases.append(entry)
             if not entry["passed"] and validation.passed:
                 validation.passed = False

@@ -15,14 +15,17 @@ import numpy as np
 
 from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.judge import stats
-from pytest_cudagate.judge.elementwise import compare
+from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
-from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, incomparable
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, classify, incomparable
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.judge.correctness import CaseVerdict
+from pytest_cudagate.reports.document import build_report
+from pytest_cudagate.reports.locate import from_items
 
 CASES = """\
 cases:
@@ -73,7 +76,7 @@ def _inconclusive() -> LatencyResult:
     approved = (0.050 * rng.lognormal(0, 0.04, 24)).tolist()
     current = (0.050 * 1.025 * rng.lognormal(0, 0.04, 24)).tolist()
     estimate = stats.paired_ratio(current, approved)
-    return LatencyResult(Latency(stats.judge(estimate, THRESHOLD).value), THRESHOLD, reason="approved", estimate=estimate,
+    return LatencyResult(classify(estimate, THRESHOLD), THRESHOLD, reason="approved", estimate=estimate,
                          approved=stats.summarize(approved), current=stats.summarize(current), pairs=24,
                          measurement_s=2.01, samples={"approved": approved, "current": current},
                          telemetry=[_state(rng, 1)])
@@ -122,7 +125,7 @@ def _compare_request(suite: Suite, case_name: str, out: Path) -> dict:
 def _passing_verdict(suite: Suite, case_name: str, samples_ms: list[float] | None = None) -> CaseVerdict:
     case = suite.case(case_name)
     expected = np.load(suite.expected_path(case, suite.outputs[0]))
-    result = compare("y", expected.copy(), expected, suite.tolerance["y"], suite.shape(suite.outputs[0], case))
+    result = check_output("y", expected.copy(), expected, suite.tolerance["y"], suite.shape(suite.outputs[0], case))
     return CaseVerdict("scale2", case_name, True, comparisons=[result], samples_ms=samples_ms)
 
 
@@ -151,7 +154,7 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
     actual[1, 3] += 0.5  # off by a lot: the worst element
     actual[0, 2] = np.nan  # an element the kernel never wrote sensibly
     actual[1, 6] *= 1.001
-    comparison = compare("y", actual, expected, suite.tolerance["y"], suite.shape(suite.outputs[0], case))
+    comparison = check_output("y", actual, expected, suite.tolerance["y"], suite.shape(suite.outputs[0], case))
     wrong.correctness = CaseVerdict("scale2", "edge", False, comparisons=[comparison])
 
     regressed = CaseOutcome(suite.name, "scale2", "perf", "performance")  # timed against the approved version:
@@ -187,9 +190,6 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
 
 def built_report(scenario: Scenario, report_dir: Path | None = None, *, root: Path | None = None, exitstatus: int = 1):
     """The report document (and request files) the pytest hook would build for ``scenario``."""
-    from pytest_cudagate.reports.document import build_report
-    from pytest_cudagate.reports.locate import from_items
-
     return build_report(scenario.outcomes, scenario.skipped, index=from_items(scenario.items()),
                         fingerprint=scenario.fingerprint, options=scenario.options, trust=scenario.trust,
                         root=root or scenario.suite.root.parent, exitstatus=exitstatus,

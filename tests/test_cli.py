@@ -13,7 +13,8 @@ import pytest
 
 from helpers import BROKEN_CU, EXAMPLES, SUITE_YAML, line_of, replace_once, write_suite
 from pytest_cudagate import __version__
-from pytest_cudagate.cli import EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU, main
+from pytest_cudagate.cli import main
+from pytest_cudagate.errors import EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 

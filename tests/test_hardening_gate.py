@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from helpers import SUITE_YAML, replace_once, write_suite
 from test_hardening_fakes import FakeDevice, FakeKernel, InProcessClient, Launch, make_worker
@@ -23,7 +24,9 @@ from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.judge.correctness import judge, load_expected
+from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.trust import sign_suite
+from pytest_cudagate.judge.correctness import judge_case, load_expected
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
 
@@ -266,7 +269,6 @@ def tiny_suite(tmp_path_factory):
     (folder / "reference.py").write_text(TINY_REFERENCE)
     path = write_suite(folder, yaml_text=TINY_YAML, data=False)
     (folder / "reference.py").write_text(TINY_REFERENCE)  # write_suite wrote the default one
-    from pytest_cudagate.suite.cases import generate
 
     generate(load_suite(path))
     return load_suite(path)
@@ -342,14 +344,15 @@ def test_without_guard_zones_a_write_past_the_end_is_not_reported(tmp_path):
 
 
 def test_a_relaxation_the_signature_does_not_cover_is_ignored(tmp_path):
-    suite = suite_with(tmp_path, "checks: {sanitizer: off, determinism: tolerance}\n")
-    signed = {"format": 1, "manifest": {"suite": "scale"}, "signature": {}}  # signed before the relaxation
-    (suite.root / "cudagate.sig.json").write_text(json.dumps(signed))
+    key = Ed25519PrivateKey.generate()
+    sign_suite(suite_with(tmp_path, "checks: {sanitizer: off}\n"), key)  # signed before the relaxation
+    relaxed = "checks: {sanitizer: off, determinism: tolerance}\n"
+    (tmp_path / "scale" / "cudagate.yaml").write_text(SUITE_YAML + relaxed)
+    suite = load_suite(tmp_path / "scale" / "cudagate.yaml")
     outcome = replay_all(suite, ["nondeterministic"], tmp_path)["nondeterministic", "small"]
     assert outcome.failed and "is not deterministic" in outcome.message
     assert "does not cover that, so every check applies" in outcome.message
-    signed["manifest"]["checks"] = {"determinism": "tolerance", "sanitizer": []}  # now the signature covers it
-    (suite.root / "cudagate.sig.json").write_text(json.dumps(signed))
+    sign_suite(suite, key)  # now the signature covers it
     outcome = replay_all(suite, ["nondeterministic"], tmp_path / "again")["nondeterministic", "small"]
     assert not outcome.failed, outcome.message
 
@@ -380,8 +383,8 @@ def test_compare_checks_the_current_kernels_timed_outputs(scale_suite, tmp_path,
     assert body["timed"]["checked"] >= 1
     case = scale_suite.case("perf")
     expected = load_expected({p.name: scale_suite.expected_path(case, p) for p in scale_suite.outputs})
-    verdict = judge(current, "perf", body, expected, scale_suite.tolerance)
-    approved = judge("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
+    verdict = judge_case(current, "perf", body, expected, scale_suite.tolerance)
+    approved = judge_case("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
     if reason is None:
         assert verdict.passed, verdict.describe()
     else:
@@ -424,7 +427,7 @@ def test_a_fault_in_the_timed_launches_is_attributed_to_them(scale_suite, tmp_pa
                           timing={**scale_suite.timing.to_json(), "warmup": 2, "warmup_ms": 0})
     body = client.run(request).cases["perf"]
     assert body["error"]["kind"] == "fault" and body["error"]["phase"].startswith("the timed launches (rounds")
-    verdict = judge("faulty", "perf", body, {}, {})
+    verdict = judge_case("faulty", "perf", body, {}, {})
     assert "the kernel faulted during the timed launches (rounds" in verdict.describe()
     assert client.restarts == 1  # the worker exits after a sticky fault, as a real one does
 

@@ -19,13 +19,20 @@ from test_hardening_gate import Fingerprint, kernels_for
 from cudagate_harness import sanitizer
 from pytest_cudagate.defences import fresh_inputs as fresh
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.judge.elementwise import compare
+from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.defences.checks import effective_checks, manifest_entry, sanitizer_case
+from pytest_cudagate.defences.checks import effective_checks
+from pytest_cudagate.defences.sanitizer import sanitizer_case
+from pytest_cudagate.suite.model import manifest_entry
 from pytest_cudagate.judge.output_scale import flag_cases, scale_check, trivial_output
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Checks, Tolerance
+from pytest_cudagate.worker.requests import run_request
+from pytest_cudagate.suite.cases import write_case
+from pytest_cudagate.trust.manifest import collect_manifest
+from pytest_cudagate.suite.cases import generate
+from cudagate_harness.runner import _changed
 
 RACE_REPORT = """========= COMPUTE-SANITIZER
 ========= Error: Race reported between Write access at 0x1e0 in /w/kernels/race.cu:14:racy
@@ -146,7 +153,6 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
         return real(command, **kwargs)
 
     monkeypatch.setattr(sanitizer.subprocess, "Popen", spy)
-    from pytest_cudagate.worker.requests import run_request
 
     request = run_request(scale_suite, scale_suite.kernels[0], [scale_suite.case("small")], output_dir=tmp_path / "o")
     results = sanitizer.run_tools(request, ("memcheck",), exe=str(script), use_cache=False)
@@ -205,7 +211,6 @@ def test_positive_inputs_stay_positive(tmp_path):
                                     "    return np.log(x.astype(np.float64)).astype(np.float32)\n")
     suite = load_suite(write_suite(folder, yaml_text=logs, data=False))
     x = np.abs(np.random.default_rng(0).normal(size=(3, 50))).astype(np.float32) + 0.5
-    from pytest_cudagate.suite.cases import write_case
 
     write_case(suite, suite.case("small"), {"x": x}, {"y": np.log(x)})
     sets, notes = fresh.make_sets(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f")
@@ -242,7 +247,7 @@ def test_honest_float32_rounding_passes_the_scale_rule():
     rng = np.random.default_rng(1)
     e = rng.normal(size=4096) * 1e-6
     actual = e.astype(np.float32)
-    result = compare("y", actual, e, Tolerance(atol=1e-4, rtol=1e-4))
+    result = check_output("y", actual, e, Tolerance(atol=1e-4, rtol=1e-4))
     assert result.ok and result.scale is not None and result.scale.fraction < 1e-6
 
 
@@ -273,8 +278,6 @@ def test_checks_load_with_defaults_and_relaxations(tmp_path):
 
 
 def test_relaxations_do_not_change_the_signed_manifest_of_a_suite_without_them(tmp_path):
-    from pytest_cudagate.trust.manifest import collect_manifest
-
     suite = load_suite(write_suite(tmp_path / "a"))
     manifest, _ = collect_manifest(suite)
     assert "checks" not in manifest and "_checks" not in json.dumps(manifest)
@@ -300,7 +303,6 @@ def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candid
     path = write_suite(tmp_path / "cuda", yaml_text=CUDA_REFERENCE_YAML, data=False)
     suite = load_suite(path)
     client = InProcessClient(kernels_for(suite))
-    from pytest_cudagate.suite.cases import generate
 
     generate(suite, client=client)  # the signed data, from the (simulated) CUDA reference
     device = client.worker.device
@@ -322,8 +324,6 @@ def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candid
 
 
 def test_identical_buffers_compare_fast_and_exactly():
-    from cudagate_harness.runner import _changed
-
     a = np.arange(10, dtype=np.float32)
     assert _changed(a, a.copy()) == 0
     b = a.copy()

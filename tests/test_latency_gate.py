@@ -11,11 +11,15 @@ import pytest
 
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.gate import CaseOutcome, Gate, GateOptions
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
 from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.judge.correctness import CaseVerdict
+import pytest_cudagate.gate as gate_module
+from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
+from pytest_cudagate.worker.fingerprint import Fingerprint
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
 
@@ -194,8 +198,6 @@ class _Client:
 
 
 def _gate_with(monkeypatch, states):
-    import pytest_cudagate.gate as gate_module
-
     feed = iter(states)
 
     def fake_state(ordinal, pci_bus_id=None):
@@ -234,8 +236,6 @@ def test_a_disturbed_run_is_repeated(monkeypatch):
 
 
 def test_a_run_that_is_never_clean_ends(monkeypatch):
-    from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
-
     gate, runs = _gate_with(monkeypatch, [BUSY] * 20)
     _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
     assert len(discarded) == MAX_DISTURBED_CHUNKS + 1
@@ -247,8 +247,6 @@ def test_telemetry_failure_is_not_a_disturbance(monkeypatch):
 
 
 def test_incomparable_names_what_differs_from_the_recorded_hardware(suite):
-    from pytest_cudagate.worker.fingerprint import Fingerprint
-
     here = Fingerprint("NVIDIA H200", "9.0", 150_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0, True, False,
                        sm_count=132)
     there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0,

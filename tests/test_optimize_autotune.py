@@ -16,6 +16,12 @@ from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Launch
 from test_optimize_loop import assert_pack_valid, optimize
+from pytest_cudagate.trust import gate_problems
+from cudagate_harness.compiler import compile_kernel
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.optimize.candidate import static_problems
+from pytest_cudagate.optimize.proposers.replay import load_rounds
 
 MATMUL = EXAMPLES / "matmul" / "cudagate.yaml"
 
@@ -58,8 +64,6 @@ def test_bad_tunables_are_reported(tmp_path, edit, message):
 
 
 def test_the_matmul_example_keeps_its_signed_launch_and_signature():
-    from pytest_cudagate.trust import gate_problems
-
     suite = load_suite(MATMUL)
     kernel = suite.kernel("matmul_f32")
     assert kernel.launch == Launch(("cdiv(n, 16)", "cdiv(m, 16)"), ("16", "16"), "0")
@@ -72,8 +76,6 @@ def test_the_matmul_example_keeps_its_signed_launch_and_signature():
 def test_the_shipped_matmul_kernel_compiles_to_the_approved_binary():
     """matmul.cu gained a -DMATMUL_RB=1 variant; without the define it is the kernel approved before that
     (kept in the ledger's history), bit for bit."""
-    from cudagate_harness.compiler import compile_kernel
-
     ledger = json.loads((EXAMPLES / "matmul" / "cudagate.approvals.json").read_text())
     earlier = [entry for entry in ledger["history"] if entry["kernel"] == "matmul_f32"]
     approved = (EXAMPLES / "matmul" / earlier[0]["source_blob"]).read_text()
@@ -92,8 +94,6 @@ def test_the_shipped_matmul_kernel_compiles_to_the_approved_binary():
     {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "STAGES": 3},
 ])
 def test_register_blocked_variants_compile(point):
-    from pytest_cudagate.worker.build import compile_program
-
     suite = load_suite(MATMUL)
     kernel = suite.kernel("matmul_f32")
     proposer = AutotuneProposer(suite, kernel, [c for c in suite.cases if not c.holdout])
@@ -144,8 +144,6 @@ def test_autotune_walks_from_the_defaults_to_the_best_neighbours():
 
 
 def test_autotune_needs_tunables(tmp_path):
-    from pytest_cudagate.errors import CudagateError
-
     suite = load_suite(write_suite(tmp_path / "s"))
     with pytest.raises(CudagateError, match="declares no tunables"):
         AutotuneProposer(suite, suite.kernel("scale2"), [])
@@ -199,10 +197,6 @@ def test_candidate_key_and_text():
 
 
 def test_the_recorded_matmul_proposals_pass_the_static_checks_and_compile():
-    from pytest_cudagate.worker.build import compile_program
-    from pytest_cudagate.optimize.candidate import static_problems
-    from pytest_cudagate.optimize.proposers.replay import load_rounds
-
     suite = load_suite(MATMUL)
     kernel = suite.kernel("matmul_f32")
     rounds = load_rounds(EXAMPLES / "matmul" / "proposals")

@@ -13,6 +13,8 @@ pytest.importorskip("openai")
 from optimize_fakes import (BROKEN_SOURCE, ScriptedServer, answer, completion, error, fake_source,  # noqa: E402
                             opt_suite, tool_call)
 from test_optimize_loop import assert_pack_valid, optimize  # noqa: E402
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.optimize.research import Notes
 
 SECRET = "sk-test-DO-NOT-LEAK-0123456789abcdef"
 
@@ -150,8 +152,6 @@ def test_dollar_budget(tmp_path, suite):
 
 
 def test_dollar_budget_needs_a_price(tmp_path, suite):
-    from pytest_cudagate.errors import CudagateError
-
     with pytest.raises(CudagateError, match="needs a price"):
         run(tmp_path, suite, [], "--budget-usd", 1, "--model", "my-local-model")
 
@@ -199,8 +199,6 @@ def test_no_reasoning_effort_for_local_models(tmp_path, suite):
 
 
 def test_notes_search_ranks_relevant_paragraphs(notes):
-    from pytest_cudagate.optimize.research import Notes
-
     found = Notes(notes).search("coalesced global loads")
     assert found and found[0].file == "memory.md" and all(c.file != "link.md" for c in found)
     assert Notes(notes).answer("quantum chromodynamics").startswith("no notes match")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -208,3 +209,41 @@ def test_an_unsigned_suite_is_refused_before_any_replay(pytester):
     result.stdout.fnmatch_lines(["*the gate refuses to judge this suite*", "*no trusted signing keys*"])
     loud = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
     loud.stdout.fnmatch_lines(["*trust checks are OFF*"])
+
+
+def test_skip_reason_names_the_missing_driver_in_plain_words(pytester):
+    write_suite(pytester.path)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-rs")
+    result.stdout.fnmatch_lines(["SKIPPED [[]2[]] *no CUDA device (driver not found)*"])
+    assert "NVIDIA driver library" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-0.1", "1.5"])
+def test_a_threshold_outside_zero_to_one_is_refused_naming_the_option(pytester, value):
+    write_suite(pytester.path)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", f"--cuda-gate-threshold={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--cuda-gate-threshold {float(value):g}: the latency threshold is a fraction "
+                                 "strictly between 0 and 1*"])
+
+
+def test_require_gpu_without_the_gate_says_it_does_nothing(pytester):
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest("--cuda-gate-require-gpu", "-W", "default")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*--cuda-gate-require-gpu does nothing without --cuda-gate*"])
+
+
+def test_a_gate_run_that_finds_no_suite_says_where_it_looked_and_how_to_list_suites(pytester):
+    pytester.mkdir("empty")
+    result = pytester.runpytest("--cuda-gate", "empty")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["*cudagate: no cudagate.yaml found under empty*[[]tool.cudagate[]] suites*"])
+
+
+def test_registering_the_plugin_imports_nothing_heavy(pytester):
+    script = ("import sys\nimport pytest_cudagate.plugin\n"
+              "heavy = ('numpy', 'scipy', 'jsonschema', 'cryptography', 'cuda', 'git', 'pytest_cudagate.items')\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n")
+    result = pytester.run(sys.executable, "-c", script)
+    assert result.stdout.lines[-1] == "[]"

@@ -20,6 +20,7 @@ from helpers import EXAMPLES, KERNEL_CU
 from pytest_cudagate import schema
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.errors import FileError
 
 SCHEMAS = Path(cudagate_schemas.__file__).parent
 
@@ -347,8 +348,6 @@ def test_bad_response_lines_do_not_validate(line):
 
 
 def test_validate_names_the_file(tmp_path):
-    from pytest_cudagate.errors import FileError
-
     with pytest.raises(FileError) as excinfo:
         schema.validate({"type": "case"}, "harness-response", tmp_path / "lines.json")
     assert str(excinfo.value).startswith(str(tmp_path / "lines.json"))

@@ -15,6 +15,14 @@ from pytest_cudagate.reports.hashes import file_sha256
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.writer import read_report, write_report
 from pytest_cudagate.schema import problems
+import argparse
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.cli import main
+from pytest_cudagate.errors import EXIT_INPUT
+from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.latency import AdaptiveSampler
+from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.reports.document import build_report
 
 # What would make a browser fetch something: scripts, stylesheets, images, frames, CSS url()/@import.
 EXTERNAL_LOAD = re.compile(
@@ -160,8 +168,6 @@ def test_merge_two_fingerprints(tmp_path):
 
 
 def test_cudagate_report_merge_command(tmp_path, capsys):
-    import argparse
-
     scenario = build_scenario(tmp_path / "scale")
     write_report(tmp_path / "one", built_report(scenario, tmp_path / "one"))
     parser = argparse.ArgumentParser(prog="cudagate")
@@ -174,8 +180,6 @@ def test_cudagate_report_merge_command(tmp_path, capsys):
 
 
 def test_merge_refuses_a_report_that_is_not_one(tmp_path):
-    from pytest_cudagate.errors import CudagateError
-
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "report.json").write_text(json.dumps({"format": "cudagate-report"}))
     with pytest.raises(CudagateError, match="report.json"):
@@ -185,21 +189,15 @@ def test_merge_refuses_a_report_that_is_not_one(tmp_path):
 
 
 def test_saved_requests_are_accepted_by_cudagate_run(written):
-    from pytest_cudagate.cli import EXIT_INPUT, main
-
     _, report_dir, document = written
     request = report_dir / item(document, "edge")["requests"][0]
     assert main(["run", str(request)]) != EXIT_INPUT  # replays on a GPU; here it gets as far as "no CUDA device"
 
 
 def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
-    from pytest_cudagate.gate import CaseOutcome
-    from pytest_cudagate.judge.latency import AdaptiveSampler
-    from pytest_cudagate.judge.correctness import judge
-
     scenario = build_scenario(tmp_path / "scale")
     fault = CaseOutcome("scale", "scale2", "small", "correctness", failed=True)
-    fault.correctness = judge("scale2", "small", {"status": "error", "error": {
+    fault.correctness = judge_case("scale2", "small", {"status": "error", "error": {
         "kind": "fault", "message": "CUDA_ERROR_ILLEGAL_ADDRESS at launch 1"}}, {}, {})
     fault.message = fault.correctness.describe()
     broken = CaseOutcome("scale", "scale2", "edge", "correctness", failed=True,
@@ -238,11 +236,17 @@ def test_all_passing_is_a_pass(tmp_path):
 
 
 def test_without_collected_items_the_requests_locate_each_case(tmp_path):
-    from pytest_cudagate.reports.document import build_report
-
     scenario = build_scenario(tmp_path / "scale")
     document = build_report(scenario.outcomes, [], index={}, fingerprint=scenario.fingerprint, root=tmp_path).document
     edge = item(document, "edge")
     assert edge["nodeid"] == "scale/cudagate.yaml::scale2::edge" and edge["source"] == "scale/scale.cu"
     assert set(edge["inputs"]) == {"cases/edge/x.npy", "cases/edge/expected/y.npy"}
     assert item(document, "perf")["nodeid"] == "scale/cudagate.yaml::scale2::perf"  # from its `compare` request
+
+
+def test_a_report_where_nothing_was_replayed_does_not_claim_a_pass(tmp_path):
+    scenario = build_scenario(tmp_path / "scale")
+    scenario.outcomes = []
+    write_report(tmp_path / "out", built_report(scenario, exitstatus=0))
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "every replayed case passed" not in page and "no case was replayed" in page

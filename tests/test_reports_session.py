@@ -42,13 +42,6 @@ from pytest_cudagate.reports import pytest_hooks  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 
 
-def pytest_addoption(parser):
-    try:
-        pytest_hooks.add_options(parser.getgroup("cudagate"))
-    except ValueError:
-        pass  # the plugin adds them itself
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     # No GPU here: the outcomes a GPU run of this suite gives stand in for the replays.

@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import ks_2samp
 
 from pytest_cudagate.judge import stats
+from pytest_cudagate.judge.latency import Latency, classify
 from pytest_cudagate.judge.stats import (
     MIN_STOP_N,
     RatioEstimate,
     SampleSummary,
-    Verdict,
-    judge,
     paired_ratio,
     precise_enough,
     rule_asv,
@@ -71,11 +71,11 @@ def interleaved(
     return current, approved
 
 
-def paired_verdicts(shift: float, n: int, seeds: range, **kw: float | bool) -> list[Verdict]:
-    return [judge(paired_ratio(*interleaved(s, n, shift, **kw)), THRESHOLD) for s in seeds]
+def paired_verdicts(shift: float, n: int, seeds: range, **kw: float | bool) -> list[Latency]:
+    return [classify(paired_ratio(*interleaved(s, n, shift, **kw)), THRESHOLD) for s in seeds]
 
 
-def rate(verdicts: list[Verdict], which: Verdict) -> float:
+def rate(verdicts: list[Latency], which: Latency) -> float:
     return sum(v is which for v in verdicts) / len(verdicts)
 
 
@@ -87,43 +87,43 @@ def test_identical_kernels_pass() -> None:
     est = paired_ratio(current, approved)
     assert est.low < 1.0 < est.high
     assert abs(est.ratio - 1.0) < 0.01
-    assert judge(est, THRESHOLD) is Verdict.PASS
+    assert classify(est, THRESHOLD) is Latency.PASS
 
 
 def test_aa_false_alarm_rate_at_most_1pct() -> None:
     verdicts = paired_verdicts(1.0, 300, range(200))
-    assert rate(verdicts, Verdict.REGRESSED) <= 0.01  # measured: 0/200
-    assert rate(verdicts, Verdict.PASS) >= 0.95  # measured: 200/200
+    assert rate(verdicts, Latency.REGRESSED) <= 0.01  # measured: 0/200
+    assert rate(verdicts, Latency.PASS) >= 0.95  # measured: 200/200
 
 
 def test_5pct_slowdown_detected_in_99pct_with_300_pairs() -> None:
     verdicts = paired_verdicts(1.05, 300, range(100))
-    assert rate(verdicts, Verdict.REGRESSED) >= 0.99  # measured: 100/100
+    assert rate(verdicts, Latency.REGRESSED) >= 0.99  # measured: 100/100
 
 
 def test_3pct_slowdown_detected_in_95pct_with_1000_pairs() -> None:
     verdicts = paired_verdicts(1.03, 1000, range(100))
-    assert rate(verdicts, Verdict.REGRESSED) >= 0.95  # measured: 100/100
+    assert rate(verdicts, Latency.REGRESSED) >= 0.95  # measured: 100/100
 
 
 def test_5pct_speedup_is_improved() -> None:
     verdicts = paired_verdicts(0.95, 300, range(50))
-    assert rate(verdicts, Verdict.IMPROVED) >= 0.99
+    assert rate(verdicts, Latency.IMPROVED) >= 0.99
 
 
 def test_slowdown_within_threshold_is_not_called_regressed() -> None:
     # A "+2%" change measures 1.9%: inside a 2% threshold, so it must not fail CI;
     # with enough rounds the interval straddles 1.02 (INCONCLUSIVE) or sits under it.
     verdicts = paired_verdicts(1.019, 1000, range(100))
-    assert rate(verdicts, Verdict.REGRESSED) <= 0.02  # measured: 1/100 (2/1000 seeds)
-    assert set(verdicts) <= {Verdict.PASS, Verdict.INCONCLUSIVE, Verdict.REGRESSED}
+    assert rate(verdicts, Latency.REGRESSED) <= 0.02  # measured: 1/100 (2/1000 seeds)
+    assert set(verdicts) <= {Latency.PASS, Latency.INCONCLUSIVE, Latency.REGRESSED}
 
 
 def test_noisier_kernel_cv7_still_controlled() -> None:
     aa = paired_verdicts(1.0, 300, range(50), cv=0.07)
     slow = paired_verdicts(1.05, 600, range(50), cv=0.07)
-    assert rate(aa, Verdict.REGRESSED) == 0
-    assert rate(slow, Verdict.REGRESSED) >= 0.95
+    assert rate(aa, Latency.REGRESSED) == 0
+    assert rate(slow, Latency.REGRESSED) >= 0.95
 
 
 def test_pairing_cancels_drift_and_launch_order_effect() -> None:
@@ -131,15 +131,15 @@ def test_pairing_cancels_drift_and_launch_order_effect() -> None:
     # that symmetric, so it must neither fake nor hide a regression.
     aa = paired_verdicts(1.0, 300, range(30), order_effect=0.05)
     slow = paired_verdicts(1.05, 600, range(30), order_effect=0.05)
-    assert rate(aa, Verdict.REGRESSED) == 0
-    assert rate(slow, Verdict.REGRESSED) >= 0.95
+    assert rate(aa, Latency.REGRESSED) == 0
+    assert rate(slow, Latency.REGRESSED) >= 0.95
 
 
 # --------------------------------------------------------------------------- robustness
 
 
-@pytest.mark.parametrize("shift, expected", [(1.0, Verdict.PASS), (1.05, Verdict.REGRESSED)])
-def test_outliers_on_one_side_do_not_flip_verdict(shift: float, expected: Verdict) -> None:
+@pytest.mark.parametrize("shift, expected", [(1.0, Latency.PASS), (1.05, Latency.REGRESSED)])
+def test_outliers_on_one_side_do_not_flip_verdict(shift: float, expected: Latency) -> None:
     for seed in range(10):
         current, approved = interleaved(seed, 400, shift, outlier_rate=0.0)
         clean = paired_ratio(current, approved)
@@ -148,8 +148,8 @@ def test_outliers_on_one_side_do_not_flip_verdict(shift: float, expected: Verdic
         hit = rng.choice(current.size, size=12, replace=False)  # 3% preempted launches
         dirty_current[hit] *= rng.uniform(5.0, 10.0, hit.size)
         dirty = paired_ratio(dirty_current, approved)
-        assert judge(clean, THRESHOLD) is expected
-        assert judge(dirty, THRESHOLD) is expected
+        assert classify(clean, THRESHOLD) is expected
+        assert classify(dirty, THRESHOLD) is expected
         # A mean of log ratios would move ~6% here.
         assert abs(math.log(dirty.ratio / clean.ratio)) < 0.005
 
@@ -169,34 +169,34 @@ def test_bimodal_latencies() -> None:
     aa_short = paired_verdicts(1.0, 400, range(30), bimodal=True)
     aa = paired_verdicts(1.0, 1500, range(30), bimodal=True)
     slow = paired_verdicts(1.05, 400, range(30), bimodal=True)
-    assert rate(aa_short, Verdict.REGRESSED) == 0
-    assert rate(aa, Verdict.PASS) >= 0.95
-    assert rate(slow, Verdict.REGRESSED) >= 0.95
+    assert rate(aa_short, Latency.REGRESSED) == 0
+    assert rate(aa, Latency.PASS) >= 0.95
+    assert rate(slow, Latency.REGRESSED) >= 0.95
 
 
 def test_quantised_timer_ties() -> None:
     # CUDA events resolve ~0.5 us: on a 15 us kernel most log ratios tie (many are 0).
-    def quantised(seed: int, shift: float) -> Verdict:
+    def quantised(seed: int, shift: float) -> Latency:
         current, approved = interleaved(seed, 1000, shift)
         q = 0.0005
         est = paired_ratio(np.ceil(current / q) * q, np.ceil(approved / q) * q)
-        return judge(est, THRESHOLD)
+        return classify(est, THRESHOLD)
 
-    assert all(quantised(s, 1.0) is not Verdict.REGRESSED for s in range(10))
-    assert all(quantised(s, 1.06) is Verdict.REGRESSED for s in range(10))
+    assert all(quantised(s, 1.0) is not Latency.REGRESSED for s in range(10))
+    assert all(quantised(s, 1.06) is Latency.REGRESSED for s in range(10))
 
 
 # --------------------------------------------------------------------------- adaptive sampling
 
 
-def adaptive(seed: int, shift: float, cap: int = 4000) -> tuple[Verdict, int]:
+def adaptive(seed: int, shift: float, cap: int = 4000) -> tuple[Latency, int]:
     """What the gate does: add rounds until precise_enough or the GPU-time cap."""
     current, approved = interleaved(seed, cap, shift)
     n = 100
     while True:
         est = paired_ratio(current[:n], approved[:n])
         if precise_enough(est, THRESHOLD) or n >= cap:
-            return judge(est, THRESHOLD), n
+            return classify(est, THRESHOLD), n
         n = min(cap, int(n * 1.5))
 
 
@@ -206,10 +206,10 @@ def test_adaptive_sampling_error_rates() -> None:
     slow3 = [adaptive(s, 1.03) for s in seeds]
     slow5 = [adaptive(s, 1.05) for s in seeds]
     within = [adaptive(s, 1.019) for s in seeds]
-    assert all(v is Verdict.PASS for v, _ in aa)
-    assert all(v is Verdict.REGRESSED for v, _ in slow3)
-    assert all(v is Verdict.REGRESSED for v, _ in slow5)
-    assert all(v is not Verdict.REGRESSED for v, _ in within)
+    assert all(v is Latency.PASS for v, _ in aa)
+    assert all(v is Latency.REGRESSED for v, _ in slow3)
+    assert all(v is Latency.REGRESSED for v, _ in slow5)
+    assert all(v is not Latency.REGRESSED for v, _ in within)
     # Clear cases stop early; the borderline case needs the most rounds.
     assert max(n for _, n in slow5) < np.median([n for _, n in within])
 
@@ -252,7 +252,7 @@ def test_wilcoxon_normal_approximation_close_to_exact() -> None:
 def test_too_few_pairs_gives_unbounded_interval() -> None:
     est = paired_ratio([1.0, 1.1, 1.2, 1.3, 1.4], [1.0] * 5)
     assert est.low == 0.0 and math.isinf(est.high)
-    assert judge(est, THRESHOLD) is Verdict.INCONCLUSIVE
+    assert classify(est, THRESHOLD) is Latency.INCONCLUSIVE
     assert not precise_enough(est, THRESHOLD)
     assert est.to_dict()["low"] is None and est.to_dict()["high"] is None
 
@@ -275,12 +275,12 @@ def stored_baseline(seed: int, n_current: int, n_baseline: int, shift: float):
 def test_unpaired_against_stored_baseline() -> None:
     aa_est = [unpaired_ratio(*stored_baseline(s, 500, 800, 1.0), seed=s) for s in range(100)]
     slow_est = [unpaired_ratio(*stored_baseline(s, 500, 800, 1.05), seed=s) for s in range(100)]
-    aa = [judge(e, THRESHOLD) for e in aa_est]
-    slow = [judge(e, THRESHOLD) for e in slow_est]
-    fast = [judge(unpaired_ratio(*stored_baseline(s, 500, 800, 0.95), seed=s), THRESHOLD) for s in range(30)]
-    assert rate(aa, Verdict.REGRESSED) <= 0.01  # measured: 0/100
-    assert rate(slow, Verdict.REGRESSED) >= 0.99  # measured: 100/100
-    assert rate(fast, Verdict.IMPROVED) >= 0.95
+    aa = [classify(e, THRESHOLD) for e in aa_est]
+    slow = [classify(e, THRESHOLD) for e in slow_est]
+    fast = [classify(unpaired_ratio(*stored_baseline(s, 500, 800, 0.95), seed=s), THRESHOLD) for s in range(30)]
+    assert rate(aa, Latency.REGRESSED) <= 0.01  # measured: 0/100
+    assert rate(slow, Latency.REGRESSED) >= 0.99  # measured: 100/100
+    assert rate(fast, Latency.IMPROVED) >= 0.95
     covered = sum(e.low <= 1.0 <= e.high for e in aa_est) + sum(e.low <= 1.05 <= e.high for e in slow_est)
     assert covered >= 196  # 99% intervals; measured: 200/200
     # Width matches the asymptotic s.e. of a log median, 1/(2 f sqrt(n)), on both sides:
@@ -302,8 +302,6 @@ def test_unpaired_is_reproducible_per_seed() -> None:
 
 @pytest.mark.parametrize("n", [51, 50])
 def test_fast_bootstrap_median_matches_naive_resampling(n: int) -> None:
-    from scipy.stats import ks_2samp
-
     rng = np.random.default_rng(n)
     x = np.sort(rng.lognormal(0.0, 0.3, n))
     fast = stats._bootstrap_medians(x, np.random.default_rng(1), 20_000)
@@ -328,32 +326,32 @@ T = THRESHOLD
 @pytest.mark.parametrize(
     "low, high, expected",
     [
-        (1 + T + 1e-9, 1.05, Verdict.REGRESSED),  # just above the line
-        (1 + T, 1.05, Verdict.INCONCLUSIVE),  # touching it is not "above"
-        (1.01, 1.03, Verdict.INCONCLUSIVE),  # straddles 1+T
-        (0.95, 1.05, Verdict.INCONCLUSIVE),  # straddles both bounds
-        (0.0, math.inf, Verdict.INCONCLUSIVE),
-        (1 + T, 1 + T, Verdict.PASS),  # degenerate, on the closed bound
-        (0.99, 1 + T, Verdict.PASS),  # high exactly at 1+T
-        (0.99, 1.01, Verdict.PASS),
-        (0.97, 0.99, Verdict.PASS),  # straddles only the lower bound
-        (0.97, 1 - T, Verdict.PASS),  # high exactly at 1-T: inside the closed band
-        (0.95, 1 - T - 1e-9, Verdict.IMPROVED),
+        (1 + T + 1e-9, 1.05, Latency.REGRESSED),  # just above the line
+        (1 + T, 1.05, Latency.INCONCLUSIVE),  # touching it is not "above"
+        (1.01, 1.03, Latency.INCONCLUSIVE),  # straddles 1+T
+        (0.95, 1.05, Latency.INCONCLUSIVE),  # straddles both bounds
+        (0.0, math.inf, Latency.INCONCLUSIVE),
+        (1 + T, 1 + T, Latency.PASS),  # degenerate, on the closed bound
+        (0.99, 1 + T, Latency.PASS),  # high exactly at 1+T
+        (0.99, 1.01, Latency.PASS),
+        (0.97, 0.99, Latency.PASS),  # straddles only the lower bound
+        (0.97, 1 - T, Latency.PASS),  # high exactly at 1-T: inside the closed band
+        (0.95, 1 - T - 1e-9, Latency.IMPROVED),
     ],
 )
-def test_judge_boundaries(low: float, high: float, expected: Verdict) -> None:
-    assert judge(est(low, high), T) is expected
+def test_classify_boundaries(low: float, high: float, expected: Latency) -> None:
+    assert classify(est(low, high), T) is expected
 
 
 def test_judge_uses_threshold() -> None:
     e = est(1.03, 1.04)
-    assert judge(e, 0.02) is Verdict.REGRESSED
-    assert judge(e, 0.05) is Verdict.PASS
+    assert classify(e, 0.02) is Latency.REGRESSED
+    assert classify(e, 0.05) is Latency.PASS
 
 
 def test_verdict_values() -> None:
-    assert [v.value for v in Verdict] == ["pass", "improved", "regressed", "inconclusive"]
-    assert Verdict("regressed") is Verdict.REGRESSED and Verdict.PASS == "pass"
+    assert [v.value for v in Latency] == ["pass", "improved", "regressed", "inconclusive", "incomparable", "unstable"]
+    assert Latency("regressed") is Latency.REGRESSED and Latency.PASS == "pass"
 
 
 @pytest.mark.parametrize(
@@ -494,6 +492,6 @@ def test_bad_confidence_raises(confidence: float) -> None:
 @pytest.mark.parametrize("threshold", [0.0, -0.02, 1.0, math.nan, math.inf])
 def test_bad_threshold_raises(threshold: float) -> None:
     with pytest.raises(ValueError, match="threshold"):
-        judge(est(0.99, 1.01), threshold)
+        classify(est(0.99, 1.01), threshold)
     with pytest.raises(ValueError, match="threshold"):
         precise_enough(est(0.99, 1.01), threshold)

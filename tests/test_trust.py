@@ -29,6 +29,9 @@ from pytest_cudagate.trust import (SIGNATURE_FILENAME, SIGNING_KEY_ENV, TRUSTED_
                                    load_signature_file, load_trusted_keys, manifest_bytes, sign_document, sign_suite,
                                    suite_manifest, verify_document, verify_suite)
 from pytest_cudagate.trust.cli import main as trust_main
+import hashlib
+import argparse
+from pytest_cudagate.trust.cli import register
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "softmax"
@@ -510,8 +513,6 @@ def test_public_keys_in_openssh_form_are_accepted(project, tmp_path):
 
 
 def test_key_id_is_sha256_prefix_of_raw_public_key(project):
-    import hashlib
-
     raw = load_public_key(project.alice.public_path).public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert project.alice.key_id == hashlib.sha256(raw).hexdigest()[:16]
 
@@ -840,10 +841,6 @@ def test_cli_sign_without_any_key_is_a_clear_error(project, capsys):
 
 
 def test_register_sets_func_for_each_subcommand():
-    import argparse
-
-    from pytest_cudagate.trust.cli import register
-
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
     for argv in (["keygen", "--name", "x"], ["sign", "s.yaml", "--key", "k", "--signer", "n"], ["verify", "s.yaml"]):

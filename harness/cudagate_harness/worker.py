@@ -253,6 +253,14 @@ class Worker:
             sys.exit(EXIT_STICKY)
 
 
+def unavailable_reason(exc: Exception) -> str:
+    """Why no worker can run, in the user's words: a missing driver library is named as such rather
+    than by the loader's message about where it searched."""
+    if type(exc).__name__ == "DynamicLibNotFoundError":  # cuda.pathfinder: libcuda is not installed
+        return "no CUDA device (driver not found)"
+    return f"no CUDA device: {exc}"
+
+
 def main(lines=None) -> int:
     """Serve requests from ``lines`` (default: stdin) until it ends."""
     # The protocol owns the real stdout; anything else that prints (a library, a warning) goes to
@@ -271,7 +279,7 @@ def main(lines=None) -> int:
         worker = Worker(device, emit, source)
     except Exception as exc:  # no driver, no device, or a broken install: all mean "cannot replay"
         emit({"type": "hello", "protocol": PROTOCOL_VERSION, "ok": False, "pid": os.getpid(),
-              "error": f"no CUDA device: {exc}"})
+              "error": unavailable_reason(exc)})
         return 0
     emit({"type": "hello", "protocol": PROTOCOL_VERSION, "ok": True, "pid": os.getpid(), "device": worker.info,
           "identity": telemetry.device_identity(ordinal, worker.info["pci_bus_id"]),

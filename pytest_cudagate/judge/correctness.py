@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_cudagate.judge.elementwise import Comparison, compare
+from pytest_cudagate.judge.elementwise import OutputCheck, check_output
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
 
 _ERROR_TITLES = {
@@ -28,7 +28,7 @@ class CaseVerdict:
     case: str
     passed: bool
     problems: list[str] = field(default_factory=list)
-    comparisons: list[Comparison] = field(default_factory=list)
+    comparisons: list[OutputCheck] = field(default_factory=list)
     samples_ms: list[float] | None = None
     error_kind: str | None = None
     notes: list[str] = field(default_factory=list)  # what was relaxed or skipped; shown, never failing
@@ -48,7 +48,7 @@ class CaseVerdict:
         return "\n".join([header, *(c.describe() for c in self.comparisons if not c.ok), *self.problems])
 
 
-def judge(kernel: str, case: str, body: dict, expected: dict[str, np.ndarray],
+def judge_case(kernel: str, case: str, body: dict, expected: dict[str, np.ndarray],
           tolerance: dict[str, Tolerance], shapes: dict[str, tuple[int, ...]] | None = None, *,
           checks: Checks | None = None) -> CaseVerdict:
     """Check every output of both validation launches, of the timed launches and of the fresh input
@@ -77,14 +77,14 @@ def judge(kernel: str, case: str, body: dict, expected: dict[str, np.ndarray],
             continue
         first = np.load(out["path"], allow_pickle=False)
         firsts[name] = first
-        result = compare(name, first, expected[name], tolerance[name], shapes.get(name), out.get("unwritten", 0),
+        result = check_output(name, first, expected[name], tolerance[name], shapes.get(name), out.get("unwritten", 0),
                          output_scale=checks.output_scale)
         verdict.comparisons.append(result)
         signed_ok[name] = result.ok
         differing = out.get("differing_second_launch", 0)
         if differing and result.ok:
             second = np.load(out["second_path"], allow_pickle=False)
-            again = compare(name, second, expected[name], tolerance[name], shapes.get(name),
+            again = check_output(name, second, expected[name], tolerance[name], shapes.get(name),
                             output_scale=checks.output_scale)
             if not again.ok:
                 why = ("it had written into its input " + ", ".join(repr(n) for n in sorted(modified))
@@ -138,7 +138,7 @@ def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, 
         if not out.get("differing") or not out.get("path"):
             continue
         actual = np.load(out["path"], allow_pickle=False)
-        result = compare(name, actual, expected[name], tolerance[name], shapes.get(name), output_scale=checks.output_scale)
+        result = check_output(name, actual, expected[name], tolerance[name], shapes.get(name), output_scale=checks.output_scale)
         if not result.ok:
             verdict.problems.append(
                 f"output {name!r} was wrong after the timed launches ({checked} checked), though right on validation "
@@ -173,7 +173,7 @@ def _judge_fresh(verdict: CaseVerdict, fresh: list[dict], firsts: dict, toleranc
             want = np.load(expected_paths[name], allow_pickle=False)
             scale = float(scales.get(name, 1.0)) if isinstance(scales, dict) else float(scales)
             tol = dataclasses.replace(tolerance[name], atol=tolerance[name].atol * scale)
-            result = compare(name, actual, want, tol, shapes.get(name), output_scale=checks.output_scale)
+            result = check_output(name, actual, want, tol, shapes.get(name), output_scale=checks.output_scale)
             if result.ok:
                 continue
             if not signed_ok.get(name, True):

@@ -1,4 +1,7 @@
-"""Correctness: compare a kernel's output with the expected output under a suite tolerance.
+"""Elementwise check of one output against its expected output under a suite tolerance.
+
+(In cudagate "compare" means one thing only: the interleaved latency comparison of a kernel with
+its approved version, the worker's ``compare`` op.)
 
 Elementwise ``|actual - expected| <= atol + rtol * |expected|`` with explicit rules for the values
 that rule says nothing about: NaN in the output fails unless the expected value is NaN and the
@@ -19,7 +22,7 @@ from pytest_cudagate.suite.model import Tolerance
 
 
 @dataclass(frozen=True)
-class Comparison:
+class OutputCheck:
     buffer: str
     ok: bool
     total: int
@@ -65,17 +68,17 @@ def abs_diff(a, b) -> str:
         return "n/a"
 
 
-def compare(name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance,
-            shape: tuple[int, ...] | None = None, unwritten: int = 0, *, output_scale: bool = True) -> Comparison:
+def check_output(name: str, actual: np.ndarray, expected: np.ndarray, tol: Tolerance,
+            shape: tuple[int, ...] | None = None, unwritten: int = 0, *, output_scale: bool = True) -> OutputCheck:
     # inf - inf and 0 * inf are expected along the way; a project running with -W error must not
     # see a correct kernel fail on them.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _compare(name, actual, expected, tol, shape, unwritten, output_scale)
+        return _check_output(name, actual, expected, tol, shape, unwritten, output_scale)
 
 
-def _compare(name, actual, expected, tol, shape, unwritten, output_scale=True) -> Comparison:
+def _check_output(name, actual, expected, tol, shape, unwritten, output_scale=True) -> OutputCheck:
     if actual.size != expected.size:
-        return Comparison(name, False, int(expected.size), int(expected.size), float("inf"), float("inf"),
+        return OutputCheck(name, False, int(expected.size), int(expected.size), float("inf"), float("inf"),
                           tolerance=tol, unwritten=unwritten)
     a = actual.reshape(-1).astype(np.float64)
     e = expected.reshape(-1).astype(np.float64)
@@ -115,7 +118,7 @@ def _compare(name, actual, expected, tol, shape, unwritten, output_scale=True) -
         worst = np.unravel_index(flat, shape) if shape and int(np.prod(shape)) == a.size else (flat,)
         worst = tuple(int(i) for i in worst)
         worst_values = (_scalar(expected.reshape(-1)[flat]), _scalar(actual.reshape(-1)[flat]), float(allowed[flat]))
-    return Comparison(
+    return OutputCheck(
         buffer=name, ok=passed, total=int(a.size), mismatches=mismatches, rel_norm=rel_norm,
         max_abs_error=max_abs, worst_index=worst,
         worst_expected=worst_values[0] if worst else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from pytest_cudagate.judge import stats
+from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
 MAX_DISTURBED_CHUNKS = 3
@@ -20,6 +21,9 @@ BASELINE_REASON = "the stored baseline"
 
 
 class Latency(str, Enum):
+    """The one latency verdict. The first four come from an interval (:func:`classify`); the gate
+    adds INCOMPARABLE (nothing like-for-like to measure against) and UNSTABLE (the GPU was disturbed)."""
+
     PASS = "pass"
     IMPROVED = "improved"
     REGRESSED = "regressed"
@@ -30,6 +34,26 @@ class Latency(str, Enum):
 
 # Worst first: a combined verdict (interleaved and baseline) is the worse of the two.
 _SEVERITY = [Latency.REGRESSED, Latency.UNSTABLE, Latency.INCONCLUSIVE, Latency.INCOMPARABLE, Latency.PASS, Latency.IMPROVED]
+
+
+def classify(estimate: stats.RatioEstimate, threshold: float) -> Latency:
+    """Verdict at a relative ``threshold`` (0.02 = 2%), claimed only when the interval supports it.
+
+    REGRESSED: the whole interval is above 1+threshold.  IMPROVED: the whole
+    interval is below 1-threshold.  PASS: the interval is within
+    [1-threshold, 1+threshold] (closed) or straddles only its lower bound; a
+    possible improvement is not a failure.  INCONCLUSIVE: the interval
+    straddles 1+threshold, so a regression can be neither claimed nor ruled out.
+    """
+    threshold = stats.check_threshold(threshold)
+    upper, lower = 1.0 + threshold, 1.0 - threshold
+    if estimate.low > upper:
+        return Latency.REGRESSED
+    if estimate.high < lower:
+        return Latency.IMPROVED
+    if estimate.high <= upper:
+        return Latency.PASS
+    return Latency.INCONCLUSIVE
 
 
 def worst(*verdicts: Latency) -> Latency:
@@ -101,7 +125,7 @@ class AdaptiveSampler:
     :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is ``unstable``.
     """
 
-    def __init__(self, threshold: float, budget_s: float = 2.0, confidence: float = 0.99):
+    def __init__(self, threshold: float, budget_s: float = DEFAULT_BUDGET_S, confidence: float = 0.99):
         self.threshold = threshold
         self.budget_s = budget_s
         self.confidence = confidence
@@ -143,7 +167,7 @@ class AdaptiveSampler:
                                         "free the runner and re-run", discarded=self.discarded,
                                  measurement_s=self.spent, fingerprint=fingerprint, telemetry=self.telemetry)
         estimate = self.estimate or stats.paired_ratio(self.current, self.approved, confidence=self.confidence)
-        verdict = Latency(stats.judge(estimate, self.threshold).value)
+        verdict = classify(estimate, self.threshold)
         return LatencyResult(
             verdict, self.threshold, reason="approved", estimate=estimate,
             approved=stats.summarize(self.approved), current=stats.summarize(self.current),
@@ -155,7 +179,7 @@ class AdaptiveSampler:
 def against_baseline(current: list[float], baseline: list[float], threshold: float) -> LatencyResult:
     """Current samples of this run against samples stored at approval on the same fingerprint."""
     estimate = stats.unpaired_ratio(current, baseline)
-    verdict = Latency(stats.judge(estimate, threshold).value)
+    verdict = classify(estimate, threshold)
     return LatencyResult(verdict, threshold, reason=BASELINE_REASON, estimate=estimate,
                          approved=stats.summarize(baseline), current=stats.summarize(current), pairs=len(current))
 

@@ -1,4 +1,5 @@
-"""Statistics that turn CUDA-event latency samples into a drift verdict.
+"""Statistics that estimate the latency ratio of two CUDA-event samples (pure maths; the
+verdict drawn from an estimate is :func:`pytest_cudagate.judge.latency.classify`).
 
 Paired method (``paired_ratio``): Hodges-Lehmann estimate of the per-pair log
 ratio ln(B_i/A_i) with the Wilcoxon signed-rank confidence interval.  Because
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from enum import Enum
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Any, Sequence, Union
@@ -32,13 +32,12 @@ from numpy.typing import NDArray
 from scipy.stats import t as _student_t
 
 __all__ = [
-    "Verdict",
     "SampleSummary",
     "RatioEstimate",
+    "check_threshold",
     "summarize",
     "paired_ratio",
     "unpaired_ratio",
-    "judge",
     "precise_enough",
     "RunSpreadJudgement",
     "judge_run_spread",
@@ -69,15 +68,6 @@ _EXACT_WILCOXON_MAX_N = 100
 # An interval built from fewer pairs rests entirely on a handful of launches;
 # never let adaptive sampling stop before this many.
 MIN_STOP_N = 20
-
-
-class Verdict(str, Enum):
-    """Outcome of one comparison; a verdict is claimed only when the interval supports it."""
-
-    PASS = "pass"
-    IMPROVED = "improved"
-    REGRESSED = "regressed"
-    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -177,7 +167,7 @@ def _check_confidence(confidence: float) -> float:
     return float(confidence)
 
 
-def _check_threshold(threshold: float) -> float:
+def check_threshold(threshold: float) -> float:
     if not (math.isfinite(threshold) and 0 < threshold < 1):
         raise ValueError(f"threshold must be a fraction in (0, 1), e.g. 0.02; got {threshold!r}")
     return float(threshold)
@@ -386,27 +376,7 @@ def unpaired_ratio(
     )
 
 
-# --------------------------------------------------------------------------- decisions
-
-
-def judge(estimate: RatioEstimate, threshold: float) -> Verdict:
-    """Verdict at a relative ``threshold`` (0.02 = 2%), claimed only when the interval supports it.
-
-    REGRESSED: the whole interval is above 1+threshold.  IMPROVED: the whole
-    interval is below 1-threshold.  PASS: the interval is within
-    [1-threshold, 1+threshold] (closed) or straddles only its lower bound; a
-    possible improvement is not a failure.  INCONCLUSIVE: the interval
-    straddles 1+threshold, so a regression can be neither claimed nor ruled out.
-    """
-    threshold = _check_threshold(threshold)
-    upper, lower = 1.0 + threshold, 1.0 - threshold
-    if estimate.low > upper:
-        return Verdict.REGRESSED
-    if estimate.high < lower:
-        return Verdict.IMPROVED
-    if estimate.high <= upper:
-        return Verdict.PASS
-    return Verdict.INCONCLUSIVE
+# --------------------------------------------------------------------------- stopping rule
 
 
 def precise_enough(estimate: RatioEstimate, threshold: float) -> bool:
@@ -419,7 +389,7 @@ def precise_enough(estimate: RatioEstimate, threshold: float) -> bool:
     keeps repeated looks (optional stopping) from cashing in on a lucky
     interval that barely touches the line.  Never stop below MIN_STOP_N pairs.
     """
-    threshold = _check_threshold(threshold)
+    threshold = check_threshold(threshold)
     if estimate.n < MIN_STOP_N:
         return False
     resolution = threshold / 4

@@ -1,7 +1,6 @@
 """``cudagate optimize SUITE KERNEL``: the command line of the optimiser.
 
-Wire into ``pytest_cudagate/cli.py``'s ``build_parser``: ``register(sub)`` (this module's
-:func:`register`). Exit codes: 0 a candidate passed the gate, 1 none did (no gain, rejected, or not
+``pytest_cudagate/cli.py``'s ``build_parser`` calls :func:`register`. Exit codes: 0 a candidate passed the gate, 1 none did (no gain, rejected, or not
 gated), 2 bad input, 3 no CUDA device, 130 interrupted (the pack is still complete).
 """
 
@@ -11,10 +10,28 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.config import DEFAULT_BUDGET_S, project_config
+from pytest_cudagate.errors import CudagateError, run_command
+from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.optimize.budgets import Budgets, Meter, load_price_table, price_for
+from pytest_cudagate.optimize.evaluator import HarnessEvaluator
+from pytest_cudagate.optimize.gitpropose import clean_tree_problem, propose_branch
+from pytest_cudagate.optimize.loop import Optimizer
+from pytest_cudagate.optimize.pack import AuditPack
+from pytest_cudagate.optimize.progress import Progress
+from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
+from pytest_cudagate.optimize.proposers.openai import OpenAIProposer
+from pytest_cudagate.optimize.proposers.replay import ReplayProposer
+from pytest_cudagate.optimize.research import Notes
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.worker.gpulock import GpuLock
 
-EXIT_WINNER, EXIT_NO_WINNER, EXIT_INPUT, EXIT_NO_GPU, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_WINNER, EXIT_NO_WINNER, EXIT_INTERRUPTED = 0, 1, 130  # bad input and no GPU: errors.EXIT_INPUT, EXIT_NO_GPU
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -59,9 +76,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     search.add_argument("--seed", type=int, default=0, help="autotune: random seed (default 0)")
     search.add_argument("--validate-top", type=int, default=3, metavar="N",
                         help="gate up to N of the fastest candidates until one passes (default 3)")
-    search.add_argument("--gate-budget", type=float, default=2.0, metavar="S", help="gate measurement seconds per case")
+    search.add_argument("--gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="gate measurement seconds per case")
     search.add_argument("--strict", action="store_true", help="the gate fails inconclusive and unstable cases")
-    search.add_argument("--timeout", type=float, default=60.0, metavar="S", help="watchdog per case (default 60)")
+    search.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="watchdog per case (default: [tool.cudagate] timeout_s, else 60)")
     search.add_argument("--allow-unsigned", action="store_true", help="optimise against an unsigned suite (experiments)")
     out = p.add_argument_group("output")
     out.add_argument("--results", default="results", metavar="DIR", help="where run-NNN/ goes (default results)")
@@ -77,8 +95,6 @@ def cmd_optimize(args) -> int:
 
 
 def _budgets(args):
-    from pytest_cudagate.optimize.budgets import Budgets
-
     return Budgets(max_iterations=args.max_iterations, max_model_calls=args.max_model_calls, max_tokens=args.max_tokens,
                    max_usd=args.budget_usd, max_gpu_s=args.max_gpu_minutes * 60 if args.max_gpu_minutes else None,
                    max_wall_s=args.max_wall_minutes * 60 if args.max_wall_minutes else None,
@@ -88,13 +104,6 @@ def _budgets(args):
 
 def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None, stream=None) -> int:
     """The command. ``evaluator_factory(suite, program, ledger)`` replaces the GPU harness (tests)."""
-    from pytest_cudagate.suite.loader import discover, load_suite
-    from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
-    from pytest_cudagate.optimize.budgets import Meter, load_price_table, price_for
-    from pytest_cudagate.optimize.gitpropose import clean_tree_problem
-    from pytest_cudagate.optimize.pack import AuditPack
-    from pytest_cudagate.optimize.progress import Progress
-
     if args.max_iterations < 1:
         raise CudagateError("--max-iterations must be at least 1")
     paths = discover([Path(args.suite)])
@@ -124,7 +133,6 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
     if args.nvidia_research:
         if not args.research_dir:
             raise CudagateError("--nvidia-research needs --research-dir DIR (a folder of notes; nothing is fetched)")
-        from pytest_cudagate.optimize.research import Notes
 
         try:
             notes = Notes(Path(args.research_dir))
@@ -133,7 +141,6 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
     if args.allow_unsigned and not args.quiet:
         print(f"cudagate optimize: {UNSIGNED_WARNING}", file=stream or sys.stderr)
 
-    from pytest_cudagate.approvals import Ledger
 
     ledger = Ledger.for_suite(suite)
     budgets = _budgets(args)
@@ -162,7 +169,6 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         describe = getattr(proposer, "describe", None)
         pack.proposer = {"kind": proposer_kind, **(describe() if describe else {})}
         settings["base_url"] = pack.proposer.get("endpoint")
-        from pytest_cudagate.optimize.loop import Optimizer
 
         optimizer = Optimizer(suite=suite, program=program, evaluator=evaluator, proposer=proposer, pack=pack,
                               meter=meter, progress=progress, budgets=budgets, use_nsight=args.use_nsight,
@@ -174,8 +180,6 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         progress.close()
         proposal = None
         if args.propose and optimizer.winner is not None:
-            from pytest_cudagate.optimize.gitpropose import propose_branch
-
             proposal = propose_branch(suite, program, optimizer.winner, summary, pack.dir, branch=args.branch)
         _print_summary(summary, pack, proposal, stream or sys.stdout)
         if summary["stop_reason"] == "interrupted":
@@ -191,13 +195,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
 
 
 def _harness_evaluator(args, suite, program, ledger, resources):
-    from pytest_cudagate.worker.client import HarnessClient
-    from pytest_cudagate.worker.fingerprint import Fingerprint
-    from pytest_cudagate.gate import GateOptions
-    from pytest_cudagate.worker.gpulock import GpuLock
-    from pytest_cudagate.optimize.evaluator import HarnessEvaluator
-
-    client = HarnessClient(timeout_s=args.timeout)
+    client = HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s)
     resources.append(_Closing(client.__exit__, None, None, None))
     hello = client.start()
     lock = GpuLock(hello["device"]["uuid"])  # no other gate run times on this card meanwhile
@@ -217,8 +215,6 @@ class _Closing:
 
 def _proposer(args, kind, suite, program, visible, meter, pack, notes, evaluator, client, sleep):
     if kind == "openai":
-        from pytest_cudagate.optimize.proposers.openai import OpenAIProposer
-
         device = (evaluator.device() or {}).get("description", "an NVIDIA GPU").split(" driver")[0]
         return OpenAIProposer(suite=suite, program=program, visible=visible, meter=meter, recorder=pack.record_call,
                               model=args.model, reasoning_effort=None if args.reasoning_effort == "none" else args.reasoning_effort,
@@ -226,10 +222,7 @@ def _proposer(args, kind, suite, program, visible, meter, pack, notes, evaluator
                               timeout_s=min(600.0, args.max_wall_minutes * 60 if args.max_wall_minutes else 600.0),
                               client=client, **({"sleep": sleep} if sleep else {}))
     if kind == "autotune":
-        from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
-
         return AutotuneProposer(suite, program, visible, batch=args.batch, seed=args.seed)
-    from pytest_cudagate.optimize.proposers.replay import ReplayProposer
 
     return ReplayProposer(args.proposer.split(":", 1)[1])
 
@@ -263,10 +256,11 @@ def _print_summary(summary: dict, pack, proposal, stream) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``cudagate optimize ARGS`` from Python (tests, notebooks): the same parser and exit codes."""
-    from pytest_cudagate.cli import main as cudagate
-
-    return cudagate(["optimize", *(sys.argv[1:] if argv is None else argv)])
+    """``cudagate optimize ARGS`` from Python (tests, notebooks): the same options and exit codes."""
+    parser = argparse.ArgumentParser(prog="cudagate")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["optimize", *(sys.argv[1:] if argv is None else argv)])
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

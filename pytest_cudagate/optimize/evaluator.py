@@ -27,10 +27,13 @@ import numpy as np
 from pytest_cudagate.judge import stats
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge, load_expected
+from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
+from pytest_cudagate.defences import sanitizer
+from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
+from pytest_cudagate.optimize.nsight import profile
 
 RATIO_CONFIDENCE = 0.99
 
@@ -184,7 +187,7 @@ class HarnessEvaluator:
     def _judged(self, evaluation: Evaluation, program: Program, case: Case, body: dict) -> CaseResult | None:
         expected = load_expected({p.name: self.suite.expected_path(case, p) for p in self.suite.outputs})
         shapes = {p.name: self.suite.shape(p, case) for p in self.suite.buffers}
-        verdict = judge(program.name, case.name, body, expected, self.suite.tolerance, shapes)
+        verdict = judge_case(program.name, case.name, body, expected, self.suite.tolerance, shapes)
         result = CaseResult(case.name, case.kind, verdict.passed, program.launch_for(case.name).resolve(case.scalars))
         evaluation.cases.append(result)
         if not verdict.passed:
@@ -198,16 +201,9 @@ class HarnessEvaluator:
     def _timed(self, evaluation: Evaluation, candidate: Candidate, program: Program, case: Case, out: Path) -> bool:
         suite, initial = self.suite, self.initial.program(self.program)
         self._seed += 1
-        request = {
-            "protocol": 1, "op": "compare", "suite": str(suite.path),
-            "kernels": {"approved": kernel_spec(initial, self.initial.text), "current": kernel_spec(program, candidate.text)},
-            "launches": {"approved": initial.launch_for(case.name).resolve(case.scalars),
-                         "current": program.launch_for(case.name).resolve(case.scalars)},
-            "signature": [p.protocol() for p in suite.signature],
-            "case": case_spec(suite, program, case),
-            "timing": {**suite.timing.to_json(), "chunk": suite.timing.repeat, "seed": self._seed},
-            "output_dir": str(out),
-        }
+        request = compare_request(suite, program, case, approved=kernel_spec(initial, self.initial.text),
+                                  approved_launch=initial.launch_for(case.name), output_dir=out,
+                                  chunk=suite.timing.repeat, source_text=candidate.text, seed=self._seed)
         chunks = []
 
         def decide(chunk: dict) -> int:  # one chunk of timing.repeat rounds: the seed tool's 100 launches
@@ -248,7 +244,7 @@ class HarnessEvaluator:
         try:
             for case in self.suite.cases:
                 outcome = gate.replay(self.suite, program, case, self.ledger, source_text=candidate.text)
-                validation.cases.append(outcome_json(outcome, case))
+                validation.cases.append({**outcome.to_json(), "holdout": case.holdout})
                 notes = getattr(outcome, "notes", []) or []
                 validation.notes += [f"{case.name}: {n}" for n in notes if f"{case.name}: {n}" not in validation.notes]
                 if outcome.failed and validation.passed:
@@ -265,24 +261,16 @@ class HarnessEvaluator:
     def gate_checks(self, validation: Validation) -> dict:
         """What the gate applied beyond the signed cases, for the audit pack (a finding fails its case;
         a check that could not run leaves a note)."""
-        try:
-            from cudagate_harness import sanitizer
-
-            from pytest_cudagate.defences.checks import effective_checks, sanitizer_case
-        except ImportError:
-            return {"fresh_inputs": None, "sanitizer": None}
         checks, _ = effective_checks(self.suite)
         binary = sanitizer.find()
         return {
             "fresh_inputs": {"sets_per_case": checks.fresh_inputs, "adversarial": checks.adversarial_inputs,
                              "seed": validation.fresh_seed, "cases": "every case, holdout included"},
-            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer_case(self.suite).name,
+            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer.sanitizer_case(self.suite).name,
                           "binary": binary, "ran": bool(binary and checks.sanitizer)},
         }
 
     def profile(self, candidate: Candidate) -> dict:
-        from pytest_cudagate.optimize.nsight import profile
-
         perf = [c for c in self.visible if c.kind == "performance"]
         case = max(perf, key=lambda c: sum(self.suite.counts(c).values()))
         program = candidate.program(self.program)
@@ -296,24 +284,3 @@ class HarnessEvaluator:
     def close(self) -> None:
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
-
-def outcome_json(outcome, case: Case) -> dict:
-    """One gate outcome (:class:`~pytest_cudagate.gate.CaseOutcome`) for the audit pack."""
-    latency = outcome.latency
-    entry = {"case": case.name, "kind": case.kind, "holdout": case.holdout, "passed": not outcome.failed,
-             "message": outcome.message, "warning": outcome.warning,
-             "correctness": None, "latency_verdict": None, "ratio_vs_approved": None,
-             "approved_ms": None, "current_ms": None, "notes": list(getattr(outcome, "notes", []) or [])}
-    if outcome.correctness is not None:
-        entry["correctness"] = {"passed": outcome.correctness.passed, "problems": list(outcome.correctness.problems),
-                                "rel_norm": finite(outcome.correctness.rel_norm)}
-    if latency is not None:
-        entry["latency_verdict"] = latency.verdict.value
-        if latency.estimate is not None:
-            entry["ratio_vs_approved"] = ratio_json(latency.estimate)
-        if latency.approved is not None:
-            entry["approved_ms"] = latency.approved.median
-        if latency.current is not None:
-            entry["current_ms"] = latency.current.median
-        entry["latency_reason"] = latency.reason if latency.estimate is None else ""
-    return entry

@@ -27,10 +27,15 @@ from pathlib import Path
 from pytest_cudagate import __version__
 from pytest_cudagate.approvals import git_state
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.optimize.evaluator import finite
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.schema import problems as schema_problems
 from pytest_cudagate.optimize.budgets import STOP_REASONS
+from pytest_cudagate.optimize.heatmap import write_heatmaps
+from pytest_cudagate.optimize.report import render
+from pytest_cudagate.trust import collect_manifest
+from pytest_cudagate.optimize.loop import geomean
 
 FORMAT = 1
 _RUN = re.compile(r"^run-(\d+)$")
@@ -133,14 +138,12 @@ class AuditPack:
             self.write_text("best.cu", winner.candidate.text)
             files.append("best.cu")
             files += self.write_replays(winner)
-        from pytest_cudagate.optimize.heatmap import write_heatmaps
 
         files += write_heatmaps(self, optimizer)
         status = "interrupted" if optimizer.stop_reason == "interrupted" else "finished"
         self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
         summary = summary_doc(self, optimizer, status=status, files=files)
         self.write_json("summary.json", summary, "optimize-summary")
-        from pytest_cudagate.optimize.report import render
 
         self.write_text("report.html", render(summary, history_doc(self, optimizer), self.dir))
         summary["files"] = sorted(p.name for p in self.dir.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -205,13 +208,22 @@ def history_doc(pack: AuditPack, opt) -> dict:
 
 def _oracle(suite) -> dict:
     try:
-        from pytest_cudagate.trust import collect_manifest
-
         manifest, problems = collect_manifest(suite)
         return {"reference": manifest.get("reference"), "cases": {n: c.get("files") for n, c in manifest["cases"].items()},
                 "problems": problems}
     except Exception as exc:  # hashes are evidence, not a precondition
         return {"reference": None, "cases": {}, "problems": [f"could not hash the oracle: {exc}"]}
+
+
+def _gate_summary(case: dict) -> dict:
+    """The headline figures of one gate case (:meth:`CaseOutcome.to_json`) for the summary."""
+    latency = case.get("latency") or {}
+    estimate = latency.get("estimate")
+    return {"passed": case["passed"], "latency_verdict": latency.get("verdict"),
+            "ratio_vs_approved": {k: finite(estimate.get(k)) for k in ("ratio", "low", "high")}
+            | {"confidence": estimate["confidence"], "n": estimate["n"]} if estimate else None,
+            "approved_ms": finite((latency.get("approved") or {}).get("median")),
+            "current_ms": finite((latency.get("current") or {}).get("median"))}
 
 
 def _best_json(opt, attempt, pack) -> dict | None:
@@ -228,14 +240,11 @@ def _best_json(opt, attempt, pack) -> dict | None:
             "initial_ms": opt.base.get(case.name),
             "ratio_vs_initial": ev.ratio if ev else None,
             "speedup_vs_initial": (1.0 / ev.ratio["ratio"]) if ev and ev.ratio and ev.ratio.get("ratio") else None,
-            "gate": {"passed": g["passed"], "latency_verdict": g.get("latency_verdict"),
-                     "ratio_vs_approved": g.get("ratio_vs_approved"), "approved_ms": g.get("approved_ms"),
-                     "current_ms": g.get("current_ms")} if g else None,
+            "gate": _gate_summary(g) if g else None,
         })
     ratios = [c["gate"]["ratio_vs_approved"]["ratio"] for c in cases
               if c["gate"] and c["gate"].get("ratio_vs_approved") and c["kind"] == "performance"
               and c["gate"]["ratio_vs_approved"].get("ratio")]
-    from pytest_cudagate.optimize.loop import geomean
 
     g = geomean(ratios)
     return {"attempt": attempt.index, "round": attempt.round, "origin": attempt.candidate.origin,

@@ -11,6 +11,7 @@ import json
 
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.optimize.candidate import SYSTEM_HEADERS, allowed_headers, c_prototype
+from pytest_cudagate.optimize.nsight import describe
 
 MAX_LOG_CHARS = 3000
 MAX_SOURCE_IN_PROMPT = 24_000
@@ -88,8 +89,6 @@ def _evidence(a, best) -> list[str]:
             lines.append(f"  compile: {res.get('registers', '?')} registers, {res.get('spill_store_bytes', 0)} B spill "
                          f"stores, {res.get('shared_static_bytes', 0)} B static shared")
     if a.nsight:
-        from pytest_cudagate.optimize.nsight import describe
-
         lines.append("  " + describe(a.nsight, ((a.evaluation and a.evaluation.compile) or {}).get("resources")))
     return lines
 

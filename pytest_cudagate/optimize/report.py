@@ -10,23 +10,7 @@ from __future__ import annotations
 import re
 from html import escape
 from pathlib import Path
-
-FALLBACK_CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:0;background:#f9fafb;color:#111827}
-main{max-width:1240px;margin:0 auto;padding:0 20px 40px}table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
-th,td{border:1px solid #e5e7eb;padding:4px 8px;text-align:left;vertical-align:top}th{background:#f3f4f6}
-td.num{text-align:right;font-variant-numeric:tabular-nums}pre{background:#111827;color:#f9fafb;padding:8px;overflow-x:auto;
-white-space:pre-wrap}header.verdict{padding:18px 24px;border-bottom:4px solid}header.pass{background:#dcfce7}
-header.fail{background:#fee2e2}header.warn{background:#fef3c7}.badge{font-size:30px;font-weight:800}"""
-
-
-def _css() -> str:
-    try:
-        from pytest_cudagate.reports.html_style import CSS
-
-        return CSS
-    except Exception:  # the reports package is optional here
-        return FALLBACK_CSS
-
+from pytest_cudagate.reports.html_style import CSS
 
 def e(value) -> str:
     return escape("" if value is None else str(value))
@@ -124,7 +108,7 @@ def render(summary: dict, history: dict, folder: Path) -> str:
         source = f"<h2>best.cu</h2><pre>{e(best_cu.read_text(encoding='utf-8'))}</pre>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>cudagate optimize {e(summary['run'])}: {e(outcome)}</title><style>{_css()}</style></head>
+<title>cudagate optimize {e(summary['run'])}: {e(outcome)}</title><style>{CSS}</style></head>
 <body><header class="verdict {cls}"><div class="badge">{badge}</div><div>
 <h1>cudagate optimize · {e(summary['suite_name'])} / {e(summary['kernel'])} · {e(summary['run'])}</h1>
 <p class="meta">status {e(summary['status'])} · cudagate {e(summary['tool_version'])}</p></div></header>

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pytest_cudagate import __version__
-from pytest_cudagate.gate import CaseOutcome, GateOptions
+from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome, plain
 from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
 from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
-from pytest_cudagate.reports.serialize import correctness_json, latency_json, plain, samples_json
 
 REPORT_FORMAT = "cudagate-report"
 REPORT_VERSION = 1
@@ -78,46 +78,6 @@ def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, r
     return commands
 
 
-def category(o: CaseOutcome) -> str | None:
-    """What kind of problem an item has, for the failures table."""
-    if not (o.failed or o.warning):
-        return None
-    if o.correctness is None:
-        if "does not compile" in o.message:
-            return "compile"
-        return "case data" if o.message.startswith("bad case data") else "error"
-    if not o.correctness.passed:
-        return o.correctness.error_kind or "correctness"
-    return f"latency {o.latency.verdict.value}" if o.latency is not None else "error"
-
-
-def headline(o: CaseOutcome) -> str:
-    """One line saying what happened, for tables: the first wrong output or the latency verdict."""
-    verdict = o.correctness
-    if verdict is not None and not verdict.passed:
-        lines = [*verdict.problems, *(c.describe().splitlines()[0] for c in verdict.comparisons if not c.ok)]
-        if lines:
-            return lines[0]
-    if o.latency is not None and (verdict is None or verdict.passed):
-        return o.latency.headline()
-    text = (o.message or o.warning or "").strip()
-    if text:
-        return text.splitlines()[0]
-    return "correct" if verdict is not None and verdict.passed else ""
-
-
-def _status(o: CaseOutcome) -> str:
-    return "failed" if o.failed else ("warning" if o.warning else "passed")
-
-
-def _samples(o: CaseOutcome) -> dict[str, list[float]]:
-    if o.latency is not None and o.latency.samples:
-        return samples_json(o.latency.samples)
-    if o.correctness is not None and o.correctness.samples_ms:
-        return samples_json({"current": o.correctness.samples_ms})
-    return {}
-
-
 def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, options: Mapping[str, Any],
                   report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> dict:
     names: list[str] = []
@@ -128,16 +88,10 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
         requests_out[name] = with_checks(request, info.suite, info.program)
         names.append(f"requests/{name}")
     return {
-        "nodeid": info.nodeid, "suite": o.suite, "kernel": o.kernel, "case": o.case, "kind": o.kind,
-        "status": _status(o), "category": category(o), "run": run, "headline": headline(o),
-        "message": o.message, "warning": o.warning,
+        "nodeid": info.nodeid, **o.to_json(), "run": run,
         "suite_path": relative(info.suite_path, root) if info.suite_path else None,
         "source": relative(info.source, root) if info.source else None,
-        "correctness": correctness_json(o.correctness) if o.correctness is not None else None,
-        "latency": latency_json(o.latency) if o.latency is not None else None,
-        "samples_ms": _samples(o),
         "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
-        "worker_s": getattr(o, "worker_s", None),
         "requests": names,
         "reproduce": reproduce(info.nodeid, options, report_dir, names),
     }

@@ -22,14 +22,6 @@ from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, wri
 _DONE = pytest.StashKey[bool]()
 
 
-def add_options(group: Any) -> None:
-    group.addoption("--cuda-gate-report", default=None, metavar="DIR",
-                    help="write report.json, a self-contained report.html and replayable requests/ into DIR")
-    group.addoption("--cuda-gate-benchmark-json", default=None, metavar="FILE",
-                    help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
-                         "and benchmark dashboards")
-
-
 def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
     session = config.pluginmanager.get_plugin("session")
     gate = getattr(runtime, "_gate", None)

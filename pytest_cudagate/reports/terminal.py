@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_cudagate.gate import CaseOutcome
+from pytest_cudagate.judge.outcome import CaseOutcome
 
 
 def _micros(ms: float | None) -> str:

@@ -20,7 +20,7 @@ REQUESTS_DIR = "requests"
 
 
 def dumps(value) -> str:
-    # allow_nan=False: a NaN sneaking past serialize.plain must fail here, not in a reader's parser
+    # allow_nan=False: a NaN sneaking past outcome.plain must fail here, not in a reader's parser
     return json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 

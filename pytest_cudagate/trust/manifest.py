@@ -19,9 +19,8 @@ from pathlib import Path
 
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.suite.model import Launch, Program, Suite
+from pytest_cudagate.suite.model import Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
-from pytest_cudagate.defences.checks import manifest_entry
 
 MANIFEST_FORMAT = 1
 # Suite fields placed in the manifest by name below, or deliberately not signed (path, description;

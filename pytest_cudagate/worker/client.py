@@ -19,11 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-DEFAULT_TIMEOUT_S = 60.0
-
-
-class WorkerUnavailable(RuntimeError):
-    """No worker can run on this machine (no driver, no device); the message says why."""
+from pytest_cudagate.config import DEFAULT_TIMEOUT_S
+from pytest_cudagate.errors import WorkerUnavailable
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 
 REQUEST_PROTOCOL = 1
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
@@ -86,6 +86,23 @@ def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir
         "kernel": kernel_spec(program, source_text),
         "signature": [p.protocol() for p in suite.signature],
         "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
+        "timing": timing,
+        "output_dir": str(output_dir),
+    }
+
+
+def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch,
+                    output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None) -> dict:
+    """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given) timed
+    interleaved with the ``approved`` kernel spec on ``case``, ``chunk`` rounds per answer."""
+    timing = {**suite.timing.to_json(), "chunk": chunk, **({"seed": seed} if seed is not None else {})}
+    return {
+        "protocol": 1, "op": "compare", "suite": str(suite.path),
+        "kernels": {"approved": approved, "current": kernel_spec(program, source_text)},
+        "launches": {"approved": approved_launch.resolve(case.scalars),
+                     "current": program.launch_for(case.name).resolve(case.scalars)},
+        "signature": [p.protocol() for p in suite.signature],
+        "case": case_spec(suite, program, case),
         "timing": timing,
         "output_dir": str(output_dir),
     }

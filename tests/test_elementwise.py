@@ -7,14 +7,14 @@ import warnings
 import numpy as np
 import pytest
 
-from pytest_cudagate.judge.elementwise import compare
+from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.suite.model import Tolerance
 
 inf, nan = float("inf"), float("nan")
 
 
 def cmp(actual, expected, dtype=np.float64, shape=None, **tol):
-    return compare("y", np.array(actual, dtype=dtype), np.array(expected, dtype=dtype), Tolerance(**tol), shape)
+    return check_output("y", np.array(actual, dtype=dtype), np.array(expected, dtype=dtype), Tolerance(**tol), shape)
 
 
 def test_exact_match_with_zero_tolerance():
@@ -176,7 +176,7 @@ def test_worst_index_is_multi_dimensional_with_a_shape():
     actual = expected.copy()
     actual[0, 2] = 0.5
     actual[1, 1] = 5.0
-    result = compare("y", actual.reshape(-1), expected.reshape(-1), Tolerance(atol=0.1), shape=(2, 3))
+    result = check_output("y", actual.reshape(-1), expected.reshape(-1), Tolerance(atol=0.1), shape=(2, 3))
     assert result.mismatches == 2
     assert result.worst_index == (1, 1)
     assert result.worst_expected == 0.0 and result.worst_actual == 5.0
@@ -186,8 +186,8 @@ def test_worst_index_is_multi_dimensional_with_a_shape():
 def test_worst_index_is_flat_without_a_shape_or_with_a_wrong_one():
     actual = np.zeros(6)
     actual[4] = 1.0
-    assert compare("y", actual, np.zeros(6), Tolerance()).worst_index == (4,)
-    assert compare("y", actual, np.zeros(6), Tolerance(), shape=(4, 2)).worst_index == (4,)
+    assert check_output("y", actual, np.zeros(6), Tolerance()).worst_index == (4,)
+    assert check_output("y", actual, np.zeros(6), Tolerance(), shape=(4, 2)).worst_index == (4,)
 
 
 def test_worst_is_the_element_furthest_beyond_its_allowance():
@@ -203,7 +203,7 @@ def test_non_finite_mismatches_are_worst():
 
 
 def test_size_mismatch():
-    result = compare("y", np.zeros(5), np.zeros(6), Tolerance(atol=1.0))
+    result = check_output("y", np.zeros(5), np.zeros(6), Tolerance(atol=1.0))
     assert not result.ok
     assert result.total == 6 and result.mismatches == 6
     assert result.rel_norm == inf
@@ -212,7 +212,7 @@ def test_size_mismatch():
 
 def test_compare_accepts_multi_dimensional_arrays():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    assert compare("y", a, a.reshape(-1), Tolerance()).ok
+    assert check_output("y", a, a.reshape(-1), Tolerance()).ok
 
 
 def test_describe_a_failure():
@@ -221,7 +221,7 @@ def test_describe_a_failure():
     actual[2, 3] = 0.75
     actual[0, 0] = 0.001
     tol = Tolerance(atol=0.01, rtol=0.001)
-    text = compare("y", actual, expected, tol, shape=(4, 5)).describe()
+    text = check_output("y", actual, expected, tol, shape=(4, 5)).describe()
     lines = text.splitlines()
     assert lines[0] == "output 'y': 1 of 20 elements outside tolerance (atol=0.01, rtol=0.001, nan=fail)"
     assert "worst at index [2, 3]: expected 0.0, actual 0.75, |diff| 0.75 > allowed 0.01" in text
@@ -229,7 +229,7 @@ def test_describe_a_failure():
 
 
 def test_describe_a_flat_index_and_unwritten_elements():
-    result = compare("out", np.array([1.0, nan]), np.array([1.0, 2.0]), Tolerance(atol=0.5), unwritten=1)
+    result = check_output("out", np.array([1.0, nan]), np.array([1.0, 2.0]), Tolerance(atol=0.5), unwritten=1)
     text = result.describe()
     assert "1 of 2 elements outside tolerance" in text
     assert "1 elements were never written by the kernel" in text

@@ -1,0 +1,190 @@
+"""What ``pytest --cuda-gate`` collects and runs: every ``cudagate.yaml`` becomes test items.
+
+Node ids read ``SUITE::KERNEL::CASE`` (and ``SUITE::KERNEL::compile``). A suite that does not load
+becomes one failing item rather than a collection error, so one broken suite never stops the
+others from being judged. :class:`GateSession` is the session's plugin object: registered by
+:mod:`pytest_cudagate.plugin` only when ``--cuda-gate`` is on, it owns the run's
+:class:`~pytest_cudagate.session.GateRuntime`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_cudagate.config import GateConfig
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.reports import pytest_hooks as reports
+from pytest_cudagate.reports.terminal import render_table
+from pytest_cudagate.session import GateRuntime
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data
+from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
+from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.worker.build import compile_program
+
+
+PLUGIN_NAME = "cudagate-session"
+
+
+class GateFailure(Exception):
+    """An item's failure, reported as its message alone (no Python traceback)."""
+
+
+class CudagateWarning(UserWarning):
+    """A verdict that does not fail the build but must not pass unseen (inconclusive, incomparable)."""
+
+
+class GateSession:
+    """The hooks of one ``--cuda-gate`` session, around its :class:`GateRuntime`."""
+
+    def __init__(self, config: pytest.Config, runtime: GateRuntime):
+        self.config = config
+        self.runtime = runtime
+        self.suites_collected = 0
+
+    @classmethod
+    def start(cls, config: pytest.Config, gate: GateConfig) -> GateSession:
+        options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
+                              threshold=gate.threshold, fresh_seed=gate.fresh_seed)
+        return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
+                                       options=options, lock_timeout_s=gate.lock_timeout_s,
+                                       allow_unsigned=gate.allow_unsigned))
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
+        if file_path.name == SUITE_FILENAME:
+            self.suites_collected += 1
+            return SuiteFile.from_parent(parent, path=file_path)
+        return None
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        reports.session_finish(session.config, self.runtime, exitstatus)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.runtime.close()
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
+        runtime = self.runtime
+        if not self.suites_collected:
+            where = ", ".join(str(a) for a in config.args) or str(config.rootpath)
+            terminalreporter.write_line(
+                f"cudagate: no {SUITE_FILENAME} found under {where}; pass a suite's path, or list the suites in "
+                f"pyproject.toml: [tool.cudagate] suites = [\"path/to/{SUITE_FILENAME}\"]", yellow=True)
+            return
+        if not (runtime.outcomes or runtime.skipped):
+            return
+        terminalreporter.write_sep("=", "cudagate")
+        if runtime.allow_unsigned:
+            terminalreporter.write_line(UNSIGNED_WARNING, red=True, bold=True)
+        if runtime.fingerprint_text:
+            terminalreporter.write_line(f"fingerprint {runtime.fingerprint_text}")
+        for line in render_table(runtime.outcomes, runtime.skipped):
+            terminalreporter.write_line(line)
+
+
+class SuiteFile(pytest.File):
+    def collect(self):
+        try:
+            suite = load_suite(self.path)
+        except CudagateError as exc:
+            yield SuiteErrorItem.from_parent(self, name="suite", message=str(exc))
+            return
+        except Exception as exc:  # a loader bug must cost this suite only, never the whole session
+            yield SuiteErrorItem.from_parent(self, name="suite", message=f"{self.path}: cannot load: {exc!r}")
+            return
+        if suite.reference.program is not None:
+            yield ProgramNode.from_parent(self, name="reference", suite=suite, program=suite.reference.program, cases=())
+        for kernel in suite.kernels:
+            yield ProgramNode.from_parent(self, name=kernel.name, suite=suite, program=kernel, cases=suite.cases)
+
+
+class ProgramNode(pytest.Collector):
+    def __init__(self, *, suite: Suite, program: Program, cases, **kwargs):
+        super().__init__(**kwargs)
+        self.suite = suite
+        self.program = program
+        self.cases = cases
+
+    def collect(self):
+        yield CompileItem.from_parent(self, name="compile")
+        for case in self.cases:
+            yield CaseItem.from_parent(self, name=case.name, case=case)
+
+
+class GateItem(pytest.Item):
+    @property
+    def runtime(self) -> GateRuntime:
+        return self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, GateFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, 0, self.nodeid.split("::", 1)[-1]
+
+
+class SuiteErrorItem(GateItem):
+    def __init__(self, *, message: str, **kwargs):
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise GateFailure(f"the suite file is invalid:\n{self.message}")
+
+
+class CompileItem(GateItem):
+    def runtest(self) -> None:
+        node: ProgramNode = self.parent
+        result = compile_program(node.program, self.runtime.arch())
+        self.user_properties.append(("arch", result.arch))
+        for key, value in result.resources.items():
+            self.user_properties.append((key, value))
+        if not result.ok:
+            raise GateFailure(f"{node.program.source} does not compile for {result.arch}:\n{result.log}")
+
+
+class CaseItem(GateItem):
+    def __init__(self, *, case: Case, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+
+    def runtest(self) -> None:
+        node: ProgramNode = self.parent
+        suite, program, case = node.suite, node.program, self.case
+        runtime = self.runtime
+        distrust = runtime.trust_problems(suite)
+        if distrust:
+            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                                message="suite not trusted"))
+            raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
+                              + "\n".join(f"  - {p}" for p in distrust))
+        problems = check_case_data(suite, case)
+        if problems:
+            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                                message="bad case data"))
+            raise GateFailure("case data does not match the signature:\n" + "\n".join(f"  - {p}" for p in problems)
+                              + f"\n{case_data_fix(suite)}")
+        if runtime.client() is None:
+            reason = runtime.unavailable_reason
+            if runtime.require_gpu:
+                raise GateFailure(f"{reason} (--cuda-gate-require-gpu is set)")
+            runtime.skipped.append((suite.name, program.name, case.name, case.kind))
+            pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
+        outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite))
+        runtime.outcomes.append(outcome)
+        verdict = outcome.correctness
+        if verdict is not None and verdict.median_ms is not None:
+            self.user_properties.append(("median_ms", verdict.median_ms))
+        if outcome.latency is not None:
+            self.user_properties.append(("latency_verdict", outcome.latency.verdict.value))
+            if outcome.latency.estimate is not None:
+                self.user_properties.append(("latency_ratio", outcome.latency.estimate.ratio))
+        if outcome.failed:
+            raise GateFailure(outcome.message)
+        if outcome.warning:
+            self.warn(CudagateWarning(f"{self.nodeid}: {outcome.warning}"))

@@ -11,12 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from pytest_cudagate.judge.stats import (
-    DEFAULT_APPROVAL_RUNS,
-    RUN_SPREAD_FLOOR,
-    Verdict,
-    judge_run_spread,
-)
+from pytest_cudagate.judge.latency import Latency, judge_run_spread
+from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, RUN_SPREAD_FLOOR
 
 THRESHOLD = 0.02
 TRIALS = 4000
@@ -24,7 +20,7 @@ BASE_MS = 0.015
 
 
 def verdicts(seed: int, slowdown: float, *, within: float, card: float, floor: float = RUN_SPREAD_FLOOR,
-             runs: int = DEFAULT_APPROVAL_RUNS) -> dict[Verdict, float]:
+             runs: int = DEFAULT_APPROVAL_RUNS) -> dict[Latency, float]:
     """Share of each verdict over TRIALS approvals, each judged against one new run.
 
     An approval's ``runs`` medians come from one card (a shared offset, sd ``card``) with
@@ -34,7 +30,7 @@ def verdicts(seed: int, slowdown: float, *, within: float, card: float, floor: f
     approval_card = rng.normal(0.0, card, (TRIALS, 1))
     approvals = BASE_MS * np.exp(approval_card + rng.normal(0.0, within, (TRIALS, runs)))
     today = BASE_MS * (1 + slowdown) * np.exp(rng.normal(0.0, card, TRIALS) + rng.normal(0.0, within, TRIALS))
-    counts = dict.fromkeys(Verdict, 0)
+    counts = dict.fromkeys(Latency, 0)
     for medians, median in zip(approvals, today):
         counts[judge_run_spread(medians, float(median), THRESHOLD, floor=floor).verdict] += 1
     return {v: c / TRIALS for v, c in counts.items()}
@@ -51,7 +47,7 @@ def test_floor_is_the_measured_between_card_offset():
     assert j.floored
     assert j.high == pytest.approx(1.086, abs=1e-9)
     assert j.low == pytest.approx(1 / 1.086, abs=1e-9)
-    assert j.verdict is Verdict.PASS
+    assert j.verdict is Latency.PASS
 
 
 @pytest.mark.parametrize("within, card", [
@@ -62,32 +58,32 @@ def test_floor_is_the_measured_between_card_offset():
 def test_unchanged_kernel_false_alarms(within, card):
     # At most (1 - 0.99) / 2 of unchanged runs warn, and a claimed regression is rarer still.
     share = verdicts(seed=11, slowdown=0.0, within=within, card=card)
-    assert share[Verdict.REGRESSED] <= 0.005
-    assert share[Verdict.REGRESSED] + share[Verdict.INCONCLUSIVE] <= 0.01
-    assert share[Verdict.IMPROVED] <= 0.005
+    assert share[Latency.REGRESSED] <= 0.005
+    assert share[Latency.REGRESSED] + share[Latency.INCONCLUSIVE] <= 0.01
+    assert share[Latency.IMPROVED] <= 0.005
 
 
 def test_detection_at_twice_threshold_with_the_floor_off_on_a_quiet_card():
     # Same card, floor switched off: runs spread 0.25%, a 2x threshold (+4%) slowdown is caught.
     share = verdicts(seed=12, slowdown=2 * THRESHOLD, within=0.0025, card=0.0, floor=0.0)
-    assert share[Verdict.REGRESSED] >= 0.80
+    assert share[Latency.REGRESSED] >= 0.80
     quiet_null = verdicts(seed=13, slowdown=0.0, within=0.0025, card=0.0, floor=0.0)
-    assert quiet_null[Verdict.REGRESSED] + quiet_null[Verdict.INCONCLUSIVE] <= 0.01
+    assert quiet_null[Latency.REGRESSED] + quiet_null[Latency.INCONCLUSIVE] <= 0.01
 
 
 def test_across_cards_the_floor_hides_twice_threshold_but_catches_large_drift():
     # The honest limit of a stored number across cards: +4% is inside the between-card spread ...
     at_floor = verdicts(seed=14, slowdown=2 * THRESHOLD, within=WITHIN, card=CARD)
-    assert at_floor[Verdict.REGRESSED] <= 0.05
+    assert at_floor[Latency.REGRESSED] <= 0.05
     # ... while +20% (beyond the interval widened by the threshold, by ~2.5 sd) is caught.
     large = verdicts(seed=15, slowdown=0.20, within=WITHIN, card=CARD)
-    assert large[Verdict.REGRESSED] >= 0.95
+    assert large[Latency.REGRESSED] >= 0.95
 
 
 @pytest.mark.parametrize("excess, verdict", [
-    (math.log1p(THRESHOLD) + 1e-4, Verdict.REGRESSED),  # beyond the interval by more than the threshold
-    (math.log1p(THRESHOLD) - 1e-4, Verdict.INCONCLUSIVE),  # beyond it, but within the threshold
-    (-1e-4, Verdict.PASS),  # inside the interval
+    (math.log1p(THRESHOLD) + 1e-4, Latency.REGRESSED),  # beyond the interval by more than the threshold
+    (math.log1p(THRESHOLD) - 1e-4, Latency.INCONCLUSIVE),  # beyond it, but within the threshold
+    (-1e-4, Latency.PASS),  # inside the interval
 ])
 def test_worked_example_uses_the_t_interval_of_the_runs(excess, verdict):
     medians = [1.00, 1.04, 0.96, 1.02, 0.98]  # measured spread above the floor
@@ -102,7 +98,7 @@ def test_worked_example_uses_the_t_interval_of_the_runs(excess, verdict):
 
 def test_improvement_beyond_the_interval_and_threshold():
     j = judge_run_spread([BASE_MS] * 5, BASE_MS * 0.85, THRESHOLD)
-    assert j.verdict is Verdict.IMPROVED
+    assert j.verdict is Latency.IMPROVED
     assert j.describe().startswith("-15.0% against the approval runs (ratio 0.850;")
 
 

@@ -9,6 +9,8 @@ narrow enough (half-width under a quarter of the threshold) or the time budget i
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -186,3 +188,72 @@ def against_baseline(current: list[float], baseline: list[float], threshold: flo
 
 def incomparable(threshold: float, reason: str, fingerprint: str = "") -> LatencyResult:
     return LatencyResult(Latency.INCOMPARABLE, threshold, reason=reason, fingerprint=fingerprint)
+
+
+@dataclass(frozen=True)
+class RunSpreadJudgement:
+    """Today's run median against the spread of the approval runs' medians.
+
+    ``low``/``high`` bound the ratio today/baseline that an unchanged kernel reaches with
+    probability ``confidence``; ``ratio`` is today's median over the geometric mean of the runs.
+    """
+
+    verdict: Latency
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    runs: int
+    measured_spread: float  # sample standard deviation of ln(run median)
+    floored: bool  # the floor, not the measured spread, set the interval
+
+    @property
+    def spread_text(self) -> str:
+        """Which spread was used, e.g. 'spread of 5 approval runs: ±1.2%, floored at ±8.6% (between-card spread)'."""
+        measured = math.expm1(stats.prediction_half_width(self.measured_spread, self.runs, self.confidence)) * 100
+        text = f"spread of {self.runs} approval runs: ±{measured:.1f}%"
+        if self.floored:
+            text += f", floored at ±{(self.high - 1) * 100:.1f}% (between-card spread)"
+        return text
+
+    def describe(self) -> str:
+        """One line: the change, the interval an unchanged kernel stays in, and the spread used."""
+        change = (self.ratio - 1) * 100
+        return (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
+                f"within {self.low:.3f}–{self.high:.3f} at {self.confidence:.0%}; {self.spread_text})")
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["verdict"] = self.verdict.value
+        data["spread_text"] = self.spread_text
+        return data
+
+
+def judge_run_spread(run_medians, today_median: float, threshold: float, *, confidence: float = 0.99,
+                     floor: float = stats.RUN_SPREAD_FLOOR) -> RunSpreadJudgement:
+    """Judge today's run median against the medians of n independent approval runs
+    (:func:`stats.run_spread`), with the suite threshold widening the interval:
+
+      REGRESSED: d > h + ln(1 + threshold): slower than any unchanged run, by more than threshold.
+      IMPROVED: d < -h + ln(1 - threshold).
+      INCONCLUSIVE: h < d <= h + ln(1 + threshold): outside an unchanged kernel's runs, but not
+        by the threshold; neither a regression nor "unchanged" can be claimed (a warning).
+      PASS: otherwise.  An unchanged kernel warns with probability (1 - confidence)/2.
+    The price: at the floor, h is 8.6%, so only slowdowns beyond ~10.8% (at a 2% threshold)
+    are caught, and reliably only beyond ~20%.  That is what a stored number can honestly say
+    across cards; the interleaved comparison exists for everything else.
+    """
+    threshold = stats.check_threshold(threshold)
+    spread = stats.run_spread(run_medians, today_median, confidence=confidence, floor=floor)
+    d, h = spread.d, spread.half_width
+    if d > h + math.log1p(threshold):
+        verdict = Latency.REGRESSED
+    elif d < -h + math.log1p(-threshold):
+        verdict = Latency.IMPROVED
+    elif d > h:
+        verdict = Latency.INCONCLUSIVE
+    else:
+        verdict = Latency.PASS
+    return RunSpreadJudgement(verdict=verdict, ratio=math.exp(d), low=math.exp(-h), high=math.exp(h),
+                              confidence=spread.confidence, runs=spread.runs, measured_spread=spread.measured_spread,
+                              floored=spread.floored)

@@ -14,7 +14,7 @@ launch 10x slower barely moves it.
 Unpaired method (``unpaired_ratio``): ratio of medians with a percentile
 bootstrap, each side resampled independently, for stored baselines.
 
-Run-spread method (``judge_run_spread``): where nothing can be timed side by
+Run-spread method (``run_spread``): where nothing can be timed side by
 side (a new driver or card), today's run median is placed in a prediction
 interval built from the medians of independent approval runs (see there).
 """
@@ -39,8 +39,9 @@ __all__ = [
     "paired_ratio",
     "unpaired_ratio",
     "precise_enough",
-    "RunSpreadJudgement",
-    "judge_run_spread",
+    "RunSpread",
+    "run_spread",
+    "prediction_half_width",
     "DEFAULT_APPROVAL_RUNS",
     "RUN_SPREAD_FLOOR",
     "rule_median_percent",
@@ -418,59 +419,26 @@ _BETWEEN_CARD_OFFSET = 0.086
 RUN_SPREAD_FLOOR = math.log1p(_BETWEEN_CARD_OFFSET) / NormalDist().inv_cdf(0.995)
 
 
-@dataclass(frozen=True)
-class RunSpreadJudgement:
-    """Today's run median against the spread of the approval runs' medians.
-
-    ``low``/``high`` bound the ratio today/baseline that an unchanged kernel reaches with
-    probability ``confidence``; ``ratio`` is today's median over the geometric mean of the runs.
-    """
-
-    verdict: Verdict
-    ratio: float
-    low: float
-    high: float
-    confidence: float
-    runs: int
-    measured_spread: float  # sample standard deviation of ln(run median)
-    floored: bool  # the floor, not the measured spread, set the interval
-
-    @property
-    def spread_text(self) -> str:
-        """Which spread was used, e.g. 'spread of 5 approval runs: ±1.2%, floored at ±8.6% (between-card spread)'."""
-        measured = math.expm1(_prediction_half_width(self.measured_spread, self.runs, self.confidence)) * 100
-        text = f"spread of {self.runs} approval runs: ±{measured:.1f}%"
-        if self.floored:
-            text += f", floored at ±{(self.high - 1) * 100:.1f}% (between-card spread)"
-        return text
-
-    def describe(self) -> str:
-        """One line: the change, the interval an unchanged kernel stays in, and the spread used."""
-        change = (self.ratio - 1) * 100
-        return (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
-                f"within {self.low:.3f}–{self.high:.3f} at {self.confidence:.0%}; {self.spread_text})")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["verdict"] = self.verdict.value
-        data["spread_text"] = self.spread_text
-        return data
-
-
-def _prediction_half_width(spread: float, n: int, confidence: float) -> float:
+def prediction_half_width(spread: float, n: int, confidence: float) -> float:
     """Half-width (log space) of the prediction interval for one more run, from n runs' spread."""
     return float(_student_t.ppf(0.5 + confidence / 2, n - 1)) * spread * math.sqrt(1 + 1 / n)
 
 
-def judge_run_spread(
-    run_medians: Samples,
-    today_median: float,
-    threshold: float,
-    *,
-    confidence: float = 0.99,
-    floor: float = RUN_SPREAD_FLOOR,
-) -> RunSpreadJudgement:
-    """Judge today's run median against the medians of n independent approval runs.
+@dataclass(frozen=True)
+class RunSpread:
+    """Where today's run median falls among n independent approval runs' medians (log space)."""
+
+    d: float  # ln(today's median) - mean(ln run medians)
+    half_width: float  # h: an unchanged kernel's d stays within +-h with probability ``confidence``
+    confidence: float
+    runs: int
+    measured_spread: float  # sample standard deviation of ln(run median)
+    floored: bool  # the floor, not the measured spread, set h
+
+
+def run_spread(run_medians: Samples, today_median: float, *, confidence: float = 0.99,
+               floor: float = RUN_SPREAD_FLOOR) -> RunSpread:
+    """The prediction interval for one more run's log median, never narrower than ``floor``.
 
     Model: ln(run median) = ln(true latency) + e, e ~ N(0, s^2) independently per run (a run's
     median of hundreds of launches is close to normal in log space; the spread comes from
@@ -483,19 +451,8 @@ def judge_run_spread(
 
     The interval is never narrower than the between-card spread ``floor`` (a known standard
     deviation of d itself, so its interval uses the normal quantile): h = max(that, z * floor).
-
-    Verdicts, with the suite threshold widening the interval:
-      REGRESSED: d > h + ln(1 + threshold): slower than any unchanged run, by more than threshold.
-      IMPROVED: d < -h + ln(1 - threshold).
-      INCONCLUSIVE: h < d <= h + ln(1 + threshold): outside an unchanged kernel's runs, but not
-        by the threshold; neither a regression nor "unchanged" can be claimed (a warning).
-      PASS: otherwise.  An unchanged kernel warns with probability (1 - confidence)/2.
-    The price: at the floor, h is 8.6%, so only slowdowns beyond ~10.8% (at a 2% threshold)
-    are caught, and reliably only beyond ~20%.  That is what a stored number can honestly say across cards; the
-    interleaved comparison exists for everything else.
     """
     confidence = _check_confidence(confidence)
-    threshold = _check_threshold(threshold)
     if not (math.isfinite(floor) and floor >= 0):
         raise ValueError(f"floor must be a finite spread >= 0, got {floor!r}")
     logs = np.log(_as_samples(run_medians, "run medians"))
@@ -507,22 +464,10 @@ def judge_run_spread(
     today = float(np.log(_as_samples([today_median], "today's median")[0]))
     n = int(logs.size)
     measured = float(logs.std(ddof=1))
-    from_runs = _prediction_half_width(measured, n, confidence)
+    from_runs = prediction_half_width(measured, n, confidence)
     from_floor = NormalDist().inv_cdf(0.5 + confidence / 2) * floor
-    h = max(from_runs, from_floor)
-    d = today - float(logs.mean())
-    if d > h + math.log1p(threshold):
-        verdict = Verdict.REGRESSED
-    elif d < -h + math.log1p(-threshold):
-        verdict = Verdict.IMPROVED
-    elif d > h:
-        verdict = Verdict.INCONCLUSIVE
-    else:
-        verdict = Verdict.PASS
-    return RunSpreadJudgement(
-        verdict=verdict, ratio=math.exp(d), low=math.exp(-h), high=math.exp(h), confidence=confidence,
-        runs=n, measured_spread=measured, floored=from_floor > from_runs,
-    )
+    return RunSpread(d=today - float(logs.mean()), half_width=max(from_runs, from_floor), confidence=confidence,
+                     runs=n, measured_spread=measured, floored=from_floor > from_runs)
 
 
 # --------------------------------------------------------------------------- peer rules

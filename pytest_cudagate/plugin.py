@@ -154,6 +154,10 @@ class SuiteErrorItem(GateItem):
 class CompileItem(GateItem):
     def runtest(self) -> None:
         node: ProgramNode = self.parent
+        distrust = self.runtime.trust_problems(node.suite)
+        if distrust:
+            raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
+                              "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
         result = compile_program(node.program, self.runtime.arch())
         self.user_properties.append(("arch", result.arch))
         for key, value in result.resources.items():

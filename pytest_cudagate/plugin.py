@@ -7,6 +7,7 @@ others from being judged.
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from pytest_cudagate.gate import CaseOutcome, GateOptions
 from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.trust.base_ref import TrustRoot
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
@@ -59,13 +61,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     reports.add_options(group)
     group.addoption("--cuda-gate-lock-timeout", type=float, default=600.0, metavar="S",
                     help="how long to wait for another gate run to release the GPU (default 600)")
+    # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.
+    group.addoption("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU; skipped cleanly without one")
     if not config.getoption("cuda_gate"):
         return
-    settings = load_settings(Path(config.rootpath))
+    trust_root = load_trust_root(config)
+    settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
     config.stash[RUNTIME] = GateRuntime(
         timeout_s=config.getoption("cuda_gate_timeout") or settings.timeout_s or 60.0,
         default_arch=config.getoption("cuda_gate_arch") or settings.arch or "sm_90",
@@ -75,10 +80,24 @@ def pytest_configure(config: pytest.Config) -> None:
                             fresh_seed=config.getoption("cuda_gate_fresh_seed")),
         lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
         allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
+        trust_root=trust_root,
     )
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(Path(config.rootpath) / s) for s in settings.suites]
+
+
+def load_trust_root(config: pytest.Config) -> TrustRoot | None:
+    path = config.getoption("cuda_gate_trust_root")
+    if path is None:
+        return None
+    if config.getoption("cuda_gate_allow_unsigned"):
+        raise pytest.UsageError("--cuda-gate-allow-unsigned cannot be combined with a trust root (cudagate gate "
+                                "--trusted-ref)")
+    try:
+        return TrustRoot.load(Path(path))
+    except CudagateError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

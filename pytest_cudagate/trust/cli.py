@@ -1,4 +1,4 @@
-"""``cudagate keygen`` / ``sign`` / ``verify``. ``register(subparsers)`` adds them to the main parser.
+"""``cudagate keygen`` / ``sign`` / ``verify`` (and ``gate``, from :mod:`.gate_command`). ``register(subparsers)`` adds them to the main parser.
 
 Exit codes follow ``cudagate``: 0 good, 1 verification failed, 2 bad input (raised as
 :class:`CudagateError`, which the main command prints).
@@ -18,6 +18,7 @@ from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, defau
                    load_private_key, load_trusted_keys, private_key_mode_warning)
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
+from pytest_cudagate.trust import gate_command
 from pytest_cudagate.trust.ledger import ledger_problems
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 
@@ -145,7 +146,7 @@ def cmd_verify(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``keygen``, ``sign`` and ``verify`` to an argparse subparsers object (each sets ``func``)."""
+    """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
     keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer or CI")
     keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
     keygen.add_argument("--out", metavar="DIR",
@@ -163,6 +164,8 @@ def register(subparsers) -> None:
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
     verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
+
+    gate_command.register(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

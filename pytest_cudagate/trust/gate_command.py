@@ -43,7 +43,7 @@ _ENV_DROPPED = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 _TAKES_VALUE = {"--cuda-gate-threshold", "--cuda-gate-budget", "--cuda-gate-arch", "--cuda-gate-timeout",
                 "--cuda-gate-fresh-seed", "--cuda-gate-lock-timeout", "--cuda-gate-report", "--cuda-gate-benchmark-json",
                 "--junitxml", TRUST_ROOT_OPTION}
-_PASSTHROUGH = {"-q", "-v", "-vv", "-x", "-rA", "-ra", "-rf", "--quiet", "--verbose", "--exitfirst"}
+_PASSTHROUGH = {"-q", "-v", "-vv", "-x", "-rA", "-ra", "-rf", "-rs", "-rfs", "--quiet", "--verbose", "--exitfirst"}
 
 
 def _refusal(option: str) -> str | None:

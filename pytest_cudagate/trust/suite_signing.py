@@ -130,7 +130,8 @@ def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
 
 
 def _untrusted_fix(suite: Suite, kid: str) -> str:
-    return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ (reviewed); "
+    return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ on the base "
+            "branch (reviewed; the gate trusts the keys of the base commit); "
             f"otherwise a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`")
 
 

@@ -182,6 +182,7 @@ def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
     try:
         repo = git.Repo(worktree)
         commit = repo.commit(ref)
+        commit.tree  # resolves the object now: an unknown sha fails here, not mid-read
     except (git.exc.GitError, ValueError) as exc:
         raise CudagateError(f"--trusted-ref {ref}: not a commit of the repository at {worktree} ({exc}); fetch "
                             "the base commit first (actions/checkout with fetch-depth: 0)") from None

@@ -4,6 +4,11 @@
 its source and headers are copied to ``approved/<sha256>.<ext>`` so the gate can always replay the
 approved version next to the current one, whatever the branch has done to the source since.
 Baselines are keyed by hardware fingerprint: timings are only ever compared on like hardware.
+
+Format 2 is one document signed as a whole (see ``trust/ledger.py``): every kernel of the suite has
+an approval or is listed in ``pending`` (explicitly not yet approved), each approval's ``kernel``
+equals its key, the document names its suite, and ``sequence`` grows by one on every signing, so an
+older signed ledger can be told from the current one.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ from pytest_cudagate.suite.model import Launch, Program, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"
 BLOB_DIR = "approved"
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclass
 class Baseline:
     fingerprint: dict
     measured_at: str
-    cases: dict[str, dict]  # case -> {"summary": {...}, "samples_ms": [...], "cache": "cold"}
+    # case -> {"summary": {...}, "samples_ms": [...], "cache": "cold", "run_medians_ms": [...]}; the last,
+    # optional, holds one median per independent run at approval (the release check's spread).
+    cases: dict[str, dict]
 
 
 @dataclass
@@ -48,7 +55,9 @@ class Approval:
     git: dict
     tool_version: str
     baselines: dict[str, Baseline] = field(default_factory=dict)
-    signature: dict | None = None
+    # Optional: how the approved binary was built, {"nvrtc": "13.0", "options": [...],
+    # "cubin_sha256": {"sm_90": "..."}}, so a release can tell a toolchain change from a kernel change.
+    build: dict | None = None
 
     def identity(self) -> dict:
         """The build this approval pins; equal to :func:`build_identity` of an unchanged kernel."""
@@ -60,9 +69,10 @@ class Approval:
         }
 
     def signed_payload(self) -> dict:
-        """What a maintainer's signature covers: the pinned kernel and every baseline."""
+        """The entry as the signed ledger holds it: the pinned kernel, its build and every baseline."""
         data = asdict(self)
-        data.pop("signature")
+        if data["build"] is None:
+            data.pop("build")
         return data
 
 
@@ -72,6 +82,12 @@ class Ledger:
     suite: str
     approvals: dict[str, Approval] = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
+    sequence: int = 0  # +1 on every signing; a signed ledger with a lower one is an older one
+    pending: list[str] = field(default_factory=list)  # kernels explicitly not yet approved
+    signature: dict | None = None  # over the whole document (trust/ledger.py)
+    format: int = FORMAT  # as read; 1 = entries signed one by one, no longer trusted
+    exists: bool = True  # False: no file on disk
+    kernels: tuple[str, ...] = ()  # the suite's kernels, which the signed ledger must all account for
 
     @property
     def root(self) -> Path:
@@ -80,24 +96,36 @@ class Ledger:
     @classmethod
     def for_suite(cls, suite: Suite) -> Ledger:
         path = suite.root / LEDGER_NAME
+        kernels = tuple(k.name for k in suite.kernels)
         if not path.exists():
-            return cls(path, suite.name)
+            return cls(path, suite.name, exists=False, kernels=kernels)
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise FileError(path, [f"cannot read the approvals ledger: {exc}; restore it from version control "
                                    f"or re-approve with `cudagate approve {suite.path}`"]) from None
         schema.validate(raw, "approvals", path)
+        return cls.from_json(path, raw, kernels)
+
+    @classmethod
+    def from_json(cls, path: Path, raw: dict, kernels: tuple[str, ...] = ()) -> Ledger:
         approvals = {}
         for name, entry in raw["approvals"].items():
+            entry = dict(entry)
+            entry.pop("signature", None)  # format 1 signed each entry; format 2 signs the document
             baselines = {key: Baseline(**b) for key, b in entry.pop("baselines", {}).items()}
             approvals[name] = Approval(**entry, baselines=baselines)
-        return cls(path, raw["suite"], approvals, raw.get("history", []))
+        return cls(path, raw["suite"], approvals, raw.get("history", []), raw.get("sequence", 0),
+                   list(raw.get("pending", [])), raw.get("signature"), raw["format"], True, kernels)
+
+    def signed_payload(self) -> dict:
+        """What the maintainer's signature covers: everything in the file but the signature."""
+        return {"format": FORMAT, "suite": self.suite, "sequence": self.sequence, "pending": sorted(self.pending),
+                "approvals": {name: a.signed_payload() for name, a in sorted(self.approvals.items())},
+                "history": self.history}
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "suite": self.suite,
-                "approvals": {name: asdict(a) for name, a in sorted(self.approvals.items())},
-                "history": self.history}
+        return {**self.signed_payload(), "signature": self.signature}
 
     def save(self) -> None:
         text = json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n"
@@ -105,7 +133,9 @@ class Ledger:
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=LEDGER_NAME, suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, self.path)
+        self.format, self.exists = FORMAT, True
 
     # -- approved programs ----------------------------------------------------------------------
     def store_blob(self, text: str, suffix: str) -> tuple[str, str]:

@@ -43,7 +43,11 @@ def load_settings(root: Path) -> Settings:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise FileError(path, [f"cannot read [tool.cudagate]: {exc}"]) from None
-    raw = data.get("tool", {}).get("cudagate", {})
+    return settings_from_table(root, data.get("tool", {}).get("cudagate", {}), path)
+
+
+def settings_from_table(root: Path, raw: dict, path) -> Settings:
+    """Settings from a ``[tool.cudagate]`` table already parsed (``path`` names it in errors)."""
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise FileError(path, [f"tool.cudagate: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_KEYS))}"])

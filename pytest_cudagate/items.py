@@ -24,6 +24,7 @@ from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.trust.base_ref import TrustRoot
 from pytest_cudagate.worker.build import compile_program
 
 
@@ -47,12 +48,12 @@ class GateSession:
         self.suites_collected = 0
 
     @classmethod
-    def start(cls, config: pytest.Config, gate: GateConfig) -> GateSession:
+    def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None) -> GateSession:
         options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
                               threshold=gate.threshold, fresh_seed=gate.fresh_seed)
         return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
-                                       allow_unsigned=gate.allow_unsigned))
+                                       allow_unsigned=gate.allow_unsigned, trust_root=trust_root))
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
@@ -140,6 +141,10 @@ class SuiteErrorItem(GateItem):
 class CompileItem(GateItem):
     def runtest(self) -> None:
         node: ProgramNode = self.parent
+        distrust = self.runtime.trust_problems(node.suite)
+        if distrust:
+            raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
+                              "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
         result = compile_program(node.program, self.runtime.arch())
         self.user_properties.append(("arch", result.arch))
         for key, value in result.resources.items():
@@ -188,3 +193,17 @@ class CaseItem(GateItem):
             raise GateFailure(outcome.message)
         if outcome.warning:
             self.warn(CudagateWarning(f"{self.nodeid}: {outcome.warning}"))
+
+
+def load_trust_root(config: pytest.Config) -> TrustRoot | None:
+    """The base commit's keys, policy and ledger sequences handed over by `cudagate gate --trusted-ref`."""
+    path = config.getoption("cuda_gate_trust_root")
+    if path is None:
+        return None
+    if config.getoption("cuda_gate_allow_unsigned"):
+        raise pytest.UsageError("--cuda-gate-allow-unsigned cannot be combined with a trust root (cudagate gate "
+                                "--trusted-ref)")
+    try:
+        return TrustRoot.load(Path(path))
+    except CudagateError as exc:
+        raise pytest.UsageError(str(exc)) from None

@@ -8,6 +8,7 @@ the heavy modules are imported in :func:`pytest_configure`, and only under ``--c
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "and benchmark dashboards")
     group.addoption("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
                     help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
+    # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.
+    group.addoption("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,7 +65,11 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 "--cuda-gate-require-gpu does nothing without --cuda-gate"), stacklevel=2)
         return
-    settings = load_settings(Path(config.rootpath))
+    # The one lazy import point (see the module docstring): suites, the worker, the judge and trust.
+    from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
+
+    trust_root = load_trust_root(config)
+    settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
     try:
         gate_config = resolve(
             settings, arch=config.getoption("cuda_gate_arch"), timeout_s=config.getoption("cuda_gate_timeout"),
@@ -74,10 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
             require_gpu=config.getoption("cuda_gate_require_gpu"))
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
-    # The one lazy import point (see the module docstring): suites, the worker and the judge.
-    from pytest_cudagate.items import PLUGIN_NAME, GateSession
-
-    session = GateSession.start(config, gate_config)
+    session = GateSession.start(config, gate_config, trust_root)
     config.stash[RUNTIME] = session.runtime
     config.pluginmanager.register(session, PLUGIN_NAME)
     # `pytest --cuda-gate` with no paths replays the suites the project lists.

@@ -18,6 +18,7 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems
+from pytest_cudagate.trust.base_ref import TrustRoot
 
 def xdist_device_env() -> dict[str, str]:
     """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
@@ -47,6 +48,7 @@ class GateRuntime:
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
     keep_outputs: Path | None = None
     allow_unsigned: bool = False
+    trust_root: TrustRoot | None = None  # from `cudagate gate --trusted-ref`: keys and sequences of the base
     trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
     outcomes: list[CaseOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
@@ -92,7 +94,8 @@ class GateRuntime:
         """Why the suite's oracle or approvals cannot be trusted ([] when they can), checked once."""
         key = str(suite.path)
         if key not in self._distrust:
-            self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned)
+            self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned,
+                                                trust_root=self.trust_root)
             self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
                                "verified" if not self._distrust[key] else "NOT TRUSTED: " + self._distrust[key][0])
         return self._distrust[key]

@@ -202,10 +202,11 @@ def test_a_suite_that_is_not_utf8_does_not_stop_the_others(pytester):
 
 
 def test_an_unsigned_suite_is_refused_before_any_replay(pytester):
-    """Without a GPU too: trust is checked before a replay could be skipped for want of a device."""
+    """Without a GPU too: trust is checked before a replay could be skipped for want of a device, and
+    before the kernel text reaches the compiler."""
     write_suite(pytester.path / "kernels" / "scale")
     result = pytester.runpytest("--cuda-gate", "-rf")
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(failed=3)
     result.stdout.fnmatch_lines(["*the gate refuses to judge this suite*", "*no trusted signing keys*"])
     loud = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
     loud.stdout.fnmatch_lines(["*trust checks are OFF*"])

@@ -1,5 +1,7 @@
-"""Signed approvals: an entry that is unsigned, signed by an untrusted key, edited after signing,
-or whose pinned source copy was altered is refused; a correctly signed ledger is trusted."""
+"""The signed approvals ledger (format 2, one signature over the document): unsigned, signed by an
+untrusted key, edited after signing, a pinned source copy altered, a kernel's entry deleted or
+swapped, another suite's ledger, an old format, or an older sequence than the trusted one are all
+refused; a correctly signed ledger is trusted."""
 
 from __future__ import annotations
 
@@ -38,21 +40,21 @@ def signed(tmp_path):
 
 
 def problems(suite, trusted):
-    return ledger_problems(Ledger.for_suite(suite), trusted, suite.path)
+    return ledger_problems(Ledger.for_suite(suite), trusted, suite)
 
 
 def test_a_signed_ledger_is_trusted(signed):
     assert problems(*signed) == []
 
 
-def test_an_unsigned_entry_is_refused(signed):
+def test_an_unsigned_ledger_is_refused(signed):
     suite, trusted = signed
     path = suite.root / "cudagate.approvals.json"
     raw = json.loads(path.read_text())
-    raw["approvals"]["softmax_rows"]["signature"] = None
+    raw["signature"] = None
     path.write_text(json.dumps(raw))
     found = problems(suite, trusted)
-    assert "approval of 'softmax_rows' is not signed" in found[0]
+    assert found[0].endswith("cudagate.approvals.json: not signed"), found
     assert found[-1].startswith("fix: a maintainer reviews the approvals and runs `cudagate sign")
 
 
@@ -70,7 +72,7 @@ def test_an_entry_edited_after_signing_is_refused(signed, edit):
     edit(raw["approvals"]["softmax_rows"])
     path.write_text(json.dumps(raw))
     found = problems(suite, trusted)
-    assert found and "approval of 'softmax_rows'" in found[0] and "signature" in found[0].lower(), found
+    assert found and "cudagate.approvals.json" in found[0] and "signature" in found[0].lower(), found
 
 
 def test_an_altered_pinned_source_is_refused(signed):
@@ -88,3 +90,86 @@ def test_a_ledger_signed_by_an_untrusted_key_is_refused(signed, tmp_path):
     ledger.save()
     found = problems(suite, trusted)
     assert "not trusted" in found[0] or "untrusted" in found[0].lower(), found
+
+
+def test_every_write_of_the_signature_bumps_the_sequence(signed, tmp_path):
+    suite, _ = signed
+    before = Ledger.for_suite(suite).sequence
+    ledger = Ledger.for_suite(suite)
+    sign_ledger(ledger, load_private_key(tmp_path / "alice.key"), "alice")
+    ledger.save()
+    assert Ledger.for_suite(suite).sequence == before + 1
+
+
+def test_a_deleted_entry_is_named(signed):
+    suite, trusted = signed
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    del raw["approvals"]["softmax_rows"]
+    path.write_text(json.dumps(raw))
+    found = problems(suite, trusted)
+    assert "kernel 'softmax_rows' has no entry" in found[0], found
+
+
+def test_a_swapped_entry_is_named(signed):
+    suite, trusted = signed
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    raw["approvals"]["softmax_rows"]["kernel"] = "other"
+    path.write_text(json.dumps(raw))
+    found = problems(suite, trusted)
+    assert "the entry of kernel 'softmax_rows' holds the approval of kernel 'other'" in found[0], found
+
+
+def test_another_suites_ledger_is_refused(signed):
+    suite, trusted = signed
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    raw["suite"] = "matmul"
+    path.write_text(json.dumps(raw))
+    assert "belongs to suite 'matmul', not 'softmax'" in problems(suite, trusted)[0]
+
+
+def test_a_rollback_below_the_trusted_sequence_is_refused(signed):
+    suite, trusted = signed
+    ledger = Ledger.for_suite(suite)
+    found = ledger_problems(ledger, trusted, suite, base_sequence=ledger.sequence + 1)
+    assert f"sequence {ledger.sequence} is lower than {ledger.sequence + 1} at the trusted ref" in found[0], found
+    assert ledger_problems(ledger, trusted, suite, base_sequence=ledger.sequence) == []
+
+
+def test_a_missing_ledger_is_refused_and_signing_creates_one_with_every_kernel_pending(signed, tmp_path):
+    suite, trusted = signed
+    (suite.root / "cudagate.approvals.json").unlink()
+    assert "cudagate.approvals.json: missing" in problems(suite, trusted)[0]
+    ledger = Ledger.for_suite(suite)
+    sign_ledger(ledger, load_private_key(tmp_path / "alice.key"), "alice")
+    ledger.save()
+    assert Ledger.for_suite(suite).pending == ["softmax_rows"]
+    assert problems(suite, trusted) == []
+
+
+def test_a_format_1_ledger_gets_one_message_naming_the_command(signed):
+    suite, trusted = signed
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    raw = {"format": 1, "suite": raw["suite"], "approvals": raw["approvals"], "history": []}
+    path.write_text(json.dumps(raw))
+    (found,) = problems(suite, trusted)
+    assert "ledger format 1" in found and "re-approve to record runs" in found and "cudagate sign" in found
+
+
+def test_build_info_and_run_medians_are_signed(signed, tmp_path):
+    suite, trusted = signed
+    ledger = Ledger.for_suite(suite)
+    approval = ledger.approvals["softmax_rows"]
+    approval.build = {"nvrtc": "13.0", "options": ["-O3"], "cubin_sha256": {"sm_90": "a" * 64}}
+    approval.baselines["0123456789abcdef"].cases["perf_256x1024"]["run_medians_ms"] = [0.006, 0.0061]
+    sign_ledger(ledger, load_private_key(tmp_path / "alice.key"), "alice")
+    ledger.save()
+    assert problems(suite, trusted) == []
+    path = suite.root / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    raw["approvals"]["softmax_rows"]["build"]["cubin_sha256"]["sm_90"] = "b" * 64
+    path.write_text(json.dumps(raw))
+    assert "signature" in problems(suite, trusted)[0].lower()

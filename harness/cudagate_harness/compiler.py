@@ -3,14 +3,26 @@
 Always a cubin, never PTX: a newer NVRTC (PyPI's) than the driver produces PTX the driver refuses
 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), while its cubin for the exact SM loads. The cache key covers
 everything that changes the binary: source, headers, entry, options, architecture, NVRTC version.
+
+Kernel text is untrusted. NVRTC runs in a child process (:mod:`.confine`) that the kernel lets read
+only the request's header tree (the headers the request carries, written to a private temporary
+folder) and the CUDA toolkit's include folders, and whose environment holds no secrets. So whatever
+an ``#include`` names, however it is spelled or built, no other file reaches the compile log.
+
+The cache lives in a per-user folder (mode 0700, owned by this user); an entry is used only when
+the cubin's SHA-256 matches the one stored beside it, and a mismatch is noted in the log.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import re
+import stat
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +46,14 @@ _REFUSED = (
     (re.compile(r"^(-dlto|--dlink-time-opt)$"), "link-time optimisation needs relocatable code; remove it"),
     (re.compile(r"^(-ewp|--extensible-whole-program)(=true|=1)?$"),
      "extensible whole-program mode allows device-side launches, which would escape the timing events"),
+    # The compiler reads the suite's headers (carried in the request) and the CUDA headers only.
+    (re.compile(r"^(-I|--include-path|-isystem|--system-include|-include\b|--pre-include|-optf|--options-file)"),
+     "include paths and pre-included files are the harness's: a kernel includes headers from its suite "
+     "folder with #include \"...\", and CUDA headers with #include <...>"),
+    (re.compile(r"^(-time|--time|-fdevice-time-trace|--fdevice-time-trace)\b"),
+     "options that write files are refused"),
 )
+COMPILE_TIMEOUT_S = 300
 _RESOURCE_PATTERNS = {
     "registers": re.compile(r"Used (\d+) registers"),
     "shared_static_bytes": re.compile(r"(\d+) bytes smem"),
@@ -69,8 +88,8 @@ class CompileResult:
 
 
 @lru_cache(maxsize=1)
-def toolkit_include_flags() -> tuple[str, ...]:
-    """``-I`` for a CUDA toolkit include folder, so kernels can use <cuda_fp16.h> and friends.
+def toolkit_include_dirs() -> tuple[str, ...]:
+    """A CUDA toolkit include folder, so kernels can use <cuda_fp16.h> and friends.
 
     NVRTC from PyPI ships no headers; the first folder holding cuda_fp16.h wins: $CUDA_HOME,
     $CUDA_PATH, /usr/local/cuda, then the nvidia-* wheels in site-packages.
@@ -85,12 +104,12 @@ def toolkit_include_flags() -> tuple[str, ...]:
         pass
     for folder in candidates:
         if (folder / "cuda_fp16.h").is_file():
-            return (f"-I{folder}",)
+            return (str(folder.resolve()),)
     return ()
 
 
 def default_flags() -> list[str]:
-    return [*DEFAULT_OPTIONS, *toolkit_include_flags()]
+    return [*DEFAULT_OPTIONS, *(f"-I{folder}" for folder in toolkit_include_dirs())]
 
 
 @lru_cache(maxsize=1)
@@ -113,6 +132,23 @@ def cache_dir() -> Path:
     root = os.environ.get("CUDAGATE_CACHE_DIR")
     base = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cudagate"
     return base / "nvrtc"
+
+
+def private_cache_dir() -> Path | None:
+    """:func:`cache_dir`, created mode 0700; None (no cache) when it or its parent is not this user's
+    alone: a folder other users can write is a folder they can poison."""
+    directory = cache_dir()
+    try:
+        for folder in (directory.parent, directory):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.lstat(folder)
+            if stat.S_ISLNK(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
+                return None
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(folder, 0o700)
+    except OSError:
+        return None
+    return directory
 
 
 def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str) -> str:
@@ -145,15 +181,16 @@ def compile_kernel(
     check_options(options)
     key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch)
     start = time.perf_counter()
+    note = ""
     if use_cache:
-        hit = _cache_read(key)
+        hit, note = _cache_read(key)
         if hit is not None:
             meta, cubin = hit
             return CompileResult(True, arch, key, True, time.perf_counter() - start, meta["log"],
                                  meta["lowered_name"], meta["resources"], cubin)
     ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers)
-    result = CompileResult(ok, arch, key, False, time.perf_counter() - start, log, lowered,
-                           parse_resources(log) if ok else {}, cubin)
+    result = CompileResult(ok, arch, key, False, time.perf_counter() - start, "\n".join(filter(None, [note, log])),
+                           lowered, parse_resources(log) if ok else {}, cubin)
     if ok and use_cache:
         _cache_write(key, result)
     return result
@@ -170,62 +207,56 @@ def parse_resources(log: str) -> dict:
 
 def _nvrtc(source, source_name, entry, arch, options, headers):
     with tempfile.TemporaryDirectory(prefix="cudagate-headers-") as tree:
-        return _nvrtc_in(source, source_name, entry, arch, options, _header_tree(Path(tree), headers))
+        source_dir = _header_tree(Path(tree), headers)
+        include = [f"--include-path={source_dir}"] if headers else []
+        flags = [f"--gpu-architecture={arch}", *default_flags(), *include, *options]
+        # The working folder is "/" (unreadable to the child), so the binary's line table never names
+        # a temporary folder and one source compiles to one cubin.
+        request = {"source": source, "source_name": source_name, "entry": entry, "flags": flags,
+                   "readable": [str(Path(tree).resolve()), *toolkit_include_dirs()]}
+        reply = _run_confined(request)
+    if not reply.get("ok"):
+        return False, _explain_log(reply.get("log", ""), entry, source_name), None, None
+    return True, reply["log"], reply["lowered_name"], base64.b64decode(reply["cubin"])
 
 
-def _header_tree(tree: Path, headers: dict[str, str]) -> list[str]:
-    """Write ``headers`` (paths relative to the source's folder) as real files; the -I to use.
+def _header_tree(tree: Path, headers: dict[str, str]) -> Path:
+    """Write ``headers`` (paths relative to the source's folder) as real files; the source's folder.
 
     Real files, not NVRTC's in-memory headers: a header's own quoted includes then resolve from
     its folder, and one file reached under two spellings stays one file for #pragma once.
     """
-    if not headers:
-        return []
-    depth = max(Path(name).parts.count("..") for name in headers)
+    depth = max((Path(name).parts.count("..") for name in headers), default=0)
     source_dir = tree.joinpath(*(["d"] * depth)) if depth else tree
+    source_dir.mkdir(parents=True, exist_ok=True)
     for name, text in headers.items():
         target = (source_dir / name).resolve()
-        if tree.resolve() not in target.parents:
+        if Path(name).is_absolute() or tree.resolve() not in target.parents:
             raise CompileOptionError(f"header {name!r} lies outside the request's header tree")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-    return [f"--include-path={source_dir}"]
+    return source_dir
 
 
-def _nvrtc_in(source, source_name, entry, arch, options, include_flags):
-    from cuda.bindings import nvrtc
+def _child_env() -> dict[str, str]:
+    """What the compiler child needs to find NVRTC, and nothing else (no tokens, no keys)."""
+    keep = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "LANG", "LC_ALL", "SYSTEMROOT")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    return env
 
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), source_name.encode(), 0, [], [])
-    _check(err, "nvrtcCreateProgram")
+
+def _run_confined(request: dict) -> dict:
     try:
-        # A name expression both finds C++-mangled entries and makes a missing entry a compile error.
-        _check(nvrtc.nvrtcAddNameExpression(prog, entry.encode())[0], "nvrtcAddNameExpression")
-        flags = [f"--gpu-architecture={arch}", *default_flags(), *include_flags, *options]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
-        log = _program_log(prog)
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            return False, _explain_log(log, entry, source_name), None, None
-        err, lowered = nvrtc.nvrtcGetLoweredName(prog, entry.encode())
-        _check(err, "nvrtcGetLoweredName")
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        _check(err, "nvrtcGetCUBINSize")
-        # A fresh mutable buffer: NVRTC writes into it, and `b" " * n` may hand out CPython's shared
-        # one-byte object (n == 1), corrupting every b" " in the process.
-        cubin = bytearray(size)
-        _check(nvrtc.nvrtcGetCUBIN(prog, cubin)[0], "nvrtcGetCUBIN")
-        return True, log, lowered.decode(), bytes(cubin)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _program_log(prog) -> str:
-    from cuda.bindings import nvrtc
-
-    err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    _check(err, "nvrtcGetProgramLogSize")
-    buf = bytearray(size)  # see _nvrtc: never let NVRTC write into a shared bytes object
-    _check(nvrtc.nvrtcGetProgramLog(prog, buf)[0], "nvrtcGetProgramLog")
-    return bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
+        done = subprocess.run([sys.executable, "-m", "cudagate_harness.confine"], input=json.dumps(request).encode(),
+                              capture_output=True, env=_child_env(), cwd="/", timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "log": f"NVRTC did not finish within {COMPILE_TIMEOUT_S} s"}
+    try:
+        return json.loads(done.stdout)
+    except ValueError:
+        # Only the child's exit status: its stderr could quote what the kernel tried to read.
+        return {"ok": False, "log": f"the compiler process failed (exit status {done.returncode})"}
 
 
 def _explain_log(log: str, entry: str, source_name: str) -> str:
@@ -243,22 +274,27 @@ def _check(err, call: str) -> None:
         raise RuntimeError(f"{call} failed: {nvrtc.nvrtcGetErrorString(err)[1].decode()}")
 
 
-def _cache_read(key: str):
-    directory = cache_dir()
+def _cache_read(key: str) -> tuple[tuple[dict, bytes] | None, str]:
+    """The cached entry for ``key`` if its cubin matches the hash stored beside it; else a note why not."""
+    directory = private_cache_dir()
+    if directory is None:
+        return None, ""
     try:
         meta = json.loads((directory / f"{key}.json").read_text())
         cubin = (directory / f"{key}.cubin").read_bytes()
     except (OSError, ValueError):
-        return None
-    if hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
-        return None  # torn or corrupted entry: recompile rather than load a bad binary
-    return meta, cubin
+        return None, ""
+    if not isinstance(meta, dict) or hashlib.sha256(cubin).hexdigest() != meta.get("cubin_sha256"):
+        return None, (f"note: the compile cache entry {key[:16]} failed its SHA-256 check (corrupted or tampered "
+                      "with); it was ignored and the kernel recompiled")
+    return (meta, cubin), ""
 
 
 def _cache_write(key: str, result: CompileResult) -> None:
-    directory = cache_dir()
+    directory = private_cache_dir()
+    if directory is None:
+        return
     try:
-        directory.mkdir(parents=True, exist_ok=True)
         _atomic_write(directory / f"{key}.cubin", result.cubin)
         meta = {"log": result.log, "lowered_name": result.lowered_name, "resources": result.resources,
                 "arch": result.arch, "cubin_sha256": hashlib.sha256(result.cubin).hexdigest()}

@@ -4,8 +4,9 @@ A proposer writes only CUDA source and launch expressions. Nothing it writes is 
 host: the source goes to NVRTC and the GPU, and launch expressions are integer expressions over the
 case's scalars, parsed by the suite's whitelist (never ``eval``). Includes are the one way source
 text could reach the host's files (NVRTC reads what an ``#include`` names, and a compile error
-quotes it back), so a candidate may include only the headers the shipped kernel includes and a
-fixed list of CUDA toolkit headers.
+quotes it back). The compiler is confined (``cudagate_harness.confine``), and before that a candidate
+may include only the headers the shipped kernel includes and a fixed list of CUDA toolkit headers,
+found by the same directive scan that decides which suite headers travel with a request.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field, replace
 
 from cudagate_harness.protocol import DTYPES
 
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.suite.includes import directives
 from pytest_cudagate.worker.requests import quoted_includes
 from pytest_cudagate.suite.expr import ExprError, parse
 from pytest_cudagate.suite.model import Launch, Program, Suite
@@ -35,10 +38,6 @@ SYSTEM_HEADERS = frozenset({
     "cuda/annotated_ptr", "cuda_awbarrier.h", "cuda_awbarrier_primitives.h", "sm_90_rt.h", "crt/math_functions.h",
     "stdint.h", "cstdint", "limits.h", "climits", "float.h", "cfloat", "math.h", "cmath", "type_traits",
 })
-# A directive that makes the preprocessor read a file: #include, #include_next, #import, #embed,
-# spelled with # or the %: digraph, possibly with comments between.
-_DIRECTIVE = re.compile(r"(?:#|%:)(?:\s|/\*.*?\*/)*(include_next|include|import|embed)\b(.*)")
-_HEADER = re.compile(r'^\s*(?:<([^<>"\s]+)>|"([^"]+)")\s*(?://.*|/\*.*)?$')
 
 
 class CandidateError(ValueError):
@@ -129,24 +128,20 @@ def c_prototype(suite: Suite, entry: str) -> str:
 
 
 def include_problems(source: str, allowed_quoted: set[str]) -> list[str]:
-    """Every ``#include``-like directive that names a file outside the allowed set."""
-    text = source.replace("\\\r\n", "").replace("\\\n", "")  # line splices
+    """Every ``#include``-like directive that names a file outside the allowed set, found as the
+    preprocessor finds them (see :func:`pytest_cudagate.suite.includes.directives`)."""
     problems = []
-    for line_number, line in enumerate(text.splitlines(), start=1):
-        for match in _DIRECTIVE.finditer(line):
-            directive, rest = match.group(1), match.group(2)
-            header = _HEADER.match(rest)
-            name = header and (header.group(1) or header.group(2))
-            if directive != "include" or not header:
-                problems.append(f"line {line_number}: #{directive}{rest[:60]}: only #include of a header named "
-                                f"literally is allowed")
-            elif header.group(2) is not None and name not in allowed_quoted:
-                allowed = ", ".join(sorted(allowed_quoted)) or "none"
-                problems.append(f'line {line_number}: #include "{name}": the only local headers allowed are the ones '
-                                f"the shipped kernel includes ({allowed})")
-            elif header.group(1) is not None and name not in SYSTEM_HEADERS:
-                problems.append(f"line {line_number}: #include <{name}> is not on the list of CUDA toolkit headers a "
-                                f"candidate may use ({', '.join(sorted(SYSTEM_HEADERS))})")
+    for found in directives(source):
+        if found.directive != "include" or (found.system is None and found.quoted is None):
+            problems.append(f"line {found.line}: #{found.directive}{found.rest[:60]}: only #include of a header "
+                            "named literally is allowed")
+        elif found.quoted is not None and found.quoted not in allowed_quoted:
+            allowed = ", ".join(sorted(allowed_quoted)) or "none"
+            problems.append(f'line {found.line}: #include "{found.quoted}": the only local headers allowed are the '
+                            f"ones the shipped kernel includes ({allowed})")
+        elif found.system is not None and found.system not in SYSTEM_HEADERS:
+            problems.append(f"line {found.line}: #include <{found.system}> is not on the list of CUDA toolkit headers "
+                            f"a candidate may use ({', '.join(sorted(SYSTEM_HEADERS))})")
     return problems
 
 
@@ -154,7 +149,7 @@ def allowed_headers(program: Program) -> set[str]:
     """Local headers the shipped kernel includes (by the spelling its source uses)."""
     try:
         return set(quoted_includes(program.source))
-    except OSError:
+    except (OSError, CudagateError):
         return set()
 
 

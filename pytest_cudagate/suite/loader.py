@@ -96,7 +96,11 @@ class _Checker:
 
     def source(self, value: str, parts: list) -> Path:
         path = (self.path.parent / value).resolve()
-        if not path.is_file():
+        folder = self.path.parent.resolve()
+        if Path(value).is_absolute() or folder not in path.parents:
+            self.add(parts, f"{value!r} lies outside the suite folder (it resolves to {path}); a suite's files, "
+                            "symlinks included, must stay inside its folder")
+        elif not path.is_file():
             self.add(parts, f"file {value!r} not found next to the suite (looked for {path})")
         return path
 

@@ -1,4 +1,4 @@
-"""``cudagate keygen`` / ``sign`` / ``verify``. ``register(subparsers)`` adds them to the main parser.
+"""``cudagate keygen`` / ``sign`` / ``verify`` (and ``gate``, from :mod:`.gate_command`). ``register(subparsers)`` adds them to the main parser.
 
 Exit codes follow ``cudagate``: 0 good, 1 verification failed, 2 bad input (raised as
 :class:`CudagateError`, which the main command prints).
@@ -18,7 +18,8 @@ from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, defau
                    load_private_key, load_trusted_keys, private_key_mode_warning)
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
-from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
+from pytest_cudagate.trust import gate_command
+from pytest_cudagate.trust.ledger import ledger_problems
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 
 EXIT_FAILED = 1
@@ -95,7 +96,7 @@ def _signing_key(args):
         if warning:
             print(warning, file=sys.stderr)
         print(f"using the private key in {display_path(path)}")
-    else:
+    elif os.environ.get(SIGNING_KEY_ENV, "").strip():
         print(f"using the private key in ${SIGNING_KEY_ENV}")
     return load_private_key(path)
 
@@ -120,10 +121,8 @@ def cmd_sign(args) -> int:
         print(f"{display_path(suite.path)}: signed {len(suite.cases)} case(s), {files} data file(s) as {signer or 'unnamed signer'} "
               f"with key {kid} -> {display_path(path)}")
         ledger = Ledger.for_suite(suite)
-        if ledger.approvals:
-            kernels = sign_ledger(ledger, key, signer)
-            ledger.save()
-            print(f"{display_path(ledger.path)}: signed the approvals of {', '.join(kernels)}")
+        print(f"{display_path(ledger.path)}: signed as one document, sequence {ledger.sequence}; approved: "
+              f"{', '.join(sorted(ledger.approvals)) or 'none'}; not yet approved: {', '.join(ledger.pending) or 'none'}")
         if kid not in trusted:
             print(f"warning: key {kid} is not among the project's trusted keys ({getattr(trusted, 'where', lambda: 'none')()}); "
                   f"`cudagate verify` and the gate will refuse this signature until its .pub is committed under "
@@ -139,7 +138,7 @@ def cmd_verify(args) -> int:
         result = verify_suite(suite, trusted)
         print(result.summary())
         failed |= not result.ok
-        problems = ledger_problems(Ledger.for_suite(suite), trusted, suite.path)
+        problems = ledger_problems(Ledger.for_suite(suite), trusted, suite)
         for problem in problems:
             print(f"  {problem}")
         failed |= bool(problems)
@@ -147,7 +146,7 @@ def cmd_verify(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``keygen``, ``sign`` and ``verify`` to an argparse subparsers object (each sets ``func``)."""
+    """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
     keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer or CI")
     keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
     keygen.add_argument("--out", metavar="DIR",
@@ -165,6 +164,8 @@ def register(subparsers) -> None:
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
     verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
+
+    gate_command.register(subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

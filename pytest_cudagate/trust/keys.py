@@ -230,13 +230,19 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     """An Ed25519 public key from PEM (``BEGIN PUBLIC KEY``) or OpenSSH (``ssh-ed25519 AAAA...``)."""
     path = Path(path)
     try:
-        data = path.read_bytes().strip()
+        data = path.read_bytes()
     except OSError as exc:
         raise FileError(path, [f"cannot read the public key: {exc.strerror}"]) from None
+    return public_key_from_bytes(data, path)
+
+
+def public_key_from_bytes(data: bytes, where) -> Ed25519PublicKey:
+    """:func:`load_public_key` for bytes read elsewhere (a git object); ``where`` names them in errors."""
+    data = data.strip()
     if b"PRIVATE KEY" in data:
-        raise FileError(path, ["this file holds a PRIVATE key, not a public one",
-                               "fix: delete it from the repository now, treat the key as leaked, and generate a new "
-                               "one with `cudagate keygen` (only NAME.pub belongs under .cudagate/trusted_keys/)"])
+        raise FileError(where, ["this file holds a PRIVATE key, not a public one",
+                                "fix: delete it from the repository now, treat the key as leaked, and generate a new "
+                                "one with `cudagate keygen` (only NAME.pub belongs under .cudagate/trusted_keys/)"])
     try:
         if data.startswith(b"ssh-"):
             key = serialization.load_ssh_public_key(data)
@@ -248,10 +254,10 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
                 raise ValueError
             key = Ed25519PublicKey.from_public_bytes(raw)
     except (ValueError, UnicodeDecodeError, UnsupportedAlgorithm):
-        raise FileError(path, ["not a readable public key (expected PEM 'BEGIN PUBLIC KEY', as `cudagate keygen` "
-                               "writes, or 'ssh-ed25519 ...')"]) from None
+        raise FileError(where, ["not a readable public key (expected PEM 'BEGIN PUBLIC KEY', as `cudagate keygen` "
+                                "writes, or 'ssh-ed25519 ...')"]) from None
     if not isinstance(key, Ed25519PublicKey):
-        raise FileError(path, [f"holds a {type(key).__name__.lstrip('_')} public key; cudagate trusts Ed25519 keys only"])
+        raise FileError(where, [f"holds a {type(key).__name__.lstrip('_')} public key; cudagate trusts Ed25519 keys only"])
     return key
 
 
@@ -312,15 +318,24 @@ def load_trusted_keys(project_root: Path, settings=None) -> TrustedKeys:
         keys.searched.append("[tool.cudagate] trusted_keys (" + ", ".join(entries) + ")")
         files.extend(_settings_key_files(Path(getattr(settings, "root", project_root)), entries))
     for path, _entry in files:
-        public = load_public_key(path)
-        kid = key_id(public)
-        if kid in keys and keys[kid].public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) != \
-                public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw):
-            raise FileError(path, [f"key id {kid} is also the id of a different key in {', '.join(keys.sources[kid])}"])
-        keys[kid] = public
-        keys.sources.setdefault(kid, [])
-        if display_path(path) not in keys.sources[kid]:
-            keys.sources[kid].append(display_path(path))
+        add_key(keys, load_public_key(path), display_path(path))
+    return filter_by_allowed_ids(keys)
+
+
+def add_key(keys: TrustedKeys, public: Ed25519PublicKey, source: str) -> None:
+    """Trust ``public``, remembering ``source``; two different keys with one id are refused."""
+    kid = key_id(public)
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    if kid in keys and keys[kid].public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw) != raw:
+        raise FileError(source, [f"key id {kid} is also the id of a different key in {', '.join(keys.sources[kid])}"])
+    keys[kid] = public
+    keys.sources.setdefault(kid, [])
+    if source not in keys.sources[kid]:
+        keys.sources[kid].append(source)
+
+
+def filter_by_allowed_ids(keys: TrustedKeys) -> TrustedKeys:
+    """Keep only the keys ``$CUDAGATE_TRUSTED_KEY_IDS`` lists, when it is set (a root outside the repository)."""
     allowed = os.environ.get(TRUSTED_IDS_ENV)
     if allowed is not None and allowed.strip():
         wanted = {k.strip().lower() for k in re.split(r"[,\s]+", allowed) if k.strip()}

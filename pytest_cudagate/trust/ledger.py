@@ -1,41 +1,83 @@
-"""Signatures on approvals-ledger entries: a pull request can change a kernel, but not what it is
-compared with. Each entry (pinned source hash, launch, baselines) is signed on its own, so
-approving one kernel never silently re-vouches for another."""
+"""The approvals ledger as one signed document: a pull request can change a kernel, but not what it is
+compared with, and cannot drop, swap or roll back what a maintainer approved.
+
+One signature covers the whole ledger (suite name, sequence, every approval and every explicitly
+pending kernel). What the signature alone cannot show is checked here: that the ledger is this
+suite's, that every kernel of the suite is accounted for, that each entry is filed under its own
+kernel, and (given the sequence at a trusted ref) that it is not older than the trusted one.
+"""
 
 from __future__ import annotations
 
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
 
-PURPOSE = "approval"
+PURPOSE = "approvals-ledger"
 
 
 def sign_ledger(ledger: Ledger, key, signer: str) -> list[str]:
-    """Sign every entry of ``ledger`` with ``key``; returns the kernels signed. The caller saves."""
-    for approval in ledger.approvals.values():
-        approval.signature = sign_document(approval.signed_payload(), key, signer=signer, purpose=PURPOSE)
+    """Sign ``ledger`` as a whole with ``key``: every kernel of the suite without an approval is
+    recorded as pending, and the sequence grows by one. Returns the approved kernels; the caller saves."""
+    ledger.pending = sorted(set(ledger.pending) | (set(ledger.kernels) - set(ledger.approvals)))
+    ledger.pending = [k for k in ledger.pending if k not in ledger.approvals]
+    ledger.sequence += 1
+    ledger.signature = sign_document(ledger.signed_payload(), key, signer=signer, purpose=PURPOSE)
     return sorted(ledger.approvals)
 
 
-def ledger_problems(ledger: Ledger, trusted_keys, suite_path) -> list[str]:
-    """What stops the gate from trusting the approved versions and baselines; [] when all verify."""
-    problems = []
+def _fix(suite: Suite) -> str:
+    return f"fix: a maintainer reviews the approvals and runs `cudagate sign {display_path(suite.path)}`"
+
+
+def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: int | None = None) -> list[str]:
+    """What stops the gate from trusting the approved versions and baselines; [] when all verify.
+
+    ``base_sequence``: the ledger's sequence at the trusted ref (None: not known, or no ledger there).
+    Each problem is one line naming the file, and the kernel where one is concerned.
+    """
     where = display_path(ledger.path)
+    if not ledger.exists:
+        if base_sequence is not None:
+            return [f"{where}: deleted; the trusted ref has a signed ledger (sequence {base_sequence}) for suite "
+                    f"{suite.name!r}", _fix(suite)]
+        if not ledger.kernels:
+            return []
+        return [f"{where}: missing; every kernel of suite {suite.name!r} needs a signed approval or a signed "
+                f"'not yet approved' entry ({', '.join(ledger.kernels)})", _fix(suite)]
+    if ledger.format != 2:
+        return [f"{where}: ledger format {ledger.format} (entries signed one by one) is no longer trusted; re-approve "
+                f"to record runs: a maintainer runs `cudagate sign {display_path(suite.path)}`, which re-signs it as "
+                "one document and keeps its approvals and baselines"]
+    problems = []
+    if ledger.suite != suite.name:
+        problems.append(f"{where}: belongs to suite {ledger.suite!r}, not {suite.name!r}")
     for name, approval in sorted(ledger.approvals.items()):
-        if approval.signature is None:
-            problems.append(f"{where}: approval of {name!r} is not signed")
-            continue
+        if approval.kernel != name:
+            problems.append(f"{where}: the entry of kernel {name!r} holds the approval of kernel {approval.kernel!r} "
+                            "(entries swapped)")
+    for name in ledger.kernels:
+        if name not in ledger.approvals and name not in ledger.pending:
+            problems.append(f"{where}: kernel {name!r} has no entry (neither approved nor pending); was its entry "
+                            "deleted?")
+    if base_sequence is not None and ledger.sequence < base_sequence:
+        problems.append(f"{where}: sequence {ledger.sequence} is lower than {base_sequence} at the trusted ref: an "
+                        "older signed ledger (rollback)")
+    if ledger.signature is None:
+        problems.append(f"{where}: not signed")
+    else:
         try:
-            verify_document(approval.signed_payload(), approval.signature, trusted_keys, purpose=PURPOSE)
+            verify_document(ledger.signed_payload(), ledger.signature, trusted_keys, purpose=PURPOSE)
         except SignatureError as exc:
-            problems.append(f"{where}: approval of {name!r}: {exc}")
-            continue
+            problems.append(f"{where}: {exc}")
+    for name, approval in sorted(ledger.approvals.items()):
         try:
             ledger.approved_spec(approval)  # the pinned copies must still match their hashes
         except CudagateError as exc:
             problems.append(f"{where}: approval of {name!r}: {exc}")
     if problems:
-        problems.append(f"fix: a maintainer reviews the approvals and runs `cudagate sign {display_path(suite_path)}`")
+        problems.append(_fix(suite))
     return problems
+

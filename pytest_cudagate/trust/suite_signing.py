@@ -16,7 +16,7 @@ from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
-from pytest_cudagate.trust.ledger import ledger_problems
+from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
 from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
 
@@ -109,8 +109,10 @@ def write_signature_file(path: Path, doc: dict) -> None:
 
 def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
     """Sign the suite's manifest with ``key`` (an Ed25519 private key) and write ``cudagate.sig.json``
-    next to the suite file. Refuses (:class:`FileError`) when case data is missing, unreferenced or does
-    not match the signature, since a signature vouches for exactly what is on disk."""
+    next to the suite file, then sign its approvals ledger as one document (creating it, every kernel
+    pending, when there is none; see :func:`sign_ledger`). Refuses (:class:`FileError`) when case data is
+    missing, unreferenced or does not match the signature, since a signature vouches for exactly what is
+    on disk."""
     from pytest_cudagate.suite.cases import check_case_data
 
     manifest = suite_manifest(suite)
@@ -121,11 +123,15 @@ def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
     record = sign_document(manifest, key, signer=signer or "", purpose=PURPOSE)
     path = signature_path(suite)
     write_signature_file(path, {"format": SIGNATURE_FORMAT, "manifest": manifest, "signature": record})
+    ledger = Ledger.for_suite(suite)
+    sign_ledger(ledger, key, signer or "")
+    ledger.save()
     return path
 
 
 def _untrusted_fix(suite: Suite, kid: str) -> str:
-    return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ (reviewed); "
+    return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ on the base "
+            "branch (reviewed; the gate trusts the keys of the base commit); "
             f"otherwise a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`")
 
 
@@ -187,16 +193,21 @@ def _pyc_problems(suite: Suite) -> list[str]:
     return problems
 
 
-def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_unsigned: bool = False) -> list[str]:
+def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_unsigned: bool = False,
+                  trust_root=None) -> list[str]:
     """What stops the gate from trusting ``suite``: ``[]`` when its signature verifies (or when
     ``allow_unsigned``; the caller then prints :data:`UNSIGNED_WARNING`). Otherwise the problems,
-    each naming a file or field, with the fix as the last line."""
-    if allow_unsigned:
+    each naming a file or field, with the fix as the last line.
+
+    ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger
+    sequence come from the trusted ref instead of the working tree, and unsigned is never allowed.
+    """
+    if allow_unsigned and trust_root is None:
         return []
     if project_root is None:
         project_root = find_project_root(suite.root) or suite.root
     try:
-        keys = load_trusted_keys(Path(project_root), settings)
+        keys = trust_root.keys if trust_root is not None else load_trusted_keys(Path(project_root), settings)
     except CudagateError as exc:
         return [f"cannot load the trusted keys: {exc}"]
     if not keys:
@@ -208,7 +219,12 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
                 f"`cudagate sign {display_path(suite.path)}`"]
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
-    return problems + ledger_problems(Ledger.for_suite(suite), keys, suite.path)
+    base_sequence = trust_root.ledger_sequence(suite) if trust_root is not None else None
+    try:
+        ledger = Ledger.for_suite(suite)
+    except CudagateError as exc:
+        return problems + [str(exc)]
+    return problems + ledger_problems(ledger, keys, suite, base_sequence)
 
 
 def signer_from_keys(key, trusted_keys: dict) -> str | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from pytest_cudagate.config import DEFAULT_TIMEOUT_S
 from pytest_cudagate.errors import WorkerUnavailable
+from pytest_cudagate.reports.scrub import Scrubber
 
 
 @dataclass
@@ -133,7 +134,8 @@ class HarnessClient:
                     break
                 kind = line.get("type")
                 if kind == "compile":
-                    result.compile = {k: v for k, v in line.items() if k not in ("type", "id")}
+                    # The log quotes kernel text: scrub it before any report prints or stores it.
+                    result.compile = Scrubber().data({k: v for k, v in line.items() if k not in ("type", "id")})
                 elif kind == "case":
                     result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
                     faulted = line.get("error", {}).get("kind") == "fault"

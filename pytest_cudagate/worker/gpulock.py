@@ -4,7 +4,9 @@ The lock is an OS file lock on ``<lock dir>/<gpu id>.lock``: the kernel drops it
 holder dies, so a crashed run never leaves a stale lock behind. The holder writes who it
 is into the file so that a waiter can say whom it is waiting for. The lock directory is
 ``$CUDAGATE_LOCK_DIR`` or ``<system temp>/cudagate-locks``; it must be writable by every
-user that runs gates on the machine.
+user that runs gates on the machine, so it is created mode 1777 (sticky, like /tmp: anyone may
+add a lock file, nobody may remove or replace another user's). The lock file is opened with
+``O_NOFOLLOW``: a symlink planted at its path is refused, never followed to truncate its target.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ class GpuLockTimeout(TimeoutError):
 def default_lock_dir() -> Path:
     env = os.environ.get("CUDAGATE_LOCK_DIR")
     return Path(env) if env else Path(tempfile.gettempdir()) / "cudagate-locks"
+
+
+def _make_lock_dir(folder: Path) -> None:
+    """Create the shared lock folder sticky and world-writable; leave an existing one as it is."""
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        return
+    if sys.platform != "win32":
+        os.chmod(folder, 0o1777)  # mkdir's mode is narrowed by the umask; make it exact
 
 
 def _try_lock(fd: int) -> bool:
@@ -110,10 +122,10 @@ class GpuLock:
     def acquire(self) -> None:
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this GpuLock")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _make_lock_dir(self.path.parent)
         # Never unlinked: deleting a lock file lets a waiter lock the orphaned inode while
         # a newcomer locks a fresh file, and both would run.
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
         deadline = time.monotonic() + self.timeout_s
         logged = False
         try:

@@ -7,39 +7,20 @@ A request is self-contained: kernel source and headers inline, case data by path
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import asdict
 from pathlib import Path
 
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.includes import local_headers
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 
 REQUEST_PROTOCOL = 1
-_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
 
 
 def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
-    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name.
-
-    They travel inline so a request replays anywhere and so the compile cache key sees them.
-    """
-    headers: dict[str, str] = {}
-    todo = [(source.parent, text if text is not None else source.read_text(encoding="utf-8"))]
-    while todo:
-        folder, body = todo.pop()
-        for spelled in _INCLUDE.findall(body):
-            candidate = folder / spelled
-            if not candidate.is_file():
-                continue  # not ours (a system or toolkit header): NVRTC resolves it itself
-            # Keyed by path from the source's folder, not by spelling: one file reached as
-            # "inc/math.cuh" and as "math.cuh" stays one header, so #pragma once holds.
-            name = Path(os.path.relpath(candidate, source.parent)).as_posix()
-            if name in headers:
-                continue
-            headers[name] = candidate.read_text(encoding="utf-8")
-            todo.append((candidate.parent, headers[name]))
-    return headers
+    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name;
+    only files inside the suite folder (see :mod:`pytest_cudagate.suite.includes`)."""
+    return local_headers(source, text)
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:

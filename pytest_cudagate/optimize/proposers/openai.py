@@ -61,14 +61,15 @@ MAX_BACKOFF_S = 60.0
 
 
 def public_url(url: str | None) -> str | None:
-    """``url`` without user:password@ (never recorded)."""
+    """``url`` without user:password@, query string or fragment (a key passed as ``?api-key=`` is a
+    secret too): what is recorded in summaries and reports."""
     if not url:
         return url
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port:
         host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def parse_answer(content: str | None) -> Candidate:

@@ -1,0 +1,145 @@
+"""NVRTC in a child process that can read only the request's header tree and the CUDA headers.
+
+Kernel text is untrusted: an ``#include`` of any path makes NVRTC read that file and quote it in its
+log. No filter over the text can be complete (``\\f``, trigraphs, line splices, macro-built names...),
+so the child confines itself with Landlock before it compiles: once ``landlock_restrict_self``
+returns, the kernel refuses every file the child opens outside the folders listed, whatever the
+preprocessor was asked to read. Libraries NVRTC loads lazily are loaded by a warm-up compile first.
+
+Protocol: one JSON request on stdin, one JSON reply on stdout (``cubin`` as base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import platform
+import sys
+
+# Landlock (Linux >= 5.13); the syscall numbers are shared by x86_64 and aarch64.
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_PR_SET_NO_NEW_PRIVS = 38
+_WARM_UP = b'extern "C" __global__ void cudagate_warm_up() {}'
+
+
+class ConfinementError(RuntimeError):
+    """The child could not be confined; it then compiles nothing."""
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _handled_access(abi: int) -> int:
+    """Every filesystem right this kernel's Landlock knows: what is not granted below is denied."""
+    handled = (1 << 13) - 1  # ABI 1: execute .. make_sym
+    if abi >= 2:
+        handled |= 1 << 13  # refer
+    if abi >= 3:
+        handled |= 1 << 14  # truncate
+    if abi >= 5:
+        handled |= 1 << 15  # ioctl_dev
+    return handled
+
+
+def restrict_reads_to(folders: list[str]) -> None:
+    """From now on this process may only read files and list folders beneath ``folders``.
+
+    Writes, executes and everything else on the filesystem are denied. Irreversible, inherited by
+    threads created later; raises :class:`ConfinementError` when the kernel cannot enforce it.
+    """
+    if platform.system() != "Linux":
+        raise ConfinementError(f"confinement needs Linux Landlock; this is {platform.system()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    if abi < 1:
+        raise ConfinementError(f"Landlock is not available in this kernel ({os.strerror(ctypes.get_errno())}); "
+                               "it needs Linux >= 5.13 with landlock in the lsm= boot list")
+    attr = _RulesetAttr(_handled_access(abi))
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise ConfinementError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    try:
+        for folder in folders:
+            fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _PathBeneathAttr(_READ_FILE | _READ_DIR, fd)
+                if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                                ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
+                    raise ConfinementError(f"landlock_add_rule({folder}) failed: {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise ConfinementError(f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
+        if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) < 0:
+            raise ConfinementError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+
+
+def _log(nvrtc, prog) -> str:
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    buf = bytearray(size)  # a fresh buffer: NVRTC writes into it
+    nvrtc.nvrtcGetProgramLog(prog, buf)
+    return bytes(buf).rstrip(b"\x00").decode(errors="replace").strip()
+
+
+def _compile(nvrtc, source: bytes, name: bytes, flags: list[bytes], entry: bytes | None) -> dict:
+    err, prog = nvrtc.nvrtcCreateProgram(source, name, 0, [], [])
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return {"ok": False, "log": f"nvrtcCreateProgram failed: {err}"}
+    try:
+        if entry is not None:
+            # A name expression both finds C++-mangled entries and makes a missing entry a compile error.
+            nvrtc.nvrtcAddNameExpression(prog, entry)
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), flags)
+        log = _log(nvrtc, prog)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            return {"ok": False, "log": log}
+        lowered = None
+        if entry is not None:
+            _, lowered_bytes = nvrtc.nvrtcGetLoweredName(prog, entry)
+            lowered = lowered_bytes.decode()
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = bytearray(size)
+        nvrtc.nvrtcGetCUBIN(prog, cubin)
+        return {"ok": True, "log": log, "lowered_name": lowered, "cubin": base64.b64encode(bytes(cubin)).decode()}
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def serve(request: dict) -> dict:
+    """Warm up, confine, compile ``request`` (source, source_name, entry, flags, readable)."""
+    from cuda.bindings import nvrtc
+
+    flags = [f.encode() for f in request["flags"]]
+    arch_flags = [f for f in flags if f.startswith(b"--gpu-architecture=")]
+    _compile(nvrtc, _WARM_UP, b"warm_up.cu", arch_flags, None)
+    try:
+        restrict_reads_to(request["readable"])
+    except ConfinementError as exc:
+        return {"ok": False, "log": f"the compiler was not started: {exc}", "confined": False}
+    return _compile(nvrtc, request["source"].encode(), request["source_name"].encode(), flags,
+                    request["entry"].encode())
+
+
+def main() -> int:
+    reply = serve(json.loads(sys.stdin.buffer.read()))
+    sys.stdout.write(json.dumps(reply))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""``cudagate gate``: the gate as CI runs it, without the pull request's pytest configuration.
+
+``pytest --cuda-gate`` reads the checkout's pytest configuration: ``addopts`` in pyproject.toml, a
+``conftest.py``, ``PYTEST_ADDOPTS``... all of which a pull request controls. ``cudagate gate`` runs
+pytest in-process with a configuration file it writes itself (``-c``), ``--noconftest``, no plugin
+autoloading, no cache, an explicit ``--rootdir``, and no pytest variables from the environment; no
+Python file of the checkout is collected. With ``--trusted-ref SHA`` it also reads the trust root
+from that commit's git objects (:mod:`.base_ref`) and hands it to the plugin, refuses the options
+that would weaken the gate, and refuses a change that deletes a suite the trusted commit gates.
+Without ``--trusted-ref`` it is ``pytest --cuda-gate`` with the same isolation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import git
+import pytest
+
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.trust.base_ref import read_trust_root
+
+TRUST_ROOT_OPTION = "--cuda-gate-trust-root"
+# Options that would switch a check off or loosen it; refused under --trusted-ref.
+WEAKENING = {
+    "--cuda-gate-allow-unsigned": "it would judge suites whose oracle or approvals are not signed",
+    TRUST_ROOT_OPTION: "the gate hands the trust root to the plugin itself",
+}
+WEAKENING_PREFIXES = {
+    "--cuda-gate-allow-": "options that allow what the gate refuses are off under --trusted-ref",
+    "--cuda-gate-skip-": "options that skip checks (release checks included) are off under --trusted-ref",
+    "--cuda-gate-no-": "options that skip checks are off under --trusted-ref",
+}
+# Options of the checkout's own pytest setup that the gate ignores, so it says so.
+PYTEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "conftest.py")
+_ENV_DROPPED = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+_TAKES_VALUE = {"--cuda-gate-threshold", "--cuda-gate-budget", "--cuda-gate-arch", "--cuda-gate-timeout",
+                "--cuda-gate-fresh-seed", "--cuda-gate-lock-timeout", "--cuda-gate-report", "--cuda-gate-benchmark-json",
+                "--junitxml", TRUST_ROOT_OPTION}
+_PASSTHROUGH = {"-q", "-v", "-vv", "-x", "-rA", "-ra", "-rf", "-rs", "-rfs", "--quiet", "--verbose", "--exitfirst"}
+
+
+def _refusal(option: str) -> str | None:
+    name = option.split("=", 1)[0]
+    if name in WEAKENING:
+        return WEAKENING[name]
+    for prefix, why in WEAKENING_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    if name.startswith("--cuda-gate") or name in _PASSTHROUGH or name.startswith("--junitxml"):
+        return None
+    return "the gate's pytest command line is fixed under --trusted-ref; only --cuda-gate-* and report options pass"
+
+
+def _option_value(options: list[str], name: str) -> str | None:
+    for i, option in enumerate(options):
+        if option == name and i + 1 < len(options):
+            return options[i + 1]
+        if option.startswith(name + "="):
+            return option.split("=", 1)[1]
+    return None
+
+
+def split_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """(pytest options with their values, suite paths) of the arguments after ``cudagate gate``."""
+    options, paths = [], []
+    pending = False
+    for arg in args:
+        if pending or arg.startswith("-"):
+            options.append(arg)
+            pending = not pending and arg in _TAKES_VALUE
+        else:
+            paths.append(arg)
+    return options, paths
+
+
+def _weakening_problems(options: list[str], suites) -> list[str]:
+    problems = []
+    for option in options:
+        if not option.startswith("-"):
+            continue
+        why = _refusal(option)
+        if why:
+            problems.append(f"{option.split('=', 1)[0]}: refused under --trusted-ref: {why}")
+    threshold = _option_value(options, "--cuda-gate-threshold")
+    if threshold is not None:
+        try:
+            value = float(threshold)
+        except ValueError:
+            problems.append(f"--cuda-gate-threshold {threshold!r}: not a number")
+            value = None
+        for suite in suites if value is not None else ():
+            if value > suite.threshold:
+                problems.append(f"--cuda-gate-threshold {threshold}: refused under --trusted-ref: wider than the "
+                                f"threshold {suite.threshold:g} signed in {display_path(suite.path)}")
+    return problems
+
+
+def _ignored_configs(worktree: Path) -> list[str]:
+    notes = []
+    for name in PYTEST_CONFIG_FILES:
+        for path in sorted(worktree.rglob(name)) if name == "conftest.py" else [worktree / name]:
+            if path.is_file() and ".git" not in path.parts:
+                notes.append(f"cudagate gate: ignoring {display_path(path)}: the gate runs without the checkout's "
+                             "pytest configuration")
+    pyproject = worktree / "pyproject.toml"
+    if pyproject.is_file() and "[tool.pytest" in pyproject.read_text(encoding="utf-8", errors="replace"):
+        notes.append(f"cudagate gate: ignoring [tool.pytest.ini_options] in {display_path(pyproject)} (addopts "
+                     "included): the gate runs without the checkout's pytest configuration")
+    return notes
+
+
+def _config_text(policy: dict) -> str:
+    """The gate's own pytest configuration: collect no Python file of the checkout, add no options."""
+    lines = ["# written by `cudagate gate`; the checkout's pytest configuration is not read", "[pytest]",
+             "addopts =", "python_files = cudagate-gate-collects-no-python-files", "testpaths ="]
+    lines += [f"# [tool.cudagate] at the trusted ref: {key} = {value!r}" for key, value in sorted(policy.items())]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _isolated_environment():
+    saved = {name: os.environ.get(name) for name in (*_ENV_DROPPED, "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
+    for name in _ENV_DROPPED:
+        os.environ.pop(name, None)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _worktree(repo: str | None) -> Path:
+    start = Path(repo or Path.cwd())
+    try:
+        return Path(git.Repo(start, search_parent_directories=True).working_tree_dir).resolve()
+    except (git.exc.GitError, TypeError):
+        return start.resolve()
+
+
+def cmd_gate(args) -> int:
+    worktree = _worktree(args.repo)
+    rest = list(args.pytest_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    options, paths = split_args(rest)
+    with tempfile.TemporaryDirectory(prefix="cudagate-gate-") as tmp:
+        policy = {}
+        extra = []
+        if args.trusted_ref:
+            root = read_trust_root(worktree, args.trusted_ref)
+            policy = root.policy
+            suite_paths = [worktree / p for p in (paths or list(root.settings().suites) or ["."])]
+            problems = [f"{path}: deleted by this change; the trusted ref {root.ref[:12]} gates it (a maintainer "
+                        "removes a suite on the base branch)" for path in root.suites if not (worktree / path).is_file()]
+            suites = []
+            for path in discover(suite_paths):
+                try:
+                    suites.append(load_suite(path))
+                except CudagateError:
+                    continue  # a broken suite becomes a failed item under pytest
+            problems += _weakening_problems(options, suites)
+            if problems:
+                raise CudagateError("the gate refuses to run:\n" + "\n".join(f"  - {p}" for p in problems))
+            trust_file = Path(tmp) / "trust-root.json"
+            root.save(trust_file)
+            extra = [TRUST_ROOT_OPTION, str(trust_file)]
+            print(f"cudagate gate: trust root from {root.ref[:12]} ({len(root.keys)} trusted key(s): "
+                  f"{', '.join(sorted(root.keys)) or 'none'})")
+        else:
+            suite_paths = [worktree / p for p in paths] if paths else []
+        for note in _ignored_configs(worktree):
+            print(note)
+        config = Path(tmp) / "pytest.ini"
+        config.write_text(_config_text(policy), encoding="utf-8")
+        argv = ["-c", str(config), "--rootdir", str(worktree), "--noconftest", "-p", "no:cacheprovider",
+                "-o", "addopts=", "-p", "pytest_cudagate.plugin", "--cuda-gate", *extra, *options,
+                *[str(p) for p in suite_paths]]
+        with _isolated_environment():
+            sys.stdout.flush()
+            return int(pytest.main(argv))
+
+
+def register(subparsers) -> None:
+    gate = subparsers.add_parser(
+        "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
+                     "trusting only the keys, policy and ledger sequence of that commit")
+    gate.add_argument("--trusted-ref", metavar="SHA",
+                      help="the base commit: keys, [tool.cudagate] and ledger sequences are read from its git objects")
+    gate.add_argument("--repo", metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
+    gate.add_argument("pytest_args", nargs="*", metavar="ARG",
+                      help="suite paths and --cuda-gate-* options (after --)")
+    gate.set_defaults(func=cmd_gate)

@@ -1,0 +1,344 @@
+"""Attacks on the gate by the pull request it gates (issue 12), each run against
+``cudagate gate --trusted-ref BASE`` in a temporary git repository: a base commit a maintainer signed
+with a trusted key, and a pull-request commit made by someone holding no trusted key.
+
+There is no GPU here (and CUDA_VISIBLE_DEVICES is emptied): every attack must be refused at the
+trust or compile stage, on the CPU, naming the file and the reason; the honest pull request (a
+kernel change only) gets past trust and compiles, and its replays skip for want of a device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+import yaml
+
+from cudagate_harness import compiler
+from pytest_cudagate.approvals import Ledger, approval_for
+from pytest_cudagate.optimize.proposers.openai import public_url
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.trust import generate_key_pair, load_private_key, sign_suite
+from pytest_cudagate.worker.gpulock import GpuLock
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+SECRET = "sk-attack-visible-secret-0123456789"
+PASSWD_LINE = "root:x:0:0"
+
+
+class Repo:
+    """A repository with a signed base commit; the test edits files and commits them as the PR."""
+
+    def __init__(self, tmp_path: Path):
+        self.path = tmp_path / "repo"
+        self.keys = tmp_path / "keys"
+        self.suite_dir = self.path / "softmax"
+        self.cache = tmp_path / "cache"
+        self.git = git.Repo.init(self.path)
+        self.git.config_writer().set_value("user", "name", "test").set_value("user", "email", "t@example.com").release()
+        shutil.copytree(EXAMPLE, self.suite_dir,
+                        ignore=shutil.ignore_patterns("cudagate.approvals.json", "approved", "*.sig.json", "__pycache__"))
+        shutil.copy(self.suite_dir / "softmax.cu", self.suite_dir / "softmax_alt.cu")
+        raw = yaml.safe_load((self.suite_dir / "cudagate.yaml").read_text())
+        raw["kernels"].append({"name": "softmax_alt", "source": "softmax_alt.cu", "entry": "softmax_rows", "launch": {"grid": ["rows"],
+                                                                                              "block": [256]}})
+        self.write_yaml(raw)
+        (self.path / "pyproject.toml").write_text('[project]\nname = "demo"\n\n[tool.cudagate]\nsuites = ["softmax"]\n')
+        generate_key_pair("alice", private_path=self.keys / "alice.key",
+                          public_path=self.path / ".cudagate/trusted_keys/alice.pub")
+        generate_key_pair("mallory", private_path=self.keys / "mallory.key", public_path=self.keys / "mallory.pub")
+        suite = self.suite()
+        ledger = Ledger.for_suite(suite)
+        for program in suite.kernels:
+            ledger.approvals[program.name] = approval_for(ledger, program, approved_by="alice", approved_at="2026-11-29",
+                                                          git={"commit": None, "dirty": None}, tool_version="test")
+        ledger.save()
+        self.sign("alice")
+        self.first = self.commit("base: signed suite, ledger sequence 1")
+        self.sign("alice")  # a second signing: the trusted ledger is at sequence 2
+        self.base = self.commit("base: re-signed, ledger sequence 2")
+
+    def suite(self):
+        return load_suite(self.suite_dir / "cudagate.yaml")
+
+    def write_yaml(self, raw: dict) -> None:
+        (self.suite_dir / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+    def edit_yaml(self, edit) -> None:
+        raw = yaml.safe_load((self.suite_dir / "cudagate.yaml").read_text())
+        edit(raw)
+        self.write_yaml(raw)
+
+    def sign(self, who: str) -> None:
+        sign_suite(self.suite(), load_private_key(self.keys / f"{who}.key"), who)
+
+    def commit(self, message: str) -> str:
+        self.git.git.add("-A")
+        self.git.index.commit(message)
+        return self.git.head.commit.hexsha
+
+    def gate(self, *args: str, ref: str | None = None) -> tuple[int, str]:
+        self.commit("pull request")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_"))}
+        env.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(self.cache), OPENAI_API_KEY=SECRET)
+        done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
+                               "gate", "--trusted-ref", ref or self.base, "--", *args],
+                              cwd=self.path, env=env, capture_output=True, text=True, timeout=300)
+        return done.returncode, done.stdout + done.stderr
+
+
+@pytest.fixture
+def repo(tmp_path) -> Repo:
+    return Repo(tmp_path)
+
+
+def refused(repo: Repo, *needles: str, args=()) -> str:
+    code, out = repo.gate(*args)
+    assert code != 0, out
+    for needle in needles:
+        assert needle in out, out
+    assert SECRET not in out and PASSWD_LINE not in out, out
+    return out
+
+
+# -------------------------------------------------------------------------------- the honest PR
+
+
+def test_the_honest_pull_request_passes_trust_and_skips_for_want_of_a_gpu(repo):
+    source = repo.suite_dir / "softmax.cu"
+    source.write_text(source.read_text() + "\n// a faster kernel, one day\n")
+    code, out = repo.gate("-rs")
+    assert code == 0, out
+    assert "no CUDA device" in out and "2 passed" in out, out  # the two compile items
+    assert "NOT TRUSTED" not in out and "refuses" not in out
+
+
+# -------------------------------------------------------------------------------- the trust root
+
+
+LOOSENINGS = {
+    "atol": lambda raw: raw["tolerance"]["y"].update(atol=1),
+    "threshold": lambda raw: raw.setdefault("gate", {}).update(threshold=0.9),
+    "holdout": lambda raw: raw["cases"][-1].update(holdout=False),
+}
+
+
+@pytest.mark.parametrize("loosen", sorted(LOOSENINGS))
+def test_a_key_the_pull_request_adds_to_trusted_keys_is_not_trusted(repo, loosen):
+    shutil.copy(repo.keys / "mallory.pub", repo.path / ".cudagate/trusted_keys/mallory.pub")
+    repo.edit_yaml(LOOSENINGS[loosen])
+    repo.sign("mallory")
+    out = refused(repo, "softmax/cudagate.sig.json: signed by key", "(signer mallory), which is not trusted")
+    assert "mallory.pub" not in out  # the PR's .pub file is not among the keys the gate trusts
+
+
+def test_a_key_the_pull_request_lists_in_pyproject_is_not_trusted(repo):
+    (repo.path / "keys").mkdir()
+    shutil.copy(repo.keys / "mallory.pub", repo.path / "keys" / "mallory.pub")
+    (repo.path / "pyproject.toml").write_text('[project]\nname = "demo"\n\n[tool.cudagate]\nsuites = ["softmax"]\n'
+                                              'trusted_keys = ["keys"]\n')
+    repo.edit_yaml(LOOSENINGS["atol"])
+    repo.sign("mallory")
+    refused(repo, "softmax/cudagate.sig.json: signed by key", "(signer mallory), which is not trusted")
+
+
+# -------------------------------------------------------------------------------- the pytest configuration
+
+
+def test_addopts_in_pyproject_do_not_reach_the_gate(repo):
+    (repo.path / "pyproject.toml").write_text(
+        '[project]\nname = "demo"\n\n[tool.cudagate]\nsuites = ["softmax"]\n\n[tool.pytest.ini_options]\n'
+        'addopts = "--cuda-gate-allow-unsigned --cuda-gate-threshold 0.99"\n')
+    repo.edit_yaml(LOOSENINGS["atol"])
+    refused(repo, "ignoring [tool.pytest.ini_options] in pyproject.toml", "the gate refuses to judge this suite",
+            "tolerance.y.atol: 1e-06 → 1.0")
+
+
+def test_a_conftest_is_not_loaded(repo):
+    marker = repo.path.parent / "conftest-ran"
+    (repo.path / "conftest.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "def pytest_collection_modifyitems(config, items):\n    items.clear()\n")
+    repo.edit_yaml(LOOSENINGS["atol"])
+    refused(repo, "ignoring conftest.py", "the gate refuses to judge this suite")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--cuda-gate-allow-unsigned"], "--cuda-gate-allow-unsigned: refused under --trusted-ref"),
+    (["--cuda-gate-threshold", "0.99"], "--cuda-gate-threshold 0.99: refused under --trusted-ref: wider than the "
+                                        "threshold 0.02 signed in softmax/cudagate.yaml"),
+    (["--cuda-gate-skip-release-checks"], "--cuda-gate-skip-release-checks: refused under --trusted-ref"),
+    (["-p", "evil_plugin"], "-p: refused under --trusted-ref"),
+    (["--cuda-gate-trust-root=/tmp/mine.json"], "--cuda-gate-trust-root: refused under --trusted-ref"),
+])
+def test_weakening_options_are_refused_naming_the_option(repo, args, needle):
+    code, out = repo.gate(*args)
+    assert code == 2 and needle in out, out
+
+
+def test_deleting_a_suite_is_refused(repo):
+    shutil.rmtree(repo.suite_dir)
+    refused(repo, "softmax/cudagate.yaml: deleted by this change")
+
+
+# -------------------------------------------------------------------------------- the ledger
+
+
+def _ledger(repo: Repo) -> dict:
+    return json.loads((repo.suite_dir / "cudagate.approvals.json").read_text())
+
+
+def _write_ledger(repo: Repo, raw: dict) -> None:
+    (repo.suite_dir / "cudagate.approvals.json").write_text(json.dumps(raw, indent=1))
+
+
+def test_a_deleted_ledger_is_refused(repo):
+    (repo.suite_dir / "cudagate.approvals.json").unlink()
+    refused(repo, "softmax/cudagate.approvals.json: deleted; the trusted ref has a signed ledger (sequence 2)")
+
+
+def test_a_deleted_entry_is_refused_naming_the_kernel(repo):
+    raw = _ledger(repo)
+    del raw["approvals"]["softmax_alt"]
+    _write_ledger(repo, raw)
+    refused(repo, "softmax/cudagate.approvals.json: kernel 'softmax_alt' has no entry")
+
+
+def test_swapped_entries_are_refused_naming_the_kernel(repo):
+    raw = _ledger(repo)
+    approvals = raw["approvals"]
+    approvals["softmax_rows"], approvals["softmax_alt"] = approvals["softmax_alt"], approvals["softmax_rows"]
+    _write_ledger(repo, raw)
+    refused(repo, "softmax/cudagate.approvals.json: the entry of kernel 'softmax_alt' holds the approval of kernel "
+                  "'softmax_rows' (entries swapped)")
+
+
+def test_a_rolled_back_ledger_is_refused(repo):
+    older = repo.git.git.show(f"{repo.first}:softmax/cudagate.approvals.json")
+    (repo.suite_dir / "cudagate.approvals.json").write_text(older)
+    refused(repo, "softmax/cudagate.approvals.json: sequence 1 is lower than 2 at the trusted ref")
+
+
+def test_a_maintainer_signed_ledger_in_the_pull_request_is_accepted(repo):
+    """A maintainer may sign an oracle or ledger change inside a pull request: the sequence grows."""
+    repo.sign("alice")
+    code, out = repo.gate()
+    assert code == 0, out
+
+
+# -------------------------------------------------------------------------------- host files
+
+
+VARIANTS = {
+    "etc_passwd": '#include "/etc/passwd"',
+    "proc_environ": '#include "/proc/self/environ"',
+    "dot_dot": '#include "../../../../../../../../etc/passwd"',
+    "form_feed": '#\finclude "/etc/passwd"',
+    "vertical_tab": '#\vinclude "/etc/passwd"',
+    "carriage_return": '#\rinclude "/etc/passwd"',
+    "trigraph": '??=include "/etc/passwd"',
+    "line_continuation": '#inc\\\nlude "/etc/passwd"',
+    "macro_built": '#define P "/etc/passwd"\n#include P',
+    "macro_built_environ": '#define E "/proc/self/environ"\n#include E',
+    "angle_absolute": '#include </etc/passwd>',
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_kernel_text_cannot_read_host_files(repo, variant):
+    source = repo.suite_dir / "softmax.cu"
+    source.write_text(VARIANTS[variant] + "\n" + source.read_text())
+    out = refused(repo, "softmax.cu")
+    assert "does not compile" in out or "outside the suite folder" in out or "absolute path" in out, out
+
+
+def test_nvrtc_itself_is_denied_host_files_and_the_log_never_quotes_them(tmp_path, monkeypatch):
+    """Below the host-side include resolver: the compiler child cannot open a file outside its tree."""
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    kernel = 'extern "C" __global__ void k(float* y) { y[0] = 1; }\n'
+    for include in ('#include "/etc/passwd"', '#define P "/proc/self/environ"\n#include P', '#include "/etc/hostname"'):
+        result = compiler.compile_kernel(include + "\n" + kernel, entry="k", arch="sm_90", use_cache=False)
+        assert not result.ok and "Permission denied" in result.log, result.log
+        assert PASSWD_LINE not in result.log and SECRET not in result.log
+    inside = compiler.compile_kernel('#include "two.cuh"\n' + kernel.replace("= 1", "= TWO"), entry="k", arch="sm_90",
+                                     headers={"two.cuh": "#define TWO 2.0f\n"}, use_cache=False)
+    assert inside.ok, inside.log  # the request's own headers stay readable
+
+
+def test_a_source_outside_the_suite_folder_is_refused(repo):
+    repo.edit_yaml(lambda raw: raw["kernels"][0].update(source="../../x.cu"))
+    refused(repo, "'../../x.cu' lies outside the suite folder")
+
+
+def test_a_source_symlink_leaving_the_suite_folder_is_refused(repo):
+    source = repo.suite_dir / "softmax.cu"
+    source.unlink()
+    source.symlink_to("/etc/passwd")
+    refused(repo, "'softmax.cu' lies outside the suite folder")
+
+
+def test_a_header_symlink_leaving_the_suite_folder_is_refused(repo):
+    (repo.suite_dir / "common.cuh").symlink_to("/etc/passwd")
+    source = repo.suite_dir / "softmax.cu"
+    source.write_text('#include "common.cuh"\n' + source.read_text())
+    refused(repo, 'softmax.cu:1: #include "common.cuh" leads to /etc/passwd, outside the suite folder')
+
+
+@pytest.mark.parametrize("option", ["--pre-include=/etc/passwd", "-include", "-I/", "--include-path=/etc",
+                                    "-isystem/etc", "--options-file=/etc/passwd"])
+def test_include_options_are_refused(repo, option):
+    repo.edit_yaml(lambda raw: raw["kernels"][0].update(options=[option]))
+    refused(repo, f"option {option!r} is not allowed: include paths and pre-included files are the harness's")
+
+
+def test_compile_items_run_the_trust_check(repo):
+    repo.edit_yaml(LOOSENINGS["atol"])
+    refused(repo, "the gate refuses to compile this suite's kernels")
+
+
+# -------------------------------------------------------------------------------- smaller points
+
+
+def test_a_poisoned_cache_entry_is_ignored_with_a_note(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path / "cache"))
+    kernel = 'extern "C" __global__ void k(float* y) { y[0] = 1; }\n'
+    first = compiler.compile_kernel(kernel, entry="k", arch="sm_90")
+    cubin = tmp_path / "cache" / "nvrtc" / f"{first.key}.cubin"
+    cubin.write_bytes(b"\x7fELF poisoned")
+    again = compiler.compile_kernel(kernel, entry="k", arch="sm_90")
+    assert again.ok and not again.cache_hit and again.cubin == first.cubin
+    assert f"note: the compile cache entry {first.key[:16]} failed its SHA-256 check" in again.log
+
+
+def test_the_compile_cache_is_private_to_its_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir(mode=0o777)
+    os.chmod(tmp_path / "cache", 0o777)
+    compiler.compile_kernel('extern "C" __global__ void k() {}\n', entry="k", arch="sm_90")
+    for folder in (tmp_path / "cache", tmp_path / "cache" / "nvrtc"):
+        assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_symlink_at_the_lock_path_is_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "GPU-1.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        GpuLock("GPU-1", lock_dir=locks, timeout_s=0).acquire()
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("url", ["https://llm.example/v1?api-key=SECRET", "https://llm.example/v1#SECRET",
+                                 "https://llm.example/v1?x=1&api-key=SECRET#frag"])
+def test_the_base_url_keeps_no_query_or_fragment(url):
+    assert public_url(url) == "https://llm.example/v1"

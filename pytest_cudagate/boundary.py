@@ -147,6 +147,10 @@ def load_json(path: str | Path, limit: int, what: str, max_depth: int = MAX_DEPT
 _FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+class _Refused(yaml.constructor.ConstructorError):
+    """Well-formed YAML that breaks one of the boundary's rules."""
+
+
 class StrictLoader(_FastLoader):
     """SafeLoader that refuses duplicate keys and integers with too many digits (before int() runs)."""
 
@@ -155,7 +159,7 @@ class StrictLoader(_FastLoader):
         for key_node, _ in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else id(key_node)
             if key in seen:
-                raise yaml.constructor.ConstructorError(
+                raise _Refused(
                     "while loading a mapping", node.start_mark,
                     f"key {str(key)[:60]!r} appears twice (first on line {seen[key] + 1}); "
                     "the second would silently win: keep one", key_node.start_mark)
@@ -165,7 +169,7 @@ class StrictLoader(_FastLoader):
     def construct_yaml_int(self, node):
         digits = re.sub(r"[^0-9a-fA-F]", "", str(node.value))
         if len(digits) > MAX_INT_DIGITS:
-            raise yaml.constructor.ConstructorError(
+            raise _Refused(
                 None, None, f"an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})", node.start_mark)
         return super().construct_yaml_int(node)
 
@@ -179,13 +183,13 @@ def _screen_events(text: str) -> None:
     depth = 0
     for event in yaml.parse(text, Loader=_FastLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.constructor.ConstructorError(
+            raise _Refused(
                 None, None, "anchors and aliases (&name, *name) are not allowed: write each value out",
                 event.start_mark)
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                raise yaml.constructor.ConstructorError(
+                raise _Refused(
                     None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
@@ -195,7 +199,9 @@ def _yaml_error(exc: yaml.YAMLError, path, what: str) -> FileError:
     mark = getattr(exc, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
     problem = getattr(exc, "problem", None) or str(exc)
-    return _refuse(path, f"{where}not a valid {what}: {problem}")
+    if isinstance(exc, _Refused):
+        return _refuse(path, f"{where}{problem} (in the {what})")
+    return _refuse(path, f"{where}not valid YAML: {problem}")
 
 
 def parse_yaml(text: str, path: str | Path, what: str):

@@ -137,7 +137,7 @@ def load_json(path: str | Path, limit: int, what: str, max_depth: int = MAX_DEPT
     try:
         return parse_json(text, path, what, max_depth)
     except ValueError as exc:
-        raise _refuse(path, f"not valid JSON: {exc}") from None
+        raise _refuse(path, f"cannot read the {what}: not valid JSON: {exc}") from None
 
 
 # -- YAML -----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.config import load_settings
+from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
@@ -65,7 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU; skipped cleanly without one")
     if not config.getoption("cuda_gate"):
         return
-    settings = load_settings(Path(config.rootpath))
+    try:
+        settings = load_settings(Path(config.rootpath))
+    except FileError as exc:  # one clear error, not INTERNALERROR
+        raise pytest.UsageError(str(exc)) from None
     config.stash[RUNTIME] = GateRuntime(
         timeout_s=config.getoption("cuda_gate_timeout") or settings.timeout_s or 60.0,
         default_arch=config.getoption("cuda_gate_arch") or settings.arch or "sm_90",

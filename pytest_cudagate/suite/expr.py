@@ -5,7 +5,7 @@ parsed with :mod:`ast` and only a whitelist of node types is evaluated. They com
 and from a model's answers too, so evaluation is bounded: the text's length and nesting are capped
 before anything recurses, every operand and intermediate value must lie within ±2**64 (a power is
 refused before it is computed when its result would not), and every float must be finite. The
-results are then checked against what they feed: the device's launch limits, ``size_t`` buffers.
+results are then checked against what they feed: the device's launch limits and buffer sizes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+
+# What a result feeds: the device's launch limits and buffer sizes, as the worker enforces them.
+from cudagate_harness.protocol import BLOCK_MAX, BLOCK_THREADS_MAX, BUFFER_BYTES_MAX, GRID_MAX, SHARED_BYTES_MAX
 
 _FUNCTIONS = {
     "cdiv": lambda a, b: -(-a // b),
@@ -38,12 +41,6 @@ MAX_LENGTH = 512  # characters; a launch or size expression is a line at most
 MAX_NESTING = 32  # AST depth; `a+b+c+...` nests one level per term
 BOUND = 2**64  # every operand and intermediate value lies within ±BOUND
 
-# What a result feeds (CUDA's limits for compute capability 9.0).
-GRID_MAX = (2**31 - 1, 65535, 65535)
-BLOCK_MAX = (1024, 1024, 64)
-BLOCK_THREADS_MAX = 1024
-SHARED_BYTES_MAX = 228 * 1024
-BUFFER_BYTES_MAX = 2**63 - 1  # size_t, as numpy and the driver take it (signed)
 
 
 class ExprError(ValueError):
@@ -210,5 +207,5 @@ def buffer_problem(count: int, itemsize: int) -> str | None:
     if count < 0:
         return f"gets a negative size ({count})"
     if count * itemsize > BUFFER_BYTES_MAX:
-        return f"gets {_short(count)} elements, over what a buffer can hold (size_t, {BUFFER_BYTES_MAX} bytes)"
+        return f"gets {_short(count)} elements, over the {BUFFER_BYTES_MAX} bytes a buffer may hold"
     return None

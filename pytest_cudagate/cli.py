@@ -46,7 +46,7 @@ def _suites(paths: list[str]) -> list[Path]:
 
 
 def cmd_check(args) -> int:
-    failed = False
+    failed = bad_input = False
     for path in _suites(args.suites):
         suite = load_suite(path)
         print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
@@ -63,7 +63,7 @@ def cmd_check(args) -> int:
         if bad_data:
             failed = True
             print(f"  {case_data_fix(suite)}")
-        for flag in flag_cases(suite):
+        for flag in flag_cases(suite) if not bad_data else []:  # judged only on sound data
             print(f"  warning: {flag}")
         programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
         for arch in args.arch or ["sm_90"]:
@@ -77,7 +77,8 @@ def cmd_check(args) -> int:
                 else:
                     failed = True
                     print(f"  {program.name}: does NOT compile for {result.arch}:\n" + _indent(result.log, 6))
-    return EXIT_FAILED if failed else 0
+        bad_input |= bad_data
+    return EXIT_INPUT if bad_input else EXIT_FAILED if failed else 0
 
 
 def cmd_run(args) -> int:

@@ -12,6 +12,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Case, Program, Suite
 
@@ -25,7 +26,7 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
     They travel inline so a request replays anywhere and so the compile cache key sees them.
     """
     headers: dict[str, str] = {}
-    todo = [(source.parent, text if text is not None else source.read_text(encoding="utf-8"))]
+    todo = [(source.parent, text if text is not None else read_text(source, MAX_SOURCE_BYTES, "CUDA source"))]
     while todo:
         folder, body = todo.pop()
         for spelled in _INCLUDE.findall(body):
@@ -37,13 +38,13 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
             name = Path(os.path.relpath(candidate, source.parent)).as_posix()
             if name in headers:
                 continue
-            headers[name] = candidate.read_text(encoding="utf-8")
+            headers[name] = read_text(candidate, MAX_SOURCE_BYTES, "CUDA header")
             todo.append((candidate.parent, headers[name]))
     return headers
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:
-    text = source_text if source_text is not None else program.source.read_text(encoding="utf-8")
+    text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
     return {
         "name": program.name,
         "entry": program.entry,

@@ -274,9 +274,3 @@ def npy_header(path: str | Path, limit: int = MAX_NPY_BYTES) -> tuple[tuple[int,
         raise _refuse(path, f"is {info.st_size} bytes but its header declares {offset + nbytes} "
                             "(truncated or padded); regenerate it")
     return tuple(shape), dtype
-
-
-def load_npy(path: str | Path, limit: int = MAX_NPY_BYTES, *, mmap: bool = False) -> np.ndarray:
-    """A ``.npy`` file checked by :func:`npy_header` first, then loaded (never with pickles)."""
-    npy_header(path, limit)
-    return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)

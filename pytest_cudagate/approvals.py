@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pytest_cudagate import schema
+from pytest_cudagate import boundary, schema
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.worker.requests import kernel_spec
 from pytest_cudagate.suite.model import Launch, Program, Suite
@@ -100,7 +100,7 @@ class Ledger:
         if not path.exists():
             return cls(path, suite.name, exists=False, kernels=kernels)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = boundary.parse_json(boundary.read_text(path, boundary.MAX_LEDGER_BYTES, "approvals ledger"), path, "approvals ledger")
         except (OSError, ValueError) as exc:
             raise FileError(path, [f"cannot read the approvals ledger: {exc}; restore it from version control "
                                    f"or re-approve with `cudagate approve {suite.path}`"]) from None

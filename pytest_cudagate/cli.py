@@ -19,8 +19,10 @@ from pathlib import Path
 from pytest_cudagate import __version__
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.worker.client import HarnessClient
-from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
+from pytest_cudagate.errors import EXIT_FAILED, EXIT_INPUT, CudagateError, FileError, run_command
 from pytest_cudagate.config import project_config
+from pytest_cudagate import boundary
+from cudagate_harness.protocol import request_problems
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
@@ -52,7 +54,7 @@ def _suites(paths: list[str]) -> list[Path]:
 
 
 def cmd_check(args) -> int:
-    failed = False
+    failed = bad_input = False
     for path in _suites(args.suites):
         suite = load_suite(path)
         print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
@@ -69,7 +71,7 @@ def cmd_check(args) -> int:
         if bad_data:
             failed = True
             print(f"  {case_data_fix(suite)}")
-        for flag in flag_cases(suite):
+        for flag in flag_cases(suite) if not bad_data else []:  # judged only on sound data
             print(f"  warning: {flag}")
         programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
         for arch in args.arch or [project_config(suite).arch]:
@@ -83,17 +85,30 @@ def cmd_check(args) -> int:
                 else:
                     failed = True
                     print(f"  {program.name}: does NOT compile for {result.arch}:\n" + _indent(result.log, 6))
-    return EXIT_FAILED if failed else 0
+        bad_input |= bad_data
+    return EXIT_INPUT if bad_input else EXIT_FAILED if failed else 0
 
 
 def cmd_run(args) -> int:
     path = Path(args.request)
     try:
-        request = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CudagateError(f"{path}: cannot read the request: {exc}") from None
+        request = boundary.load_json(path, boundary.MAX_REQUEST_BYTES, "request file")
+    except OSError as exc:
+        raise CudagateError(f"{path}: cannot read the request: {exc.strerror}") from None
+    if not isinstance(request, dict):
+        raise CudagateError(f"{path}: expected a JSON object (a harness request)")
     validate(request, "harness-request", path)
+    if request["op"] != "run":
+        raise CudagateError(f"{path}: op {request['op']!r}: `cudagate run` replays op: run requests (kernel, signature, "
+                            "cases); write one with `pytest --cuda-gate` (replay requests in its report)")
     base = path.resolve().parent
+    # Data may lie beside the request, below the working directory, or in the suite a replay file
+    # saved with a report names (by absolute path); nowhere else on disk.
+    suite = (base / str(request.get("suite", ""))).resolve()
+    roots = (base, Path.cwd()) + ((suite.parent,) if suite.name == "cudagate.yaml" and suite.is_file() else ())
+    problems = request_problems(request, roots)
+    if problems:
+        raise FileError(path, problems)
     for case in request["cases"]:  # paths in a request file are relative to it
         for spec in case["buffers"].values():
             if "input" in spec:

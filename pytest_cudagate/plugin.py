@@ -16,6 +16,7 @@ import pytest
 
 from pytest_cudagate.config import (DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, OptionError, load_settings,
                                     resolve)
+from pytest_cudagate.errors import FileError
 
 if TYPE_CHECKING:
     from pytest_cudagate.session import GateRuntime
@@ -69,8 +70,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
 
     trust_root = load_trust_root(config)
-    settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
     try:
+        settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
         gate_config = resolve(
             settings, arch=config.getoption("cuda_gate_arch"), timeout_s=config.getoption("cuda_gate_timeout"),
             threshold=config.getoption("cuda_gate_threshold"), threshold_option="--cuda-gate-threshold",
@@ -79,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
             fresh_seed=config.getoption("cuda_gate_fresh_seed"),
             allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
             require_gpu=config.getoption("cuda_gate_require_gpu"))
-    except OptionError as exc:
+    except (OptionError, FileError) as exc:  # one clear error, not INTERNALERROR
         raise pytest.UsageError(str(exc)) from None
     session = GateSession.start(config, gate_config, trust_root)
     config.stash[RUNTIME] = session.runtime

@@ -40,8 +40,13 @@ def problems(document, name: str, locate=None) -> list[str]:
             message = f"{error.message}; allowed keys: {', '.join(sorted(error.schema.get('properties', {})))}"
         else:
             message = error.message
-        found.append(f"{prefix}: {message}")
+        found.append(f"{prefix}: {_clip(message)}")
     return found
+
+
+def _clip(message: str, limit: int = 300) -> str:
+    """jsonschema quotes the offending value whole; a hostile file's value can be megabytes."""
+    return message if len(message) <= limit else message[:limit] + f"... ({len(message) - limit} more characters)"
 
 
 def validate(document, name: str, path, locate=None) -> None:

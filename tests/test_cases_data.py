@@ -15,8 +15,8 @@ from pytest_cudagate.suite.cases import (
     case_seed,
     check_case_data,
     generate,
-    python_expected,
 )
+from pytest_cudagate.defences.reference import ReferenceFailure, python_expected
 from pytest_cudagate.suite.loader import load_suite
 
 
@@ -143,21 +143,21 @@ def test_a_cuda_reference_needs_a_gpu(tmp_path):
     text = replace_once(SUITE_YAML, "  python: reference.py:scale_rows\n",
                         "  source: scale.cu\n  entry: scale2\n  launch: {grid: [rows], block: [128]}\n")
     suite = load_suite(write_suite(tmp_path / "s", yaml_text=text, data=False))
-    with pytest.raises(CaseDataError, match="needs a GPU"):
+    with pytest.raises(ReferenceFailure, match="needs a GPU"):
         generate(suite)
 
 
 def test_reference_function_missing(tmp_path):
     text = replace_once(SUITE_YAML, "reference.py:scale_rows", "reference.py:no_such_function")
     suite = load_suite(write_suite(tmp_path / "s", yaml_text=text, data=False))
-    with pytest.raises(CaseDataError, match="no function 'no_such_function'"):
+    with pytest.raises(ReferenceFailure, match="no function 'no_such_function'"):
         generate(suite)
 
 
 def test_reference_returning_the_wrong_thing(tmp_path):
     path = write_suite(tmp_path / "s", data=False)
     (path.parent / "reference.py").write_text("def scale_rows(x, rows, cols):\n    return {'z': x}\n")
-    with pytest.raises(CaseDataError, match=r"must return the outputs \['y'\]"):
+    with pytest.raises(ReferenceFailure, match=r"must return the outputs \['y'\]"):
         generate(load_suite(path))
 
 
@@ -219,7 +219,7 @@ def test_expected_outputs_must_be_numbers(suite_path):
     case = suite.case("small")
     np.save(suite.expected_path(case, suite.signature[1]), np.array(["a"] * 150))
     problems = check_case_data(suite, case)
-    assert len(problems) == 1 and "not numbers" in problems[0]
+    assert len(problems) == 1 and "not plain numbers" in problems[0]
 
 
 def test_wrong_element_count(suite_path):

@@ -78,7 +78,7 @@ def test_check_a_suite_with_a_compile_error(capsys, tmp_path):
 def test_check_bad_case_data(capsys, suite_path):
     np.save(suite_path.parent / "cases" / "perf" / "x.npy", np.zeros(3, dtype=np.float32))
     code, out, _ = run(capsys, "check", "--allow-unsigned", suite_path)
-    assert code == EXIT_FAILED
+    assert code == EXIT_INPUT  # bad input (issue 13)
     assert "case perf:" in out and "holds 3 elements" in out
     assert "cudagate cases generate" in out
     assert "scale2: compiles for sm_90" in out  # still compiled and reported

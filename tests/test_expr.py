@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_cudagate.suite.expr import ExprError, evaluate, parse
+from pytest_cudagate.suite.expr import ExprError, evaluate, launch_problems, parse
 
 
 @pytest.mark.parametrize(
@@ -121,9 +121,9 @@ def test_non_integral_results_are_refused(text, scalars):
         evaluate(text, scalars)
 
 
-@pytest.mark.parametrize("text", ["1e308 * 10", "-1e308 * 10"])
-def test_infinite_results_are_refused(text):
-    with pytest.raises(ExprError, match="not a whole number"):
+@pytest.mark.parametrize("text", ["1e308 * 10", "-1e308 * 10", "ceil(1e308*10)", "2.0 ** 1000"])
+def test_values_beyond_64_bits_are_refused(text):
+    with pytest.raises(ExprError, match="beyond 2|too large"):
         evaluate(text, {})
 
 
@@ -155,3 +155,28 @@ def test_parse_is_independent_of_the_scalars():
     expr = parse("cdiv(n, 128)")
     assert expr.eval({"n": 1}) == 1
     assert expr.eval({"n": 1000}) == 8
+
+
+@pytest.mark.parametrize("text", ["-" * 1000 + "n", "+".join(["n"] * 5000), "(" * 300 + "n" + ")" * 300,
+                                  "-" * 100 + "n", "+".join(["n"] * 100)])
+def test_deep_or_long_expressions_are_refused_not_recursed(text):
+    with pytest.raises(ExprError, match="characters long|nested|cannot parse"):
+        evaluate(text, {"n": 1})
+
+
+@pytest.mark.parametrize("text", ["(((10**64)**64)**64)**64", "10**30", "2**64 * 2", "9" * 30, "n ** 64"])
+def test_results_beyond_64_bits_are_refused_before_they_are_computed(text):
+    with pytest.raises(ExprError, match="too large|beyond 2"):
+        evaluate(text, {"n": 3})
+
+
+def test_a_value_of_2_to_the_63_is_fine():
+    assert evaluate("2**63 - 1", {}) == 2**63 - 1
+
+
+def test_launch_limits():
+    assert launch_problems([2**31 - 1, 65535, 65535], [1024, 1, 1], 228 * 1024) == []
+    problems = launch_problems([2**31, 1, 1], [32, 32, 2], -1)
+    assert any("grid.x" in p for p in problems)
+    assert any("2048 threads" in p for p in problems)
+    assert any("shared_bytes = -1" in p for p in problems)

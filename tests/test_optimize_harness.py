@@ -14,7 +14,7 @@ from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
-from pytest_cudagate.suite.cases import python_expected
+from pytest_cudagate.defences.reference import python_expected
 from pytest_cudagate.suite.loader import load_suite
 from pathlib import Path
 

@@ -314,8 +314,8 @@ def test_negative_size(tmp_path):
 def test_zero_grid_dimension(tmp_path):
     text = replace_once(SUITE_YAML, "rows: 3,", "rows: 0,")
     _, message = problems_of(tmp_path, text)
-    assert (f"line {line_of(text, 'rows: 0')}: cases[0]: scale2 launch in case 'small' has a zero or negative dimension: "
-            "grid [0, 1, 1], block [128, 1, 1]") in message
+    assert (f"line {line_of(text, 'rows: 0')}: cases[0]: scale2 launch in case 'small': "
+            "grid.x = 0 is outside 1..2147483647") in message
     assert "cases[1]" not in message
 
 

@@ -2,6 +2,8 @@
 
 With a request file the harness runs it in this process and prints the response lines: the raw
 runner, by hand, without the gate around it (``cudagate run`` adds the correctness verdicts).
+A request file may come from anyone: it is read with a size cap, and its data paths must stay in
+its folder; a bad one is one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -11,12 +13,32 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .protocol import request_problems
 from .worker import main as serve
+
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 def run_file(path: str) -> int:
-    request = json.loads(Path(path).read_text())
-    request.setdefault("base_dir", str(Path(path).resolve().parent))
+    try:
+        if not Path(path).is_file():  # a regular file only: no device or FIFO behind the name
+            raise ValueError("not a regular file")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_REQUEST_BYTES + 1)
+        if len(data) > MAX_REQUEST_BYTES:
+            raise ValueError(f"over {MAX_REQUEST_BYTES} bytes")
+        request = json.loads(data.decode("utf-8"))
+        if not isinstance(request, dict):
+            raise ValueError("expected a JSON object")
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        print(f"cudagate_harness: {path}: cannot read the request: {str(exc)[:200]}", file=sys.stderr)
+        return 2
+    base = Path(path).resolve().parent
+    problems = request_problems(request, (base, Path.cwd()))
+    if problems:
+        print(f"cudagate_harness: {path}: " + "; ".join(problems[:5]), file=sys.stderr)
+        return 2
+    request["base_dir"] = str(base)
     request.setdefault("output_dir", tempfile.mkdtemp(prefix="cudagate-out-"))
     return serve([json.dumps(request)])
 

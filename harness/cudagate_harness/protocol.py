@@ -9,6 +9,9 @@ answered. Large arrays travel as ``.npy`` files, never inline. ``schemas/harness
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 
 # Element types a signature may name; the C spelling is what a kernel parameter should use.
@@ -94,3 +97,89 @@ def unwritten_mask(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     a = first.reshape(-1).view(np.uint8).reshape(-1, itemsize)
     b = second.reshape(-1).view(np.uint8).reshape(-1, itemsize)
     return np.all(a == POISON_FIRST, axis=1) & np.all(b == POISON_SECOND, axis=1)
+
+
+# -- request limits: a request file can come from a pull request, so the worker checks it before use --
+
+# CUDA's launch limits (compute capability 9.0).
+GRID_MAX = (2**31 - 1, 65535, 65535)
+BLOCK_MAX = (1024, 1024, 64)
+BLOCK_THREADS_MAX = 1024
+SHARED_BYTES_MAX = 228 * 1024
+BUFFER_BYTES_MAX = 2**37  # one buffer; an H200 holds 141 GB
+CASES_MAX = 4096
+# Case and parameter names become file names under the output folder: no '/', no leading '.'.
+SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+
+
+def _launch_problems(where: str, launch) -> list[str]:
+    if not isinstance(launch, dict):
+        return [f"{where}: launch must be an object with grid, block and shared_bytes"]
+    problems = []
+    for key, limits in (("grid", GRID_MAX), ("block", BLOCK_MAX)):
+        dims = launch.get(key)
+        if not (isinstance(dims, list) and len(dims) == 3 and all(type(d) is int for d in dims)):
+            problems.append(f"{where}: launch.{key} must be three integers")
+        elif not all(1 <= d <= limit for d, limit in zip(dims, limits)):
+            problems.append(f"{where}: launch.{key} {dims} is outside the device's limits {list(limits)}")
+        elif key == "block" and dims[0] * dims[1] * dims[2] > BLOCK_THREADS_MAX:
+            problems.append(f"{where}: launch.block {dims} has more than {BLOCK_THREADS_MAX} threads")
+    shared = launch.get("shared_bytes", 0)
+    if type(shared) is not int or not 0 <= shared <= SHARED_BYTES_MAX:
+        problems.append(f"{where}: launch.shared_bytes must be 0..{SHARED_BYTES_MAX}")
+    return problems
+
+
+def _confined(where: str, value, roots: tuple[Path, ...]) -> list[str]:
+    if not isinstance(value, str):
+        return [f"{where}: expected a path (a string)"]
+    if not roots:
+        return []
+    path = (roots[0] / value).resolve()
+    if not any(path.is_relative_to(root) for root in roots):
+        return [f"{where}: {value[:80]!r} is outside {' and '.join(map(str, roots))}; keep case data there"]
+    return []
+
+
+def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
+    """What makes a ``run`` request unsafe to serve: names that are not plain file names, dtypes
+    outside :data:`DTYPES`, buffer sizes or launches beyond the device's limits, and (with
+    ``roots``, for request files: its folder first) data paths outside every root. Empty when safe."""
+    base = tuple(Path(root).resolve() for root in roots)
+    problems = []
+    signature = request.get("signature") or []
+    itemsize = {}
+    for i, param in enumerate(signature if isinstance(signature, list) else []):
+        name, dtype = (param.get("name"), param.get("dtype")) if isinstance(param, dict) else (None, None)
+        if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
+            problems.append(f"signature[{i}].name: {str(name)[:80]!r} is not a plain name ({SAFE_NAME.pattern})")
+        if dtype not in DTYPES:
+            problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
+        elif isinstance(name, str):
+            itemsize[name] = np.dtype(DTYPES[dtype][0]).itemsize
+    cases = request.get("cases") or []
+    if len(cases) > CASES_MAX:
+        problems.append(f"cases: {len(cases)} cases, more than {CASES_MAX} in one request")
+        cases = []
+    for case in cases:
+        name = case.get("name") if isinstance(case, dict) else None
+        if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
+            problems.append(f"case name {str(name)[:80]!r} is not a plain name ({SAFE_NAME.pattern}): "
+                            "it names the case's output folder")
+            continue
+        where = f"case {name!r}"
+        for buffer, spec in (case.get("buffers") or {}).items():
+            count = spec.get("count") if isinstance(spec, dict) else None
+            if type(count) is not int or not 0 <= count * itemsize.get(buffer, 1) <= BUFFER_BYTES_MAX:
+                problems.append(f"{where}: buffers.{buffer}.count must be an integer from 0 up to "
+                                f"{BUFFER_BYTES_MAX} bytes' worth")
+            if isinstance(spec, dict) and "input" in spec:
+                problems += _confined(f"{where}: buffers.{buffer}.input", spec["input"], base)
+        for output, path in (case.get("expected") or {}).items():
+            problems += _confined(f"{where}: expected.{output}", path, base)
+        for fresh in case.get("fresh") or []:
+            for key in ("inputs", "expected"):
+                for buffer, path in (fresh.get(key) or {}).items() if isinstance(fresh, dict) else ():
+                    problems += _confined(f"{where}: fresh {key}.{buffer}", path, base)
+        problems += _launch_problems(where, case.get("launch"))
+    return problems

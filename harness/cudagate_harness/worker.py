@@ -22,7 +22,7 @@ import numpy as np
 from . import PROTOCOL_VERSION, telemetry
 from .compiler import CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
-from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, worker_checks
+from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, request_problems, worker_checks
 from .runner import DEFAULT_PAD_MAX, CaseInputError, CaseRun, Launchable, error_body, rotation_copies, run_case
 
 PAD_SOURCE = 'extern "C" __global__ void cudagate_pad() {}'
@@ -134,6 +134,10 @@ class Worker:
     def handle(self, request: dict) -> None:
         rid = request.get("id")
         op = request.get("op")
+        problems = request_problems(request) if op == "run" else []
+        if problems:
+            self.emit({"type": "error", "id": rid, "message": "refused run request: " + "; ".join(problems[:5])})
+            return
         try:
             if op == "compare":
                 self.compare(rid, request)

@@ -21,8 +21,6 @@ run (``CUDAGATE_FRESH_SEED`` fixes it) and is printed with any failure, so a fai
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,8 @@ import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
-from pytest_cudagate.suite.cases import draw, python_expected, write_case
+from pytest_cudagate.defences.reference import ReferenceRunner
+from pytest_cudagate.suite.cases import draw, write_case
 from pytest_cudagate.suite.model import Case, Suite
 
 SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40}  # magnitudes spread over 2^-R..2^R
@@ -160,71 +159,6 @@ def _rms(values) -> float:
     return float(np.sqrt(np.mean(v * v))) if v.size else 0.0
 
 
-class ReferenceRunner:
-    """The suite's reference on arbitrary input sets: Python in process, CUDA through the worker."""
-
-    def __init__(self, suite: Suite, client, work: Path):
-        self.suite = suite
-        self.client = client
-        self.work = work
-        self.runs = 0
-
-    def outputs(self, case: Case, candidates: list[dict[str, np.ndarray]], *, first_usable: bool = False) -> list:
-        """Reference outputs per candidate (None where it failed). With ``first_usable`` the Python
-        reference stops at the first usable candidate (the rest stay None)."""
-        if self.suite.reference.python:
-            results = []
-            for inputs in candidates:
-                results.append(self._python(case, inputs))
-                if first_usable and usable(self.suite, results[-1]):
-                    results += [None] * (len(candidates) - len(results))
-                    break
-            return results
-        return self._cuda(case, candidates)
-
-    def _python(self, case: Case, inputs: dict) -> dict | None:
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return python_expected(self.suite, case, inputs)
-        except Exception:  # noqa: BLE001 - a reference that cannot take these values: not usable
-            return None
-
-    def _cuda(self, case: Case, candidates: list[dict]) -> list:
-        from pytest_cudagate.worker.requests import case_spec, run_request  # requests imports the suite model, as we do
-
-        if self.client is None:
-            return [None] * len(candidates)
-        suite, program = self.suite, self.suite.reference.program
-        self.runs += 1
-        folder = Path(tempfile.mkdtemp(prefix="ref-", dir=self.work))
-        specs = []
-        for i, inputs in enumerate(candidates):
-            data = folder / f"c{i}"
-            write_case(suite, case, inputs, {}, data)
-            spec = case_spec(suite, program, case, data_dir=data)
-            spec["name"] = f"{case.name}.{i}"
-            specs.append(spec)
-        request = run_request(suite, program, [case], output_dir=folder / "out", data_dir=folder / "c0")
-        request["cases"] = specs
-        request["checks"] = {"guards": False, "scrub_shared": False, "timed_outputs": False,  # the trusted reference:
-                             "second_launch": False}  # one plain launch per candidate
-        try:
-            result = self.client.run(request)
-        except Exception:  # noqa: BLE001 - the worker refused or died: no fresh expected outputs
-            return [None] * len(candidates)
-        if not result.compile.get("ok"):
-            return [None] * len(candidates)
-        outputs = []
-        for spec in specs:
-            body = result.cases.get(spec["name"], {})
-            if body.get("status") != "ok":
-                outputs.append(None)
-                continue
-            outputs.append({name: np.load(o["path"], allow_pickle=False) for name, o in body["outputs"].items()})
-        return outputs
-
-
 def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: int, root: Path,
               client=None) -> tuple[list[FreshSet], list[str]]:
     """The fresh input sets of one case, written under ``root``; and notes on what was skipped."""
@@ -245,7 +179,7 @@ def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: 
             wide, zeros = spread(suite, inputs, rng)
             exponents = scale_exponents(suite, wide)
             candidates = [scaled(suite, wide, e) for e in exponents]
-            outputs = runner.outputs(case, candidates, first_usable=True)
+            outputs = runner.outputs(case, candidates, first_usable=True, usable=usable)
             chosen = next((i for i, out in enumerate(outputs) if usable(suite, out)), None)
             if chosen is None:
                 notes.append(f"adversarial fresh inputs skipped on case {case.name}: the reference's own output is not "

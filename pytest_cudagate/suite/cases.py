@@ -7,16 +7,15 @@ unwritten outputs and wrong indexing); expected outputs come from the suite's tr
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.boundary.npy import npy_header
+from pytest_cudagate.defences.reference import ReferenceRunner
+from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
 
@@ -52,32 +51,6 @@ def draw_inputs(suite: Suite, case: Case, seed: int) -> dict[str, np.ndarray]:
             for p in suite.buffers if p.is_input}
 
 
-def python_reference(suite: Suite) -> Callable[..., object]:
-    file_name, function = suite.reference.python.rsplit(":", 1)
-    path = suite.root / file_name
-    spec = importlib.util.spec_from_file_location(f"cudagate_reference_{suite.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # trusted: the reference file is part of the signed manifest
-    if not hasattr(module, function):
-        raise CaseDataError(f"{path}: no function {function!r} (reference.python in {suite.path})")
-    return getattr(module, function)
-
-
-def python_expected(suite: Suite, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Call the Python reference with every input buffer and scalar by name."""
-    function = python_reference(suite)
-    result = function(**{k: v.copy() for k, v in inputs.items()}, **case.scalars)
-    outputs = [p.name for p in suite.outputs]
-    if isinstance(result, np.ndarray) and len(outputs) == 1:
-        result = {outputs[0]: result}
-    elif isinstance(result, (tuple, list)):
-        result = dict(zip(outputs, result))
-    if not isinstance(result, dict) or set(result) != set(outputs):
-        raise CaseDataError(f"{suite.reference.python} must return the outputs {outputs} (an array, a tuple in "
-                            f"signature order, or a dict by name); it returned {type(result).__name__}")
-    return {name: np.asarray(value) for name, value in result.items()}
-
-
 def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected: dict[str, np.ndarray],
                data_dir: Path | None = None) -> Path:
     folder = (data_dir or suite.data_dir) / case.name
@@ -89,33 +62,6 @@ def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected
     return folder
 
 
-def cuda_expected(suite: Suite, cases: list[Case], client, data_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Run the CUDA reference on the inputs already written under ``data_dir``."""
-    from pytest_cudagate.worker.requests import run_request  # imported here: requests imports this package's model
-
-    program = suite.reference.program
-    with tempfile.TemporaryDirectory(prefix="cudagate-ref-") as out:
-        request = run_request(suite, program, cases, output_dir=Path(out), data_dir=data_dir)
-        result = client.run(request)
-        if not result.compile.get("ok"):
-            raise CaseDataError(f"the reference {program.source} does not compile:\n{result.compile.get('log', '')}")
-        expected = {}
-        for case in cases:
-            body = result.cases.get(case.name, {})
-            if body.get("status") != "ok":
-                raise CaseDataError(f"the reference failed on case {case.name!r}: {body.get('error', {}).get('message')}")
-            expected[case.name] = {name: np.load(o["path"]).reshape(suite.shape(suite_param(suite, name), case))
-                                   for name, o in body["outputs"].items()}
-            for name, o in body["outputs"].items():
-                if o.get("unwritten"):
-                    raise CaseDataError(f"the reference left {o['unwritten']} elements of {name!r} unwritten in case {case.name!r}")
-    return expected
-
-
-def suite_param(suite: Suite, name: str) -> Param:
-    return next(p for p in suite.signature if p.name == name)
-
-
 def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data_dir: Path | None = None,
              seed_offset: int = 0) -> list[Path]:
     """Write inputs and expected outputs for ``cases`` (default: all). Returns the case folders.
@@ -124,19 +70,16 @@ def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data
     """
     cases = list(cases or suite.cases)
     data_dir = data_dir or suite.data_dir
-    inputs = {c.name: draw_inputs(suite, c, case_seed(suite, c) + seed_offset) for c in cases}
+    try:
+        inputs = {c.name: draw_inputs(suite, c, case_seed(suite, c) + seed_offset) for c in cases}
+    except MemoryError:
+        raise CaseDataError(f"{suite.path}: not enough memory to draw the inputs of {len(cases)} case(s); "
+                            "check the buffer sizes") from None
     for case in cases:
         for name, array in inputs[case.name].items():
             if array.size > 1 and np.all(array == array.reshape(-1)[0]):
                 raise CaseDataError(f"case {case.name!r}: input {name!r} came out constant; widen its distribution in `inputs`")
-    if suite.reference.python:
-        expected = {c.name: python_expected(suite, c, inputs[c.name]) for c in cases}
-    else:
-        if client is None:
-            raise CaseDataError(f"{suite.path}: the reference is a CUDA kernel, so generating expected outputs needs a GPU")
-        for case in cases:
-            write_case(suite, case, inputs[case.name], {}, data_dir)
-        expected = cuda_expected(suite, cases, client, data_dir)
+    expected = ReferenceRunner(suite, client).expected(cases, inputs)  # checked before anything is written
     return [write_case(suite, c, inputs[c.name], expected[c.name], data_dir) for c in cases]
 
 
@@ -153,19 +96,32 @@ def check_case_data(suite: Suite, case: Case) -> list[str]:
         if param.is_output:
             wanted.append((suite.expected_path(case, param), False))
         for path, exact_dtype in wanted:
-            if not path.is_file():
-                problems.append(f"{display_path(path)}: missing")
-                continue
-            try:
-                array = np.load(path, allow_pickle=False, mmap_mode="r")
-            except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
-                problems.append(f"{display_path(path)}: not a readable .npy file ({exc})")
-                continue
-            if array.size != counts[param.name]:
-                problems.append(f"{display_path(path)}: holds {array.size} elements, but {param.name} has size "
-                                f"{param.size} = {counts[param.name]} in case {case.name!r}")
-            if exact_dtype and array.dtype != numpy_dtype(param.dtype):
-                problems.append(f"{display_path(path)}: holds {array.dtype}, but the signature says {param.name} is {param.dtype}")
-            elif not exact_dtype and array.dtype.kind not in "fiub":
-                problems.append(f"{display_path(path)}: holds {array.dtype}, not numbers")
+            problems += _file_problems(suite, case, param, path, exact_dtype, counts[param.name])
     return problems
+
+
+def _file_problems(suite: Suite, case: Case, param: Param, path: Path, exact_dtype: bool, count: int) -> list[str]:
+    """A case file against the signature: its header first (nothing is allocated for a bad one),
+    then, for an expected output whose tolerance fails NaN, its values."""
+    if not path.is_file():
+        return [f"{display_path(path)}: missing"]
+    try:
+        shape, dtype = npy_header(path)
+    except FileError as exc:
+        return [f"{display_path(path)}: {exc.problems[0]}"]
+    size = 1
+    for dim in shape:
+        size *= dim
+    if size != count:
+        return [f"{display_path(path)}: holds {size} elements, but {param.name} has size {param.size} = {count} "
+                f"in case {case.name!r}"]
+    if exact_dtype and dtype != numpy_dtype(param.dtype):
+        return [f"{display_path(path)}: holds {dtype}, but the signature says {param.name} is {param.dtype}"]
+    tolerance = suite.tolerance.get(param.name)
+    if not exact_dtype and dtype.kind == "f" and tolerance is not None and tolerance.nan == "fail":
+        values = np.load(path, allow_pickle=False, mmap_mode="r")
+        bad = int(np.count_nonzero(~np.isfinite(values)))
+        if bad:
+            return [f"{display_path(path)}: {bad} of {size} expected values are NaN or Inf, and "
+                    f"tolerance.{param.name}.nan is fail, so no kernel could pass; fix the reference"]
+    return []

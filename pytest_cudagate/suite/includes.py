@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.errors import CudagateError
 
 SUITE_FILENAME = "cudagate.yaml"
@@ -88,7 +89,7 @@ def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
     folder: they travel inline so a request replays anywhere and the compile cache key sees them."""
     root = suite_folder(source)
     headers: dict[str, str] = {}
-    todo = [(source.parent, text if text is not None else source.read_text(encoding="utf-8"), source.name)]
+    todo = [(source.parent, text if text is not None else read_text(source, MAX_SOURCE_BYTES, "CUDA source"), source.name)]
     while todo:
         folder, body, where = todo.pop()
         for directive in directives(body):
@@ -103,6 +104,6 @@ def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
             name = Path(os.path.normpath(name)).as_posix()
             if name in headers:
                 continue
-            headers[name] = path.read_text(encoding="utf-8")
+            headers[name] = read_text(path, MAX_SOURCE_BYTES, "CUDA header")
             todo.append(((folder / directive.quoted).parent, headers[name], name))
     return headers

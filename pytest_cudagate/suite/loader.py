@@ -11,9 +11,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cudagate_harness.protocol import numpy_dtype
+
 from pytest_cudagate import schema
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text
+from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.suite.expr import ExprError, parse
+from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
 from pytest_cudagate.suite.model import Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
 
 SUITE_FILENAME = "cudagate.yaml"
@@ -21,10 +25,7 @@ INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "u
 
 
 def _locator(text: str):
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        root = None
+    root = compose_yaml(text)
 
     def locate(parts):
         node = root
@@ -45,22 +46,18 @@ def _locator(text: str):
 def load_suite(path: str | Path) -> Suite:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, MAX_SUITE_BYTES, "suite file")
     except OSError as exc:
         raise FileError(path, [f"cannot read the suite file: {exc.strerror}"]) from None
-    except UnicodeDecodeError as exc:
-        raise FileError(path, [f"not UTF-8 text (byte {exc.start}): save the suite file as UTF-8"]) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise FileError(path, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    raw = parse_yaml(text, path, "suite file")
     locate = _locator(text)
     if not isinstance(raw, dict):
         raise FileError(path, ["(top level): expected a mapping with keys suite, signature, reference, kernels, cases, tolerance"])
     schema.validate(raw, "suite", path, locate)
     checker = _Checker(path, locate)
+    for parts, value in non_finite(raw):  # JSON Schema cannot say "finite"
+        checker.add(parts, f"{value} is not a finite number; write a finite value")
+    checker.raise_if_any()
     suite = checker.build(raw)
     checker.raise_if_any()
     return suite
@@ -95,13 +92,19 @@ class _Checker:
         return text
 
     def source(self, value: str, parts: list) -> Path:
-        path = (self.path.parent / value).resolve()
-        folder = self.path.parent.resolve()
-        if Path(value).is_absolute() or folder not in path.parents:
+        """A file the suite names: inside the suite's folder, a regular file, UTF-8 text."""
+        root = self.path.parent.resolve()
+        path = (root / value).resolve()
+        if not path.is_relative_to(root):
             self.add(parts, f"{value!r} lies outside the suite folder (it resolves to {path}); a suite's files, "
                             "symlinks included, must stay inside its folder")
         elif not path.is_file():
             self.add(parts, f"file {value!r} not found next to the suite (looked for {path})")
+        else:
+            try:
+                read_text(path, MAX_SOURCE_BYTES, "source file")
+            except FileError as exc:
+                self.add(parts, f"{value}: {exc.problems[0]}")
         return path
 
     def launch(self, raw: dict, parts: list, scalars: set[str]) -> Launch:
@@ -203,6 +206,9 @@ class _Checker:
             if name not in inputs:
                 self.add(["inputs", name], f"{name!r} is not an input buffer (inputs: {', '.join(sorted(inputs))})")
             distributions[name] = Distribution(**dist)
+            dtype = next((p.dtype for p in signature if p.name == name), None)
+            if dtype is not None:
+                self.distribution(distributions[name], dtype, ["inputs", name])
 
         suite = Suite(
             path=self.path.resolve(),
@@ -215,7 +221,7 @@ class _Checker:
             inputs=distributions,
             timing=Timing(**raw.get("timing", {})),
             threshold=float(raw.get("gate", {}).get("threshold", 0.02)),
-            data_dir=(self.path.parent / raw.get("data", "cases")).resolve(),
+            data_dir=self.data_dir(raw.get("data", "cases")),
             description=raw.get("description", ""),
         )
         if "checks" in raw:
@@ -223,6 +229,26 @@ class _Checker:
         if not self.problems:
             self.resolve_everything(suite)
         return suite
+
+    def distribution(self, dist: Distribution, dtype: str, parts: list) -> None:
+        """Parameters the generator can draw from for ``dtype`` (numpy refuses or overflows otherwise)."""
+        if dist.low > dist.high:
+            self.add(parts, f"low ({dist.low}) is above high ({dist.high}); swap them")
+        info = np.iinfo(dtype) if dtype in INT_DTYPES else np.finfo(dtype)
+        limit = float(info.max) / 2  # the draw spans high - low, which must stay finite
+        for key in ("low", "high", "mean", "std"):
+            value = getattr(dist, key)
+            if dtype in INT_DTYPES and key in ("low", "high") and not info.min <= value <= info.max:
+                self.add(parts + [key], f"{value} does not fit {dtype} ({info.min} to {info.max})")
+            elif abs(value) > limit:
+                self.add(parts + [key], f"{value} is too large for {dtype} (at most {limit:g})")
+
+    def data_dir(self, value: str) -> Path:
+        root = self.path.parent.resolve()
+        path = (root / value).resolve()
+        if not path.is_relative_to(root):
+            self.add(["data"], f"{value!r} is outside the suite's folder ({root}); keep the case data beside the suite")
+        return path
 
     def checks(self, raw: dict) -> Checks:
         """``checks:`` (the schema has checked names and types)."""
@@ -249,39 +275,55 @@ class _Checker:
                 self.add(parts + [name], f"{name!r} is not a scalar parameter of the signature")
             elif declared[name].dtype in INT_DTYPES and not (isinstance(value, int) and not isinstance(value, bool)):
                 self.add(parts + [name], f"{name} is {declared[name].dtype}, so its value must be a whole number, not {value!r}")
-            elif declared[name].dtype in INT_DTYPES:
-                info = np.iinfo(declared[name].dtype)
-                if not info.min <= value <= info.max:
+            else:
+                info = np.iinfo(declared[name].dtype) if declared[name].dtype in INT_DTYPES else np.finfo(declared[name].dtype)
+                if not -abs(info.min) <= value <= info.max:
                     self.add(parts + [name], f"{value} does not fit {name}'s type {declared[name].dtype} "
                                              f"({info.min} to {info.max})")
 
     def resolve_everything(self, suite: Suite) -> None:
-        """Evaluate every size and launch expression for every case, so errors show at load time."""
+        """Evaluate every size, shape and launch expression (tuning launches too, at each tunable
+        value) for every case, and check each result against what it feeds, so errors show at load time."""
         for i, case in enumerate(suite.cases):
             try:
-                for name, count in suite.counts(case).items():
-                    if count < 0:
-                        self.add(["cases", i], f"buffer {name!r} gets a negative size ({count}) in case {case.name!r}")
+                counts = suite.counts(case)
                 for param in suite.buffers:
-                    if param.shape:
+                    problem = buffer_problem(counts[param.name], numpy_dtype(param.dtype).itemsize)
+                    if problem:
+                        self.add(["cases", i], f"buffer {param.name!r} {problem} in case {case.name!r}")
+                    elif param.shape:
                         shape = suite.shape(param, case)
-                        count = suite.counts(case)[param.name]
                         product = 1
                         for dim in shape:
                             product *= dim
-                        if product != count:
-                            self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} elements but size gives {count}")
+                        if min(shape) < 0 or product != counts[param.name]:
+                            self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} "
+                                                   f"elements but size gives {counts[param.name]}")
             except ExprError as exc:
                 self.add(["cases", i], f"case {case.name!r}: {exc}")
             programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
             for program in programs:
-                try:
-                    launch = program.launch_for(case.name).resolve(case.scalars)
-                except ExprError as exc:
-                    self.add(["cases", i], f"{program.name} launch in case {case.name!r}: {exc}")
-                    continue
-                if min(launch["grid"] + launch["block"]) < 1:
-                    self.add(["cases", i], f"{program.name} launch in case {case.name!r} has a zero or negative dimension: grid {launch['grid']}, block {launch['block']}")
+                for what, launch, scalars in self.launches(program, case):
+                    try:
+                        resolved = launch.resolve(scalars)
+                    except ExprError as exc:
+                        self.add(["cases", i], f"{program.name} {what} in case {case.name!r}: {exc}")
+                        continue
+                    for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
+                        self.add(["cases", i], f"{program.name} {what} in case {case.name!r}: {problem}")
+
+    @staticmethod
+    def launches(program: Program, case: Case):
+        """``(what, launch, scalars)`` for the launch the gate uses and each tuning launch with every
+        tunable value (one tunable at a time, the others at their defaults)."""
+        yield "launch", program.launch_for(case.name), case.scalars
+        tuning = program.tuning_overrides.get(case.name, program.tuning_launch)
+        if tuning is None or not program.tunables:
+            return
+        defaults = {name: values[0] for name, values in program.tunables.items()}
+        for name, values in program.tunables.items():
+            for value in values:
+                yield f"tuning_launch ({name}={value})", tuning, {**case.scalars, **defaults, name: value}
 
 
 def discover(paths: list[Path]) -> list[Path]:

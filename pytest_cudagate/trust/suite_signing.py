@@ -9,7 +9,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudagate import schema
+from pytest_cudagate import boundary, schema
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
@@ -79,13 +79,13 @@ def load_signature_file(path: Path) -> dict:
     """Read and schema-check a ``cudagate.sig.json``; :class:`FileError` naming the file otherwise."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = boundary.read_text(path, boundary.MAX_SIGNATURE_BYTES, "signature file")
     except FileNotFoundError:
         raise FileError(path, ["missing: this suite has not been signed"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise FileError(path, [f"cannot read the signature file: {getattr(exc, 'strerror', None) or exc}"]) from None
     try:
-        doc = json.loads(text)
+        doc = boundary.parse_json(text, path, "signature file")
     except ValueError as exc:
         raise FileError(path, [f"not valid JSON (truncated or hand-edited?): {exc}"]) from None
     if not isinstance(doc, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.includes import local_headers
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
@@ -24,7 +25,7 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:
-    text = source_text if source_text is not None else program.source.read_text(encoding="utf-8")
+    text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
     return {
         "name": program.name,
         "entry": program.entry,

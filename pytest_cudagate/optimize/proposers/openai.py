@@ -25,6 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import jsonschema
 
+from pytest_cudagate.boundary import MAX_ANSWER_BYTES, parse_json
+from pytest_cudagate.errors import FileError
 from pytest_cudagate.optimize.budgets import Meter
 from pytest_cudagate.optimize.candidate import Candidate, CandidateError, launch_from_json
 from pytest_cudagate.optimize.prompt import repair_prompt, round_prompt, system_prompt
@@ -76,8 +78,12 @@ def parse_answer(content: str | None) -> Candidate:
     """A candidate from the model's JSON, or :class:`ProposalError` saying what is wrong with it."""
     if not content or not content.strip():
         raise ProposalError("the answer was empty; send the JSON object", content)
+    if len(content) > MAX_ANSWER_BYTES:
+        raise ProposalError(f"the answer is {len(content)} characters, over {MAX_ANSWER_BYTES}; send a shorter one", content)
     try:
-        data = json.loads(content)
+        data = parse_json(content, "model answer", "answer")
+    except FileError as exc:
+        raise ProposalError(f"{exc.problems[0]}; send only the JSON object", content) from None
     except ValueError as exc:
         raise ProposalError(f"the answer is not valid JSON ({exc}); send only the JSON object", content) from None
     errors = sorted(jsonschema.Draft202012Validator(CANDIDATE_SCHEMA).iter_errors(data), key=lambda e: list(e.path))

@@ -1,0 +1,209 @@
+"""The suite's trusted reference, run on any input sets: Python in process, CUDA through the worker.
+
+One runner serves ``cudagate cases generate`` (expected outputs written to disk and signed) and the
+gate's fresh inputs (expected outputs computed at gate time). What the reference returns is checked
+before anyone uses it: every output present, its element count and shape, its dtype, and NaN/Inf
+against the output's ``nan:`` tolerance. A Python reference that fails is reported with its own
+file and line, not a traceback, and one outside the suite's folder is never run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from cudagate_harness.protocol import numpy_dtype
+
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.suite.model import Case, Suite
+from pytest_cudagate.worker.requests import case_spec, run_request
+
+CALLING_CONVENTION = ("a Python reference is called as FUNCTION(**inputs, **scalars): every input buffer as a "
+                      "numpy array and every scalar, by name, all as keywords; it returns the outputs as an array "
+                      "(one output), a tuple in signature order, or a dict by name")
+
+
+class ReferenceFailure(CudagateError):
+    """The reference cannot be run, failed, or returned something the signature does not allow."""
+
+
+def _where(exc: BaseException, path: Path) -> str:
+    """``file:line`` of the innermost frame in the reference's own file ('' when none is)."""
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path:
+        return f"{path}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
+class ReferenceRunner:
+    def __init__(self, suite: Suite, client=None, work: Path | None = None):
+        self.suite = suite
+        self.client = client
+        self.work = work
+        self.runs = 0
+        self._function = None
+
+    # -- Python ---------------------------------------------------------------------------------
+    def python_function(self):
+        """The reference function, imported once (its module runs here: it is signed, and inside the suite)."""
+        if self._function is not None:
+            return self._function
+        spelled = self.suite.reference.python
+        file_name, name = spelled.rsplit(":", 1)
+        root = self.suite.root.resolve()
+        path = (root / file_name).resolve()
+        if not path.is_relative_to(root):
+            raise ReferenceFailure(f"{self.suite.path}: reference.python {spelled!r} is outside the suite's folder; "
+                                   "keep the reference beside the suite")
+        spec = importlib.util.spec_from_file_location(f"cudagate_reference_{self.suite.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the reference's own error, reported at its line
+            where = _where(exc, path) or str(path)
+            raise ReferenceFailure(f"{where}: the Python reference cannot be imported: "
+                                   f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        function = getattr(module, name, None)
+        if not callable(function):
+            raise ReferenceFailure(f"{path}: no function {name!r} (reference.python in {self.suite.path})")
+        self._function = function
+        return function
+
+    def python(self, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The Python reference's outputs for ``inputs``, checked; :class:`ReferenceFailure` otherwise."""
+        function = self.python_function()
+        path = Path(function.__code__.co_filename).resolve()
+        try:
+            result = function(**{k: v.copy() for k, v in inputs.items()}, **case.scalars)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported at the reference's line, not as a traceback
+            where = _where(exc, path)
+            message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if not where:  # the call itself failed: most likely the parameters
+                raise ReferenceFailure(f"{path}: calling {self.suite.reference.python} on case {case.name!r} failed: "
+                                       f"{message}; {CALLING_CONVENTION} (here: "
+                                       f"{', '.join([*inputs, *case.scalars])})") from None
+            raise ReferenceFailure(f"{where}: the Python reference failed on case {case.name!r}: {message}") from None
+        outputs = [p.name for p in self.suite.outputs]
+        if isinstance(result, np.ndarray) and len(outputs) == 1:
+            result = {outputs[0]: result}
+        elif isinstance(result, (tuple, list)) and len(result) == len(outputs):
+            result = dict(zip(outputs, result))
+        if not isinstance(result, dict) or set(result) != set(outputs):
+            raise ReferenceFailure(f"{path}: {self.suite.reference.python} must return the outputs {outputs}; it "
+                                   f"returned {type(result).__name__}; {CALLING_CONVENTION}")
+        return self.checked(case, result, f"{path}: {self.suite.reference.python}")
+
+    # -- what a reference returns -----------------------------------------------------------------
+    def checked(self, case: Case, result: dict, who: str) -> dict[str, np.ndarray]:
+        """``result`` as arrays of the signature's shape and dtype; :class:`ReferenceFailure` naming
+        ``who`` when an output has the wrong size or dtype, or NaN/Inf its tolerance fails."""
+        checked = {}
+        for param in self.suite.outputs:
+            value = result[param.name]
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            shape, dtype = self.suite.shape(param, case), numpy_dtype(param.dtype)
+            if array.dtype != dtype:
+                raise ReferenceFailure(f"{who} returned {array.dtype} for {param.name!r} in case {case.name!r}, but the "
+                                       f"signature says {param.dtype}: convert it (e.g. .astype(np.{param.dtype}))")
+            if array.size != int(np.prod(shape, dtype=object)):
+                raise ReferenceFailure(f"{who} returned {array.size} elements for {param.name!r} in case {case.name!r}, "
+                                       f"but its size is {param.size} = {int(np.prod(shape, dtype=object))}")
+            tolerance = self.suite.tolerance.get(param.name)
+            if array.dtype.kind == "f" and (tolerance is None or tolerance.nan == "fail"):
+                bad = int(np.count_nonzero(~np.isfinite(array)))
+                if bad:
+                    raise ReferenceFailure(f"{who} returned {bad} NaN/Inf value(s) for {param.name!r} in case "
+                                           f"{case.name!r}, and tolerance.{param.name}.nan is fail: no kernel could "
+                                           "pass; fix the reference or its inputs (or set nan: equal)")
+            checked[param.name] = array.reshape(shape)
+        return checked
+
+    # -- CUDA -----------------------------------------------------------------------------------
+    def cuda(self, sets: list[tuple[Case, dict[str, np.ndarray]]], *, plain: bool) -> list[dict | str]:
+        """The CUDA reference's outputs for each ``(case, inputs)``, in one worker request; a string
+        says why where it failed. ``plain``: one launch per set, no guard zones or scrub (fresh
+        inputs); otherwise the full checks, so unwritten outputs are found (generated cases)."""
+        suite, program = self.suite, self.suite.reference.program
+        self.runs += 1
+        with tempfile.TemporaryDirectory(prefix="cudagate-ref-", dir=self.work) as out:
+            folder = Path(out)
+            specs = []
+            for i, (case, inputs) in enumerate(sets):
+                data = folder / f"c{i}"
+                (data / case.name).mkdir(parents=True)
+                for name, array in inputs.items():
+                    np.save(data / case.name / f"{name}.npy", array)
+                spec = case_spec(suite, program, case, data_dir=data)
+                spec["name"] = f"{case.name}.{i}"
+                specs.append(spec)
+            request = run_request(suite, program, [], output_dir=folder / "out")
+            request["cases"] = specs
+            if plain:
+                request["checks"] = {"guards": False, "scrub_shared": False, "timed_outputs": False,
+                                     "second_launch": False}
+            result = self.client.run(request)
+            if not result.compile.get("ok"):
+                return [f"the reference {program.source} does not compile:\n{result.compile.get('log', '')}"] * len(sets)
+            outputs = []
+            for (case, _), spec in zip(sets, specs):
+                body = result.cases.get(spec["name"], {})
+                if body.get("status") != "ok":
+                    outputs.append(f"the reference failed on case {case.name!r}: {body.get('error', {}).get('message')}")
+                    continue
+                unwritten = {name: o["unwritten"] for name, o in body["outputs"].items() if o.get("unwritten")}
+                if unwritten:
+                    outputs.append(f"the reference left elements unwritten in case {case.name!r}: {unwritten}")
+                    continue
+                try:
+                    arrays = {name: np.load(o["path"], allow_pickle=False) for name, o in body["outputs"].items()}
+                    outputs.append(self.checked(case, arrays, f"the reference {program.source}"))
+                except ReferenceFailure as exc:
+                    outputs.append(str(exc))
+            return outputs
+
+    # -- the two uses ---------------------------------------------------------------------------
+    def expected(self, cases: list[Case], inputs: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
+        """Expected outputs per case for ``cases generate``; the first failure raises."""
+        if self.suite.reference.python:
+            return {c.name: self.python(c, inputs[c.name]) for c in cases}
+        if self.client is None:
+            raise ReferenceFailure(f"{self.suite.path}: the reference is a CUDA kernel, so generating expected "
+                                   "outputs needs a GPU")
+        results = self.cuda([(c, inputs[c.name]) for c in cases], plain=False)
+        for result in results:
+            if isinstance(result, str):
+                raise ReferenceFailure(result)
+        return {c.name: r for c, r in zip(cases, results)}
+
+    def outputs(self, case: Case, candidates: list[dict[str, np.ndarray]], *, first_usable: bool = False,
+                usable=None) -> list:
+        """Reference outputs per candidate, None where it failed (fresh inputs). With ``first_usable``
+        the Python reference stops at the first candidate ``usable`` accepts (the rest stay None)."""
+        if self.suite.reference.python:
+            results = []
+            for inputs in candidates:
+                try:
+                    with np.errstate(all="ignore"):
+                        results.append(self.python(case, inputs))
+                except ReferenceFailure:  # a reference that cannot take these values: not usable
+                    results.append(None)
+                if first_usable and usable is not None and usable(self.suite, results[-1]):
+                    results += [None] * (len(candidates) - len(results))
+                    break
+            return results
+        if self.client is None:
+            return [None] * len(candidates)
+        try:
+            results = self.cuda([(case, inputs) for inputs in candidates], plain=True)
+        except Exception:  # noqa: BLE001 - the worker refused or died: no fresh expected outputs
+            return [None] * len(candidates)
+        return [None if isinstance(r, str) else r for r in results]
+
+
+def python_expected(suite: Suite, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The Python reference's checked outputs for one input set."""
+    return ReferenceRunner(suite).python(case, inputs)

@@ -1,0 +1,507 @@
+"""Malformed inputs for every family of issue 13, and a driver that runs each under limits.
+
+Each input builds its files in a fresh folder and names the entry point that must refuse it:
+``cudagate`` (exit code 2, one clear message), ``pytest`` (``pytest --cuda-gate``: a failed item or
+a usage error, never INTERNALERROR) or ``harness`` (``python -m cudagate_harness FILE``: exit 2).
+
+``python tests/bad_input_cases.py NAME FOLDER`` runs one input in this process under RLIMIT_AS and
+prints one JSON line: exit code, seconds, peak RSS and the output. :func:`run_all` runs every input
+that way, two at a time, and sorts each result into refused / traceback / hang / memory /
+accepted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_cudagate.cli import main
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa: E402
+
+MEMORY_LIMIT = 512 * 1024 * 1024
+SECONDS = 2.0
+HANG_S = 20.0
+
+
+@dataclass(frozen=True)
+class BadInput:
+    family: str
+    name: str
+    build: Callable[[Path], tuple[str, list[str]]]  # folder -> (entry point, arguments)
+
+
+INPUTS: list[BadInput] = []
+
+
+def bad(family: str, name: str):
+    def register(build):
+        INPUTS.append(BadInput(family, name, build))
+        return build
+    return register
+
+
+# -- helpers that write a suite with one thing wrong ------------------------------------------------
+
+def suite_with(folder: Path, old: str | None = None, new: str = "", *, yaml_text: str | None = None,
+               data: bool = True) -> Path:
+    text = yaml_text if yaml_text is not None else (replace_once(SUITE_YAML, old, new) if old else SUITE_YAML)
+    if data:
+        path = write_suite(folder / "s", data=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+    return write_suite(folder / "s", yaml_text=text, data=False)
+
+
+def check(path: Path) -> tuple[str, list[str]]:
+    return "cudagate", ["check", "--allow-unsigned", str(path)]
+
+
+def expression(family_name: str, old: str, new: str) -> None:
+    bad("expressions", family_name)(lambda d: check(suite_with(d, yaml_text=SUITE_YAML.replace(old, new), data=False)))
+
+
+for _name, _old, _new in [
+    ("power tower", "size: rows*cols,", "size: '(((10**64)**64)**64)**64',"),
+    ("five power levels", "size: rows*cols,", "size: '((((10**64)**64)**64)**64)**64',"),
+    ("1000 unary minus", "size: rows*cols,", "size: '" + "-" * 1000 + "rows',"),
+    ("300 unary minus", "size: rows*cols,", "size: '" + "-" * 300 + "rows',"),
+    ("5000-term sum", "size: rows*cols,", "size: '" + "+".join(["rows"] * 5000) + "',"),
+    ("200-term sum", "size: rows*cols,", "size: '" + "+".join(["rows"] * 120) + "',"),
+    ("ceil overflow", "grid: [rows]", "grid: ['ceil(1e308*10)']"),
+    ("over 4300 digits", "grid: [rows]", "grid: ['10**5000']"),
+    ("grid 10**30", "grid: [rows]", "grid: ['10**30']"),
+    ("grid y too big", "grid: [rows]", "grid: [rows, 70000]"),
+    ("block too big", "block: [128]", "block: [2048]"),
+    ("block threads", "block: [128]", "block: [1024, 2]"),
+    ("negative shared", "block: [128]}", "block: [128], shared_bytes: -1}"),
+    ("huge shared", "block: [128]}", "block: [128], shared_bytes: '2**40'}"),
+    ("huge buffer", "size: rows*cols,", "size: 'rows*cols*2**60',"),
+    ("long expression text", "size: rows*cols,", "size: '" + "9" * 5000 + "',"),
+    ("float literal 1e308", "grid: [rows]", "grid: ['1e308']"),
+    ("tuning launch 10**30", "    launch: {grid: [rows], block: [128]}\n",
+     "    launch: {grid: [rows], block: [128]}\n    tunables: {T: [1, 2]}\n"
+     "    tuning_launch: {grid: ['10**30 * T'], block: [128]}\n"),
+    ("tuning value out of range", "    launch: {grid: [rows], block: [128]}\n",
+     "    launch: {grid: [rows], block: [128]}\n    tunables: {T: [1, 4096]}\n"
+     "    tuning_launch: {grid: [rows], block: [T]}\n"),
+]:
+    expression(_name, _old, _new)
+
+
+# -- YAML and files -----------------------------------------------------------------------------------
+
+@bad("yaml", "billion laughs")
+def _(d):
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    return check(suite_with(d, "cases:\n", "\n".join(lines) + "\ncases:\n", data=False))
+
+
+@bad("yaml", "50 MB suite")
+def _(d):
+    path = suite_with(d, data=False)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(("# " + "x" * 1000 + "\n") * 50_000)
+    return check(path)
+
+
+@bad("yaml", "nesting 10k deep")
+def _(d):
+    return check(suite_with(d, "description: y = 2 * x, row by row\n", "description: " + "[" * 10000 + "]" * 10000 + "\n",
+                            data=False))
+
+
+@bad("yaml", "block nesting 2k deep")
+def _(d):
+    deep = "".join("  " * i + f"k{i}:\n" for i in range(2000))
+    return check(suite_with(d, yaml_text=SUITE_YAML + "x:\n" + "\n".join("  " + line for line in deep.splitlines()) + " 1\n",
+                            data=False))
+
+
+@bad("yaml", "duplicate gate key")
+def _(d):
+    return check(suite_with(d, yaml_text=SUITE_YAML + "gate: {threshold: 0.02}\ngate: {threshold: 0.9}\n", data=False))
+
+
+@bad("yaml", "5000-digit integer")
+def _(d):
+    return check(suite_with(d, "rows: 3,", "rows: " + "9" * 5000 + ",", data=False))
+
+
+@bad("yaml", "non-UTF-8 suite")
+def _(d):
+    path = suite_with(d, data=False)
+    path.write_bytes(path.read_bytes().replace(b"row by row", b"row \xff\xfe row"))
+    return check(path)
+
+
+@bad("yaml", "non-UTF-8 kernel source")
+def _(d):
+    path = suite_with(d, data=False)
+    (path.parent / "scale.cu").write_bytes(b"// \xff\xfe\n" + (path.parent / "scale.cu").read_bytes())
+    return check(path)
+
+
+@bad("yaml", "non-UTF-8 header")
+def _(d):
+    path = suite_with(d, data=False)
+    (path.parent / "common.cuh").write_bytes(b"// caf\xe9\n")
+    (path.parent / "scale.cu").write_text('#include "common.cuh"\n' + (path.parent / "scale.cu").read_text())
+    return check(path)
+
+
+@bad("yaml", "suite is a link to /dev/zero")
+def _(d):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cudagate.yaml").symlink_to("/dev/zero")
+    return check(d / "cudagate.yaml")
+
+
+@bad("yaml", "suite is a FIFO")
+def _(d):
+    d.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(d / "cudagate.yaml")
+    return check(d / "cudagate.yaml")
+
+
+@bad("yaml", "kernel source outside the suite")
+def _(d):
+    return check(suite_with(d, "source: scale.cu", "source: /etc/hostname", data=False))
+
+
+@bad("yaml", "data folder outside the suite")
+def _(d):
+    return check(suite_with(d, yaml_text=SUITE_YAML + "data: ../../..\n", data=False))
+
+
+@bad("yaml", "unknown tag")
+def _(d):
+    return check(suite_with(d, "rows: 3,", "rows: !!python/object:os.system 3,", data=False))
+
+
+# -- data -------------------------------------------------------------------------------------------
+
+def with_expected(d: Path, array_or_bytes, name: str = "y", where: str = "expected") -> tuple[str, list[str]]:
+    path = suite_with(d)
+    target = path.parent / "cases" / "small" / (f"expected/{name}.npy" if where == "expected" else f"{name}.npy")
+    target.unlink()
+    if isinstance(array_or_bytes, bytes):
+        target.write_bytes(array_or_bytes)
+    elif isinstance(array_or_bytes, str):
+        target.symlink_to(array_or_bytes)
+    else:
+        np.save(target, array_or_bytes, allow_pickle=True)
+    return check(path)
+
+
+def npy_bytes(header: str) -> bytes:
+    body = header.encode("latin1")
+    pad = 64 - (10 + len(body) + 1) % 64
+    return b"\x93NUMPY\x01\x00" + (len(body) + pad + 1).to_bytes(2, "little") + body + b" " * pad + b"\n"
+
+
+bad("data", "expected of strings")(lambda d: with_expected(d, np.array(["a"] * 150)))
+bad("data", "expected of objects")(lambda d: with_expected(d, np.array([{"a": 1}] * 150, dtype=object)))
+bad("data", "header shape 10**30")(lambda d: with_expected(
+    d, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (10**30,), }")))
+bad("data", "header shape 2**40")(lambda d: with_expected(
+    d, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }")))
+bad("data", "header not a literal")(lambda d: with_expected(
+    d, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (__import__('os'),), }")))
+bad("data", "truncated expected")(lambda d: with_expected(d, npy_bytes(
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (150,), }") + b"\0" * 8))
+bad("data", "all-NaN expected, nan: fail")(lambda d: with_expected(d, np.full(150, np.nan, dtype=np.float32)))
+bad("data", "input is a link to /dev/zero")(lambda d: with_expected(d, "/dev/zero", name="x", where="input"))
+bad("data", "input of wrong dtype")(lambda d: with_expected(d, np.zeros(150, dtype=np.float64), name="x", where="input"))
+
+for _key, _old, _new in [
+    ("atol .nan", "atol: 1.0e-6", "atol: .nan"),
+    ("rtol .inf", "rtol: 1.0e-5", "rtol: .inf"),
+    ("max_rel_norm .nan", "rtol: 1.0e-5}", "rtol: 1.0e-5, max_rel_norm: .nan}"),
+    ("low .nan", "cases:\n", "inputs: {x: {low: .nan, high: 1.0}}\ncases:\n"),
+    ("std .inf", "cases:\n", "inputs: {x: {distribution: normal, std: .inf}}\ncases:\n"),
+    ("high 1e999", "cases:\n", "inputs: {x: {low: 0.0, high: 1e999}}\ncases:\n"),
+    ("low above high", "cases:\n", "inputs: {x: {low: 2.0, high: 1.0}}\ncases:\n"),
+    ("float scalar beyond float32", "- {name: cols, scalar: int32}", "- {name: cols, scalar: int32}\n  - {name: s, scalar: float32}"),
+]:
+    if _key.startswith("float scalar"):
+        bad("data", _key)(lambda d, o=_old, n=_new: check(suite_with(
+            d, yaml_text=replace_once(replace_once(SUITE_YAML, o, n), "cols: 50}", "cols: 50, s: 1.0e+300}")
+            .replace("cols: 256}", "cols: 256, s: 1.0}"), data=False)))
+    else:
+        bad("data", _key)(lambda d, o=_old, n=_new: check(suite_with(d, o, n, data=False)))
+
+bad("data", "threshold .nan")(lambda d: check(suite_with(d, yaml_text=SUITE_YAML + "gate: {threshold: .nan}\n", data=False)))
+bad("data", "warmup_ms .inf")(lambda d: check(suite_with(d, yaml_text=SUITE_YAML + "timing: {warmup_ms: .inf}\n", data=False)))
+
+
+# -- signature and ledger files ---------------------------------------------------------------------
+
+def trust_file(d: Path, name: str, write) -> tuple[str, list[str]]:
+    path = suite_with(d)
+    write(path.parent / name)
+    return "verify", ["verify", str(path)]
+
+
+def sparse(size: int):
+    def write(target: Path):
+        with open(target, "wb") as handle:
+            handle.truncate(size)
+    return write
+
+
+for _file in ("cudagate.sig.json", "cudagate.approvals.json"):
+    _short = "signature" if "sig" in _file else "ledger"
+    bad("trust", f"{_short} is a link to /dev/zero")(lambda d, f=_file: trust_file(d, f, lambda t: t.symlink_to("/dev/zero")))
+    bad("trust", f"{_short} of 100 MB")(lambda d, f=_file: trust_file(d, f, sparse(100 * 1024 * 1024)))
+    bad("trust", f"{_short} nested 100k deep")(lambda d, f=_file: trust_file(
+        d, f, lambda t: t.write_text("[" * 100_000 + "]" * 100_000)))
+    bad("trust", f"{_short} with a 5000-digit integer")(lambda d, f=_file: trust_file(
+        d, f, lambda t: t.write_text('{"format": ' + "9" * 5000 + "}")))
+    bad("trust", f"{_short} not JSON")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_text("{broken")))
+    bad("trust", f"{_short} with NaN")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_text('{"format": NaN}')))
+    bad("trust", f"{_short} not UTF-8")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_bytes(b'{"a": "\xff"}')))
+
+
+@bad("trust", "ledger of the wrong shape")
+def _(d):
+    return trust_file(d, "cudagate.approvals.json", lambda t: t.write_text('{"format": 1, "suite": "scale", "approvals": 5}'))
+
+
+@bad("trust", "signature a link to /dev/zero under pytest")
+def _(d):
+    path = suite_with(d)
+    (path.parent / "cudagate.sig.json").symlink_to("/dev/zero")
+    return "pytest", [str(path), "--cuda-gate"]
+
+
+for _name, _old, _new in [("billion laughs under pytest", "cases:\n", "a: &a [1, 2]\nb: [*a, *a]\ncases:\n"),
+                          ("nesting 10k deep under pytest", "suite: scale\n", "suite: scale\nx: " + "[" * 10000 + "]" * 10000 + "\n"),
+                          ("power tower under pytest", "grid: [rows]", "grid: ['(((10**64)**64)**64)**64']")]:
+    bad("yaml", _name)(lambda d, o=_old, n=_new: ("pytest", [str(suite_with(d, o, n, data=False)), "--cuda-gate",
+                                                             "--cuda-gate-allow-unsigned"]))
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+def settings(d: Path, toml: str) -> tuple[str, list[str]]:
+    path = suite_with(d)
+    (d / "pyproject.toml").write_text("[tool.cudagate]\n" + toml)
+    (d / "pytest.ini").write_text("[pytest]\n")
+    return "pytest", [str(path), "--cuda-gate", "--cuda-gate-allow-unsigned", "--rootdir", str(d)]
+
+
+for _name, _toml in [
+    ("timeout_s a string", 'timeout_s = "soon"\n'),
+    ("timeout_s nan", "timeout_s = nan\n"),
+    ("trusted_keys a root walk", 'trusted_keys = ["/"]\n'),
+    ("trusted_keys up and out", 'trusted_keys = ["../../.."]\n'),
+    ("suites a number", "suites = 5\n"),
+    ("arch a table", "arch = {a = 1}\n"),
+    ("unknown key", "colour = 1\n"),
+]:
+    bad("settings", _name)(lambda d, t=_toml: settings(d, t))
+
+
+for _name, _toml in [("trusted_keys a root walk (cudagate verify)", 'trusted_keys = ["/"]\n'),
+                     ("nested 10k deep (cudagate verify)", "x = " + "[" * 10000 + "]" * 10000 + "\n"),
+                     ("timeout_s a list (cudagate verify)", "timeout_s = [1]\n")]:
+    bad("settings", _name)(lambda d, t=_toml: verify_with_settings(d, t))
+
+
+def verify_with_settings(d: Path, toml: str) -> tuple[str, list[str]]:
+    path = suite_with(d)
+    (d / "s" / "pyproject.toml").write_text("[tool.cudagate]\n" + toml)
+    return "cudagate", ["verify", str(path)]
+
+
+# -- harness requests -------------------------------------------------------------------------------
+
+def request(d: Path, entry: str, change) -> tuple[str, list[str]]:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "x.npy").parent.mkdir(exist_ok=True)
+    np.save(d / "x.npy", np.zeros(4, np.float32))
+    body = {"op": "run", "kernel": {"name": "k", "entry": "k", "source": 'extern "C" __global__ void k(float* x) {}'},
+            "signature": [{"name": "x", "kind": "buffer", "dtype": "float32", "intent": "inout"}],
+            "cases": [{"name": "c", "scalars": {}, "buffers": {"x": {"count": 4, "input": "x.npy"}},
+                       "launch": {"grid": [1, 1, 1], "block": [32, 1, 1], "shared_bytes": 0}}]}
+    text = change(body)
+    path = d / "request.json"
+    if isinstance(text, Path):
+        path.symlink_to(text)
+    elif isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text if isinstance(text, str) else json.dumps(text))
+    if entry == "cudagate":
+        return "cudagate", ["run", str(path), "--output", str(d / "out")]
+    return "harness", [str(path)]
+
+
+def case_change(**fields):
+    def change(body):
+        body["cases"][0].update(fields)
+        return body
+    return change
+
+
+def buffer_change(**fields):
+    def change(body):
+        body["cases"][0]["buffers"]["x"].update(fields)
+        return body
+    return change
+
+
+def dtype_object(body):
+    body["signature"][0]["dtype"] = "object"
+    return body
+
+
+_REQUESTS = [
+    ("case name ../../x", case_change(name="../../x")),
+    ("input outside the folder", buffer_change(input="/etc/hostname")),
+    ("input up and out", buffer_change(input="../../../../etc/hostname")),
+    ("expected outside the folder", case_change(expected={"x": "/etc/hostname"})),
+    ("count 10**30", buffer_change(count=10**30)),
+    ("count 2**60", buffer_change(count=2**60)),
+    ("dtype object", dtype_object),
+    ("grid 10**30", case_change(launch={"grid": [10**30, 1, 1], "block": [1, 1, 1]})),
+    ("bad JSON", lambda body: '{"op": "run", '),
+    ("nested 100k deep", lambda body: "[" * 100_000 + "]" * 100_000),
+    ("a link to /dev/zero", lambda body: Path("/dev/zero")),
+    ("not UTF-8", lambda body: json.dumps(body).replace('"k"', '"\\u00e9"', 1).replace("\\u00e9", "\xe9").encode("latin1")),
+]
+for _entry in ("cudagate", "harness"):
+    for _name, _change in _REQUESTS:
+        bad("requests", f"{_entry}: {_name}")(lambda d, e=_entry, c=_change: request(d, e, c))
+bad("requests", "cudagate: op compile")(lambda d: request(d, "cudagate", lambda body: {"op": "compile", "kernel": body["kernel"]}))
+
+
+# -- references -------------------------------------------------------------------------------------
+
+def reference(d: Path, source: str, yaml_text: str = SUITE_YAML) -> tuple[str, list[str]]:
+    path = suite_with(d, yaml_text=yaml_text, data=False)
+    (path.parent / "reference.py").write_text(source)
+    return "cudagate", ["cases", "generate", str(path)]
+
+
+for _name, _source in [
+    ("wrong signature", "def scale_rows(a, b):\n    return a\n"),
+    ("syntax error", "def scale_rows(x, rows, cols)\n    return x\n"),
+    ("raises", "def scale_rows(x, rows, cols):\n    return 1 / 0\n"),
+    ("exits", "import sys\n\ndef scale_rows(x, rows, cols):\n    sys.exit(3)\n"),
+    ("returns 10 elements", "import numpy as np\n\ndef scale_rows(x, rows, cols):\n    return np.zeros(10, np.float32)\n"),
+    ("returns float64", "import numpy as np\n\ndef scale_rows(x, rows, cols):\n    return (x * 2).astype(np.float64)\n"),
+    ("returns strings", "import numpy as np\n\ndef scale_rows(x, rows, cols):\n    return np.array(['a'] * (rows * cols))\n"),
+    ("returns NaN under nan: fail", "import numpy as np\n\ndef scale_rows(x, rows, cols):\n    return x * np.float32('nan')\n"),
+    ("returns None", "def scale_rows(x, rows, cols):\n    pass\n"),
+    ("import fails", "import no_such_module_here\n"),
+]:
+    bad("references", _name)(lambda d, s=_source: reference(d, s))
+
+
+@bad("references", "reference outside the suite folder")
+def _(d):
+    (d / "evil.py").parent.mkdir(parents=True, exist_ok=True)
+    (d / "evil.py").write_text("open('PWNED', 'w')\ndef f(**kw):\n    pass\n")
+    return reference(d, REFERENCE_PY, replace_once(SUITE_YAML, "reference.py:scale_rows", "../evil.py:f"))
+
+
+# -- the driver -------------------------------------------------------------------------------------
+
+def run_one(name: str, folder: Path) -> dict:
+    """Build and run one input in this process; the caller has set the memory limit."""
+    entry, args = next(i for i in INPUTS if f"{i.family}/{i.name}" == name).build(folder)
+    out = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            if entry in ("cudagate", "verify"):
+                code = main(args)
+            elif entry == "harness":  # its own process: the worker writes to the real stdout
+                done = subprocess.run([sys.executable, "-m", "cudagate_harness", *args], capture_output=True,
+                                      text=True, timeout=HANG_S)
+                print(done.stdout + done.stderr)
+                code = done.returncode
+            else:
+                code = int(pytest.main([*args, "-p", "no:cacheprovider", "-q"]))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        except BaseException:  # noqa: BLE001 - what the test counts: an uncaught error is a traceback
+            traceback.print_exc(file=out)
+            code = -1
+    seconds = time.perf_counter() - start
+    return {"entry": entry, "code": code, "seconds": seconds, "output": out.getvalue()[:1500] + out.getvalue()[-2500:],
+            "peak_mb": max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024}
+
+
+def verdict(result: dict) -> str:
+    """refused, or the first of traceback / hang / memory / accepted that applies."""
+    output = result.get("output", "")
+    if result.get("timed_out"):
+        return "hang"
+    if "Traceback (most recent call last)" in output or "INTERNALERROR" in output or result["code"] == -1:
+        return "memory" if "MemoryError" in output else "traceback"
+    if result["seconds"] > SECONDS:
+        return "hang"
+    if result["peak_mb"] > MEMORY_LIMIT / 2**20:
+        return "memory"
+    # verify: a signature or ledger file it cannot read is NOT TRUSTED (exit 1), named in its message.
+    refused = {"cudagate": (2,), "verify": (1, 2), "harness": (2,), "pytest": (1, 4)}[result["entry"]]
+    return "refused" if result["code"] in refused else "accepted"
+
+
+def run_in_subprocess(item: BadInput, root: Path) -> dict:
+    folder = root / f"{INPUTS.index(item):03d}"
+    command = [sys.executable, __file__, f"{item.family}/{item.name}", str(folder)]
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env, cwd=root)
+    except subprocess.TimeoutExpired:
+        return {"entry": "?", "code": None, "seconds": HANG_S, "peak_mb": 0, "output": "", "timed_out": True}
+    lines = done.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        result = {"entry": "?", "code": -1, "seconds": 0.0, "peak_mb": 0,
+                  "output": (done.stdout + done.stderr)[-4000:] or f"driver exited {done.returncode}"}
+    result["output"] += done.stderr[-2000:]
+    return result
+
+
+def run_all(root: Path, workers: int = 2) -> list[tuple[BadInput, dict, str]]:
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(lambda item: run_in_subprocess(item, root), INPUTS))
+    return [(item, result, verdict(result)) for item, result in zip(INPUTS, results)]
+
+
+def table(rows: list[tuple[BadInput, dict, str]]) -> str:
+    count = lambda what: sum(1 for _, _, v in rows if v == what)  # noqa: E731
+    lines = [f"{'family':<12} {'input':<48} {'verdict':<10} {'exit':>4} {'s':>6} {'MB':>6}"]
+    for item, result, v in rows:
+        lines.append(f"{item.family:<12} {item.name[:48]:<48} {v:<10} {str(result['code']):>4} "
+                     f"{result['seconds']:6.2f} {result['peak_mb']:6.0f}")
+    lines.append(f"inputs tried / tracebacks / hangs / wrongly accepted: {len(rows)} / {count('traceback')} / "
+                 f"{count('hang')} / {count('accepted')}  (memory over {MEMORY_LIMIT >> 20} MB: {count('memory')})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + 1024**3, MEMORY_LIMIT + 1024**3))
+    print(json.dumps(run_one(sys.argv[1], Path(sys.argv[2]))))

@@ -1,0 +1,53 @@
+"""Issue 13's done-when test: every malformed input is refused fast and clearly.
+
+For every input of tests/bad_input_cases.py (expressions, YAML and files, data, signature and
+ledger files, settings, harness requests, references), run in its own process under RLIMIT_AS:
+refused (exit 2 from the CLI, a failed item or usage error under pytest, never INTERNALERROR), no
+Python traceback, done within 2 s and within 512 MB. Valid inputs still pass `cudagate check`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bad_input_cases import INPUTS, request, run_in_subprocess, table, verdict
+from helpers import EXAMPLES, write_suite
+from pytest_cudagate.cli import main
+
+FAMILIES = sorted({item.family for item in INPUTS})
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_bad_input_is_refused_fast_and_clearly(family, tmp_path, capsys):
+    items = [item for item in INPUTS if item.family == family]
+    rows = [(item, result, verdict(result)) for item in items for result in [run_in_subprocess(item, tmp_path)]]
+    with capsys.disabled():
+        print("\n" + table(rows))
+    wrong = [f"{item.name}: {v} (exit {result['code']}, {result['seconds']:.2f} s, {result['peak_mb']:.0f} MB)\n"
+             f"{result['output'][-1200:]}" for item, result, v in rows if v != "refused"]
+    assert not wrong, "\n\n".join(wrong)
+
+
+def test_the_generator_covers_every_family_of_the_issue():
+    assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references"}
+    assert len(INPUTS) >= 100
+
+
+@pytest.mark.parametrize("suite", ["matmul", "softmax"])
+def test_the_examples_still_pass_check(suite, capsys, monkeypatch):
+    monkeypatch.chdir(EXAMPLES.parent)
+    assert main(["check", str(EXAMPLES / suite / "cudagate.yaml")]) == 0, capsys.readouterr().out
+
+
+def test_the_test_suite_still_passes_check(tmp_path, capsys):
+    path = write_suite(tmp_path / "scale")
+    assert main(["check", "--allow-unsigned", str(path)]) == 0, capsys.readouterr().out
+
+
+def test_a_request_beside_its_data_is_accepted_up_to_the_gpu(tmp_path, capsys):
+    """The request checks refuse only what is unsafe: a sound request gets as far as the device."""
+    _, args = request(tmp_path, "cudagate", lambda body: body)
+    assert main(args) == 3  # no CUDA device here; on a GPU it runs
+    assert "cudagate:" in capsys.readouterr().err

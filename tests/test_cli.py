@@ -28,16 +28,17 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 # -- check ------------------------------------------------------------------------------------------
 
 def test_check_the_examples(capsys):
-    # examples/fir is signed by the maintainers' key on the GPU machine; until then it needs --allow-unsigned.
-    code, out, err = run(capsys, "check", EXAMPLES / "matmul", EXAMPLES / "softmax")
+    code, out, err = run(capsys, "check", EXAMPLES)
     assert code == 0, out + err
     assert "suite 'matmul' is valid (1 kernel(s), 4 case(s))" in out
     assert "suite 'softmax' is valid (1 kernel(s), 5 case(s))" in out
+    assert "suite 'fir' is valid (1 kernel(s), 9 case(s))" in out
     assert "matmul_f32: compiles for sm_90" in out
     assert "reference: compiles for sm_90" in out  # matmul's CUDA reference is compiled too
     assert "softmax_rows: compiles for sm_90" in out
+    assert "fir_valid: compiles for sm_90" in out
     registers = [line for line in out.splitlines() if "registers" in line]
-    assert len(registers) == 3
+    assert len(registers) == 4
     assert all(line.split("; ")[1].split()[0].isdigit() for line in registers)
     assert err == ""
 

@@ -25,13 +25,13 @@ from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
 from pytest_cudagate.suite.loader import discover, load_suite
-from pytest_cudagate.suite.model import Tolerance
+from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.trust.ledger import sign_ledger
-from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.schema import validate
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
 from pytest_cudagate.worker.fingerprint import Fingerprint
@@ -112,7 +112,7 @@ def cmd_run(args) -> int:
         if case["expected"] and body.get("status") == "ok":
             tolerance = {k: Tolerance(**v) for k, v in case.get("tolerance", {}).items()}
             shapes = {k: tuple(v) for k, v in case.get("shapes", {}).items()}
-            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
+            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_arrays(case["expected"]), tolerance, shapes)
             entry.update(passed=verdict.passed, problems=verdict.problems,
                          comparisons=[{**asdict(c), "tolerance": asdict(c.tolerance)} for c in verdict.comparisons])
             failed |= not verdict.passed
@@ -165,9 +165,9 @@ def cmd_approve(args) -> int:
                     problems.append(f"does not compile:\n{result.compile.get('log', '')}")
                     break
                 body = result.cases[case.name]
-                verdict = judge_case(program.name, case.name, body,
-                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
+                resolved = suite.resolved(case)
+                verdict = judge_case(program.name, case.name, body, resolved.expected_outputs(), suite.tolerance,
+                                     resolved.shapes)
                 if not verdict.passed:
                     problems.append(verdict.describe())
                 elif timing:

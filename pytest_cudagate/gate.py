@@ -27,7 +27,7 @@ from pytest_cudagate.judge.latency import (FIRST_ROUNDS, MAX_DISTURBED_CHUNKS, A
                       worst)
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
@@ -90,9 +90,9 @@ class Gate:
             outcome.failed = True
             outcome.message = f"{program.source} does not compile:\n{compile_info.get('log', '')}"
             return outcome
-        expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
-        shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        resolved = suite.resolved(case)
+        outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(), suite.tolerance,
+                                         resolved.shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
         self._sanitize(outcome, suite, program, case, body, checks, source_text)
         self._decide(outcome)
@@ -226,10 +226,10 @@ class Gate:
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
+        resolved = suite.resolved(case)
         approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
-                               load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                               suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
-                               checks=(extra or {}).get("checks"))
+                                    resolved.expected_outputs(), suite.tolerance, resolved.shapes,
+                                    checks=(extra or {}).get("checks"))
         if not approved_check.passed:
             return body, compile_info, incomparable(threshold, "the approved version fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)

@@ -26,7 +26,7 @@ from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.trust import sign_suite
-from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
 
@@ -382,7 +382,7 @@ def test_compare_checks_the_current_kernels_timed_outputs(scale_suite, tmp_path,
     assert body["status"] == "ok", body
     assert body["timed"]["checked"] >= 1
     case = scale_suite.case("perf")
-    expected = load_expected({p.name: scale_suite.expected_path(case, p) for p in scale_suite.outputs})
+    expected = scale_suite.resolved(case).expected_outputs()
     verdict = judge_case(current, "perf", body, expected, scale_suite.tolerance)
     approved = judge_case("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
     if reason is None:

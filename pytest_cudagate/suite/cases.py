@@ -48,7 +48,8 @@ def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: n
 
 def draw_inputs(suite: Suite, case: Case, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {p.name: draw(p, suite.shape(p, case), suite.inputs.get(p.name), rng)
+    shapes = suite.resolved(case).shapes
+    return {p.name: draw(p, shapes[p.name], suite.inputs.get(p.name), rng)
             for p in suite.buffers if p.is_input}
 
 
@@ -104,16 +105,12 @@ def cuda_expected(suite: Suite, cases: list[Case], client, data_dir: Path) -> di
             body = result.cases.get(case.name, {})
             if body.get("status") != "ok":
                 raise CaseDataError(f"the reference failed on case {case.name!r}: {body.get('error', {}).get('message')}")
-            expected[case.name] = {name: np.load(o["path"]).reshape(suite.shape(suite_param(suite, name), case))
+            expected[case.name] = {name: np.load(o["path"]).reshape(suite.resolved(case).shapes[name])
                                    for name, o in body["outputs"].items()}
             for name, o in body["outputs"].items():
                 if o.get("unwritten"):
                     raise CaseDataError(f"the reference left {o['unwritten']} elements of {name!r} unwritten in case {case.name!r}")
     return expected
-
-
-def suite_param(suite: Suite, name: str) -> Param:
-    return next(p for p in suite.signature if p.name == name)
 
 
 def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data_dir: Path | None = None,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 from pytest_cudagate import __version__
 from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
 from pytest_cudagate.config import project_config
 from pytest_cudagate.paths import display_path
@@ -34,11 +33,11 @@ from pytest_cudagate.trust.ledger import sign_ledger
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.schema import validate
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
-from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import BASELINE_ROUNDS
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.judge.stats import summarize
 from pytest_cudagate.diffing import kernel_diff
+from pytest_cudagate.session import open_worker
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -100,10 +99,10 @@ def cmd_run(args) -> int:
                 spec["input"] = str(base / spec["input"])
         case["expected"] = {k: str(base / v) for k, v in case.get("expected", {}).items()}
     request["output_dir"] = args.output or tempfile.mkdtemp(prefix="cudagate-run-")
-    with HarnessClient(timeout_s=project_config(path, timeout_s=args.timeout).timeout_s) as client:
-        client.start()
-        result = client.run(request)
-    report = {"request": str(path), "compile": result.compile, "device": client.device, "cases": []}
+    config = project_config(path, timeout_s=args.timeout)
+    with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
+        result = worker.client.run(request)
+    report = {"request": str(path), "compile": result.compile, "device": worker.client.device, "cases": []}
     failed = not result.compile.get("ok")
     for case in request["cases"]:
         body = result.cases.get(case["name"], {"status": "error", "error": {"kind": "compile", "message": "not run"}})
@@ -132,9 +131,9 @@ def cmd_cases_generate(args) -> int:
         if suite.reference.python:
             folders = generate(suite, cases)
         else:
-            with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client:
-                client.start()
-                folders = generate(suite, cases, client=client)
+            config = project_config(suite, timeout_s=args.timeout)
+            with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
+                folders = generate(suite, cases, client=worker.client)
         for folder in folders:
             print(f"wrote {folder}")
         for flag in flag_cases(suite):
@@ -150,8 +149,10 @@ def cmd_approve(args) -> int:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     who = args.approved_by or _user_name(suite.root)
     refused = False
-    with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
-        fingerprint = Fingerprint.from_hello(client.start())
+    config = project_config(suite, timeout_s=args.timeout)
+    with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker, \
+            tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
+        client, fingerprint = worker.client, worker.fingerprint
         print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
         for program in kernels:
             problems, baseline_cases = [], {}

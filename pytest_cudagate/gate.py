@@ -17,7 +17,7 @@ from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
 from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
-from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
@@ -45,7 +45,7 @@ class GateOptions:
 class Gate:
     """Judges cases on one worker, for one hardware fingerprint."""
 
-    def __init__(self, client: HarnessClient, fingerprint, options: GateOptions, output_dir: Path):
+    def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path):
         self.client = client
         self.fingerprint = fingerprint
         self.options = options

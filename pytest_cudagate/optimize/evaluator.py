@@ -27,6 +27,8 @@ import numpy as np
 from pytest_cudagate.judge import stats
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.worker.client import Worker
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
@@ -123,7 +125,8 @@ def ratio_json(estimate) -> dict:
 class HarnessEvaluator:
     """Candidates on one GPU worker (``client``), judged against ``suite``'s visible cases."""
 
-    def __init__(self, suite: Suite, program: Program, ledger, client, fingerprint, *, gate_options: GateOptions,
+    def __init__(self, suite: Suite, program: Program, ledger, client: Worker, fingerprint: Fingerprint, *,
+                 gate_options: GateOptions,
                  work_dir: Path | None = None):
         self.suite = suite
         self.program = program

@@ -91,6 +91,7 @@ class GateRuntime:
     trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
     outcomes: list[CaseOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
+    fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
     _worker: OpenWorker | None = None
     _gate: Gate | None = None
     _unavailable: str | None = None
@@ -103,13 +104,14 @@ class GateRuntime:
         if self._worker is None and self._unavailable is None:
             try:  # held for the whole run: the GPU's lock with it
                 self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s)
+                self.fingerprint = self._worker.fingerprint
             except WorkerUnavailable as exc:
                 self._unavailable = str(exc)
         return self._worker.client if self._worker is not None else None
 
     @property
     def fingerprint_text(self) -> str | None:
-        return self._gate.fingerprint_text if self._gate is not None else None
+        return f"{self.fingerprint.key()}: {self.fingerprint.describe()}" if self.fingerprint is not None else None
 
     @property
     def unavailable_reason(self) -> str | None:

@@ -23,7 +23,7 @@ from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
-from pytest_cudagate.judge.latency import (FIRST_ROUNDS, MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
+from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
@@ -31,7 +31,6 @@ from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 
-BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class GateOptions:
 
 def baseline_timing(suite: Suite) -> dict:
     """The timing of a kernel measured alone: a stored baseline, or a kernel identical to it."""
-    return {**suite.timing.to_json(), "repeat": BASELINE_ROUNDS}
+    return {**suite.timing.to_json(), "repeat": suite.timing.baseline_rounds}
 
 
 def disturbed(threshold: float, discarded: list[str], fingerprint: str) -> LatencyResult | None:
@@ -106,7 +105,7 @@ class Gate:
 
     def baseline(self, suite: Suite, program: Program, case: Case) -> CaseOutcome:
         """What ``cudagate approve`` measures: :meth:`replay`'s checks, and a performance case timed
-        alone for the baseline rounds (:func:`baseline_timing`) (no comparison: it is to become the
+        alone for :attr:`Timing.baseline_rounds` launches (no comparison: it is to become the
         approved version). Its samples are ``outcome.correctness.samples_ms``."""
         outcome, extra = self._begin(suite, program, case)
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
@@ -254,9 +253,9 @@ class Gate:
     def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
         request = compare_request(suite, program, case, approved=ledger.approved_spec(approval),
                                   approved_launch=ledger.approved_launch(approval, case.name), output_dir=out,
-                                  chunk=FIRST_ROUNDS, source_text=source_text)
+                                  chunk=suite.timing.repeat, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
-        sampler = AdaptiveSampler(threshold, self.options.budget_s)
+        sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         result = self.client.compare(request, sampler.decide)
         outcome.worker_s += (result.body or {}).get("seconds", 0.0)
         compile_info = result.compile.get("current") or {"ok": False, "log": "not compiled"}

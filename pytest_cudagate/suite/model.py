@@ -86,13 +86,26 @@ class Distribution:
     std: float = 1.0
 
 
+BASELINE_BLOCKS = 10  # a kernel timed alone takes 10 blocks: its unpaired comparison needs the samples
+
+
 @dataclass(frozen=True)
 class Timing:
+    """How a kernel is timed. ``repeat`` has one meaning on every path: the timed launches of one
+    measurement block. The interleaved comparison's first chunk is one block (``repeat`` rounds of one
+    launch of each kernel; later chunks grow within the gate's budget), the optimizer times one block
+    per case, a kernel without an approved version is timed for one block, and a kernel timed alone
+    (a stored baseline, or a kernel identical to its approval) for :attr:`baseline_rounds`."""
+
     warmup: int = 10
     repeat: int = 100
     cache: str = "cold"
     warmup_ms: float = 50.0  # keep warming up until the clocks have ramped (see harness runner)
     batch: int = 1  # launches per event pair; hot cache only
+
+    @property
+    def baseline_rounds(self) -> int:
+        return BASELINE_BLOCKS * self.repeat
 
     def to_json(self) -> dict:
         return {"warmup": self.warmup, "repeat": self.repeat, "cache": self.cache, "warmup_ms": self.warmup_ms,

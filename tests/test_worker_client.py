@@ -3,6 +3,7 @@ the restarts after them, all on the CPU through the client's injectable worker c
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -64,5 +65,5 @@ def test_a_compare_conversation_follows_the_decisions_and_survives_a_dead_worker
 
 @pytest.mark.parametrize("mode, says", [("nogpu", "no CUDA device (stub)"), ("silent", "did not start")])
 def test_a_worker_that_cannot_start_is_unavailable(mode, says):
-    with client(mode) as worker, pytest.raises(WorkerUnavailable, match=says):
+    with client(mode) as worker, pytest.raises(WorkerUnavailable, match=re.escape(says)):
         worker.start()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cudagate_harness.compiler import check_options
 from cudagate_harness.driver import CudaError
 from cudagate_harness.protocol import numpy_dtype
 from cudagate_harness.worker import Worker
@@ -253,6 +254,7 @@ def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, s
 
     class FakeDeviceWorker(Worker):
         def function_for(self, kernel: dict, arch: str):
+            check_options(kernel.get("options", []))  # compile_kernel's refusals, without NVRTC
             entry = kernel["entry"]
             function = builtin.get(entry) or (kernels(kernel) if callable(kernels) else kernels[entry])
             return FakeCompileResult(entry, arch), function

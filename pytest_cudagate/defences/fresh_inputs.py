@@ -33,6 +33,7 @@ from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
 from pytest_cudagate.suite.cases import draw, python_expected, write_case
 from pytest_cudagate.suite.model import Case, Suite
+from pytest_cudagate.worker.requests import case_spec, run_request
 
 SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40}  # magnitudes spread over 2^-R..2^R
 HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16}  # |expected| stays below max * 2^-H
@@ -191,8 +192,6 @@ class ReferenceRunner:
             return None
 
     def _cuda(self, case: Case, candidates: list[dict]) -> list:
-        from pytest_cudagate.worker.requests import case_spec, run_request  # requests imports the suite model, as we do
-
         if self.client is None:
             return [None] * len(candidates)
         suite, program = self.suite, self.suite.reference.program

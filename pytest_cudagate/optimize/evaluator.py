@@ -126,8 +126,7 @@ class HarnessEvaluator:
     """Candidates on one GPU worker (``client``), judged against ``suite``'s visible cases."""
 
     def __init__(self, suite: Suite, program: Program, ledger, client: Worker, fingerprint: Fingerprint, *,
-                 gate_options: GateOptions,
-                 work_dir: Path | None = None):
+                 gate_options: GateOptions, work_dir: Path | None = None):
         self.suite = suite
         self.program = program
         self.ledger = ledger

@@ -19,6 +19,7 @@ from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
+from pytest_cudagate.worker.requests import run_request
 
 
 class CaseDataError(CudagateError):
@@ -92,8 +93,6 @@ def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected
 
 def cuda_expected(suite: Suite, cases: list[Case], client, data_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     """Run the CUDA reference on the inputs already written under ``data_dir``."""
-    from pytest_cudagate.worker.requests import run_request  # imported here: requests imports this package's model
-
     program = suite.reference.program
     with tempfile.TemporaryDirectory(prefix="cudagate-ref-") as out:
         request = run_request(suite, program, cases, output_dir=Path(out), data_dir=data_dir)

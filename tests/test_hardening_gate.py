@@ -1,6 +1,6 @@
 """The gate's defences against kernels that game it, end to end on a simulated GPU (no CUDA).
 
-Each planted kernel (Python, on :mod:`test_hardening_fakes`' FakeDevice) is one class of the
+Each planted kernel (Python, on :mod:`fake_worker`'s FakeDevice) is one class of the
 catalogue in docs/hardening.md; the real harness worker, the gate and the judge run unchanged, and
 each must reject it with the reason a reviewer needs. The honest kernel must pass every defence.
 The same classes, as CUDA kernels, run on a real GPU in tests/adversarial/.

@@ -23,11 +23,10 @@ import yaml
 from gpu_support import copy_suite, gpu_required
 
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.worker.client import HarnessClient
-from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.loader import load_suite
 
 pytestmark = pytest.mark.gpu
@@ -71,10 +70,8 @@ def record(name: str, outcomes: dict) -> None:
 
 @pytest.fixture(scope="module")
 def harness():
-    client = HarnessClient(timeout_s=30)
-    hello = client.start()
-    yield client, Fingerprint.from_hello(hello)
-    client.close()
+    with open_worker(timeout_s=30) as worker:  # under the GPU's lock, as the gate runs
+        yield worker.client, worker.fingerprint
 
 
 def replay(harness, path: Path, out: Path, name: str) -> dict:

@@ -7,40 +7,34 @@ Exit codes: 0 all good, 1 a check or replay failed, 2 bad input (the message nam
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import os
 import sys
 import tempfile
+import textwrap
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_cudagate import __version__
-from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.client import HarnessClient
-from pytest_cudagate.errors import EXIT_FAILED, EXIT_INPUT, CudagateError, FileError, run_command
+from pytest_cudagate.approve import approve
 from pytest_cudagate.config import project_config
+from pytest_cudagate.diffing import kernel_diff
+from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
+from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.errors import EXIT_INPUT, FileError
 from pytest_cudagate import boundary
 from cudagate_harness.protocol import request_problems
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
-from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
-from pytest_cudagate.suite.loader import discover, load_suite
-from pytest_cudagate.suite.model import Tolerance
-from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems, load_private_key
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
-from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.trust.ledger import sign_ledger
-from pytest_cudagate.judge.correctness import judge_case, load_expected
 from pytest_cudagate.schema import validate
-from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
-from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import BASELINE_ROUNDS
-from pytest_cudagate.worker.requests import run_request
-from pytest_cudagate.judge.stats import summarize
-from pytest_cudagate.diffing import kernel_diff
+from pytest_cudagate.session import open_worker
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
+from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.suite.model import Tolerance, load_arrays
+from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
+from pytest_cudagate.trust.cli import register as register_trust
+from pytest_cudagate.worker.build import compile_program
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -84,7 +78,7 @@ def cmd_check(args) -> int:
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
                 else:
                     failed = True
-                    print(f"  {program.name}: does NOT compile for {result.arch}:\n" + _indent(result.log, 6))
+                    print(f"  {program.name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))
         bad_input |= bad_data
     return EXIT_INPUT if bad_input else EXIT_FAILED if failed else 0
 
@@ -115,10 +109,10 @@ def cmd_run(args) -> int:
                 spec["input"] = str(base / spec["input"])
         case["expected"] = {k: str(base / v) for k, v in case.get("expected", {}).items()}
     request["output_dir"] = args.output or tempfile.mkdtemp(prefix="cudagate-run-")
-    with HarnessClient(timeout_s=project_config(path, timeout_s=args.timeout).timeout_s) as client:
-        client.start()
-        result = client.run(request)
-    report = {"request": str(path), "compile": result.compile, "device": client.device, "cases": []}
+    config = project_config(path, timeout_s=args.timeout)
+    with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
+        result = worker.client.run(request)
+    report = {"request": str(path), "compile": result.compile, "device": worker.client.device, "cases": []}
     failed = not result.compile.get("ok")
     for case in request["cases"]:
         body = result.cases.get(case["name"], {"status": "error", "error": {"kind": "compile", "message": "not run"}})
@@ -127,7 +121,7 @@ def cmd_run(args) -> int:
         if case["expected"] and body.get("status") == "ok":
             tolerance = {k: Tolerance(**v) for k, v in case.get("tolerance", {}).items()}
             shapes = {k: tuple(v) for k, v in case.get("shapes", {}).items()}
-            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_expected(case["expected"]), tolerance, shapes)
+            verdict = judge_case(request["kernel"]["name"], case["name"], body, load_arrays(case["expected"]), tolerance, shapes)
             entry.update(passed=verdict.passed, problems=verdict.problems,
                          comparisons=[{**asdict(c), "tolerance": asdict(c.tolerance)} for c in verdict.comparisons])
             failed |= not verdict.passed
@@ -147,9 +141,9 @@ def cmd_cases_generate(args) -> int:
         if suite.reference.python:
             folders = generate(suite, cases)
         else:
-            with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client:
-                client.start()
-                folders = generate(suite, cases, client=client)
+            config = project_config(suite, timeout_s=args.timeout)
+            with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
+                folders = generate(suite, cases, client=worker.client)
         for folder in folders:
             print(f"wrote {folder}")
         for flag in flag_cases(suite):
@@ -158,80 +152,18 @@ def cmd_cases_generate(args) -> int:
 
 
 def cmd_approve(args) -> int:
-    """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
+    """Record the working-tree kernel(s) as approved, if the gate passes them, with baselines measured here."""
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
-    ledger = Ledger.for_suite(suite)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    who = args.approved_by or _user_name(suite.root)
-    refused = False
-    with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
-        fingerprint = Fingerprint.from_hello(client.start())
-        print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
-        for program in kernels:
-            problems, baseline_cases = [], {}
-            for case in suite.cases:
-                problems += [f"{case.name}: {p}" for p in check_case_data(suite, case)]
-                if problems:
-                    continue
-                timing = {**suite.timing.to_json(), "repeat": BASELINE_ROUNDS} if case.kind == "performance" else None
-                result = client.run(run_request(suite, program, [case], output_dir=Path(out), timing=timing))
-                if not result.compile.get("ok"):
-                    problems.append(f"does not compile:\n{result.compile.get('log', '')}")
-                    break
-                body = result.cases[case.name]
-                verdict = judge_case(program.name, case.name, body,
-                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
-                if not verdict.passed:
-                    problems.append(verdict.describe())
-                elif timing:
-                    samples = body["timing"]["samples_ms"]
-                    baseline_cases[case.name] = {"summary": summarize(samples).to_dict(), "samples_ms": samples,
-                                                 "cache": timing["cache"]}
-            if problems:
-                refused = True
-                print(f"{program.name}: NOT approved; it fails the gate:\n" + _indent("\n".join(problems), 2))
-                continue
-            current = ledger.approvals.get(program.name)
-            if current is None or current.identity() != build_identity(program):
-                if current is not None:
-                    ledger.history.append({**current.signed_payload(), "baselines": sorted(current.baselines)})
-                current = approval_for(ledger, program, approved_by=who, approved_at=now,
-                                       git=git_state(suite.root), tool_version=__version__)
-                ledger.approvals[program.name] = current
-                what = f"approved {current.source_sha256[:12]}"
-            else:
-                what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
-            current.baselines[fingerprint.key()] = Baseline(fingerprint.to_dict(), now, baseline_cases)
-            medians = ", ".join(f"{c} {v['summary']['median'] * 1000:.2f} µs" for c, v in baseline_cases.items())
-            print(f"{program.name}: {what} by {who}; baseline: {medians}")
-    key = load_private_key(args.key) if (args.key or os.environ.get(SIGNING_KEY_ENV)) else None
-    if key is not None:
-        sign_ledger(ledger, key, who)
-    ledger.save()
-    print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
-                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"))
-    return EXIT_FAILED if refused else 0
+    config = project_config(suite, timeout_s=args.timeout)
+    approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, out=sys.stdout)
+    return 0 if approved else EXIT_FAILED
 
 
 def cmd_diff(args) -> int:
     suite = load_suite(next(iter(_suites([args.suite]))))
     print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))
     return 0
-
-
-def _user_name(root: Path) -> str:
-    try:
-        import git
-
-        return git.Repo(root, search_parent_directories=True).config_reader().get_value("user", "name")
-    except Exception:  # no repository or no user.name configured
-        return getpass.getuser()
-
-
-def _indent(text: str, n: int) -> str:
-    return "\n".join(" " * n + line for line in text.splitlines())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,8 +35,9 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
     if approved["options"] != current["options"]:
         lines.append(f"  options: {approved['options']} -> {current['options']}")
     for case in suite.cases:
-        before = ledger.approved_launch(approval, case.name).resolve(case.scalars)
-        after = program.launch_for(case.name).resolve(case.scalars)
+        resolved = suite.resolved(case)
+        before = resolved.launch(ledger.approved_launch(approval, case.name))
+        after = resolved.launch(program)
         if before != after:
             lines.append(f"  launch for {case.name}: grid {before['grid']} block {before['block']} shared "
                          f"{before['shared_bytes']} -> grid {after['grid']} block {after['block']} shared {after['shared_bytes']}")

@@ -17,20 +17,20 @@ from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
 from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
-from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
-from pytest_cudagate.judge.latency import (FIRST_ROUNDS, MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
+from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
                       worst)
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 
-BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,32 @@ class GateOptions:
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
 
 
+def baseline_timing(suite: Suite) -> dict:
+    """The timing of a kernel measured alone: a stored baseline, or a kernel identical to it."""
+    return {**suite.timing.to_json(), "repeat": suite.timing.baseline_rounds}
+
+
+def disturbed(threshold: float, discarded: list[str], fingerprint: str) -> LatencyResult | None:
+    """``unstable`` when a run alone was disturbed in every attempt (None when one attempt was clean)."""
+    if len(discarded) <= MAX_DISTURBED_CHUNKS:
+        return None
+    return LatencyResult(Latency.UNSTABLE, threshold, reason="the GPU was disturbed in every attempt (throttling or "
+                         "other processes); free the runner and re-run", discarded=discarded, fingerprint=fingerprint)
+
+
+def case_data_problem(suite: Suite, case: Case) -> str | None:
+    """Why a case's data cannot be judged, in the gate's words (None when it is sound)."""
+    problems = check_case_data(suite, case)
+    if not problems:
+        return None
+    return ("case data does not match the signature:\n" + "\n".join(f"  - {p}" for p in problems)
+            + f"\n{case_data_fix(suite)}")
+
+
 class Gate:
     """Judges cases on one worker, for one hardware fingerprint."""
 
-    def __init__(self, client: HarnessClient, fingerprint, options: GateOptions, output_dir: Path):
+    def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path):
         self.client = client
         self.fingerprint = fingerprint
         self.options = options
@@ -59,13 +81,11 @@ class Gate:
         return f"{self.fingerprint.key()}: {self.fingerprint.describe()}"
 
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
-        outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
+        """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
+        outcome, extra = self._begin(suite, program, case)
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         approval = ledger.approvals.get(program.name)
         out = self.output_dir / program.name
-        checks, notes = effective_checks(suite)
-        outcome.notes.extend(notes)
-        extra = {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
         if case.kind != "performance":
             body, compile_info = self._run(outcome, suite, program, case, None, out, source_text, extra)
         elif approval is None:
@@ -74,28 +94,48 @@ class Gate:
                                            f"run `cudagate approve {suite.path} {program.name}` on a GPU runner",
                                            self.fingerprint_text)
         elif source_text is None and build_identity(program) == approval.identity():
-            timing = {**suite.timing.to_json(), "repeat": BASELINE_ROUNDS}
-            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, timing, out, extra)
-            if len(discarded) > MAX_DISTURBED_CHUNKS:
-                outcome.latency = LatencyResult(
-                    Latency.UNSTABLE, threshold, reason="the GPU was disturbed in every attempt (throttling or other "
-                    "processes); free the runner and re-run", discarded=discarded, fingerprint=self.fingerprint_text)
-            else:
-                outcome.latency = self._identical(approval, case, body, threshold)
-                outcome.latency.discarded = discarded
+            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
+            outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
+                approval, case, body, threshold)
+            outcome.latency.discarded = discarded
         else:
             body, compile_info, outcome.latency = self._interleaved(outcome, suite, program, case, ledger, approval,
                                                                 threshold, out, source_text, extra)
+        return self._judge(outcome, suite, program, case, body, compile_info, extra, source_text)
+
+    def baseline(self, suite: Suite, program: Program, case: Case) -> CaseOutcome:
+        """What ``cudagate approve`` measures: :meth:`replay`'s checks, and a performance case timed
+        alone for :attr:`Timing.baseline_rounds` launches (no comparison: it is to become the
+        approved version). Its samples are ``outcome.correctness.samples_ms``."""
+        outcome, extra = self._begin(suite, program, case)
+        threshold = suite.threshold if self.options.threshold is None else self.options.threshold
+        out = self.output_dir / program.name
+        if case.kind != "performance":
+            body, compile_info = self._run(outcome, suite, program, case, None, out, None, extra)
+        else:
+            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
+            outcome.latency = disturbed(threshold, discarded, self.fingerprint_text)
+        return self._judge(outcome, suite, program, case, body, compile_info, extra, None)
+
+    def _begin(self, suite: Suite, program: Program, case: Case) -> tuple[CaseOutcome, dict]:
+        outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
+        checks, notes = effective_checks(suite)
+        outcome.notes.extend(notes)
+        return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
+
+    def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
+        """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             outcome.message = f"{program.source} does not compile:\n{compile_info.get('log', '')}"
             return outcome
-        expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
-        shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        resolved = suite.resolved(case)
+        checks = extra["checks"]
+        outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(), suite.tolerance,
+                                         resolved.shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
         self._sanitize(outcome, suite, program, case, body, checks, source_text)
-        self._decide(outcome)
+        decide(outcome, self.options)
         return outcome
 
     # -- hardening (docs/hardening.md) ------------------------------------------------------------
@@ -213,9 +253,9 @@ class Gate:
     def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
         request = compare_request(suite, program, case, approved=ledger.approved_spec(approval),
                                   approved_launch=ledger.approved_launch(approval, case.name), output_dir=out,
-                                  chunk=FIRST_ROUNDS, source_text=source_text)
+                                  chunk=suite.timing.repeat, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
-        sampler = AdaptiveSampler(threshold, self.options.budget_s)
+        sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         result = self.client.compare(request, sampler.decide)
         outcome.worker_s += (result.body or {}).get("seconds", 0.0)
         compile_info = result.compile.get("current") or {"ok": False, "log": "not compiled"}
@@ -226,10 +266,10 @@ class Gate:
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
+        resolved = suite.resolved(case)
         approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
-                               load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                               suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
-                               checks=(extra or {}).get("checks"))
+                                    resolved.expected_outputs(), suite.tolerance, resolved.shapes,
+                                    checks=(extra or {}).get("checks"))
         if not approved_check.passed:
             return body, compile_info, incomparable(threshold, "the approved version fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)
@@ -243,27 +283,28 @@ class Gate:
             latency.verdict = worst(latency.verdict, latency.baseline.verdict)
         return body, compile_info, latency
 
-    # -- the decision -----------------------------------------------------------------------------
-    def _decide(self, outcome: CaseOutcome) -> None:
-        parts = []
-        if not outcome.correctness.passed:
+
+def decide(outcome: CaseOutcome, options: GateOptions) -> None:
+    """Whether a judged outcome fails, warns or passes under ``options``, and the words for it."""
+    parts = []
+    if not outcome.correctness.passed:
+        outcome.failed = True
+        parts.append(outcome.correctness.describe())
+    latency = outcome.latency
+    if latency is not None and outcome.correctness.passed:
+        verdict = latency.verdict
+        fails = (verdict is Latency.REGRESSED and (not latency.advisory or options.release)
+                 or (verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE) and options.strict)
+                 or (verdict is Latency.INCOMPARABLE and options.release))
+        if fails:
             outcome.failed = True
-            parts.append(outcome.correctness.describe())
-        latency = outcome.latency
-        if latency is not None and outcome.correctness.passed:
-            verdict = latency.verdict
-            fails = (verdict is Latency.REGRESSED and (not latency.advisory or self.options.release)
-                     or (verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE) and self.options.strict)
-                     or (verdict is Latency.INCOMPARABLE and self.options.release))
-            if fails:
-                outcome.failed = True
-                parts.append(latency.describe())
-            elif verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED):
-                outcome.warning = latency.describe()
-        if outcome.notes:  # relaxed or skipped checks are said with every outcome, never silently
-            said = "\n".join(f"note: {note}" for note in dict.fromkeys(outcome.notes))
-            if outcome.failed:
-                parts.append(said)
-            else:
-                outcome.warning = f"{outcome.warning}\n{said}" if outcome.warning else said
-        outcome.message = "\n".join(parts)
+            parts.append(latency.describe())
+        elif verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED):
+            outcome.warning = latency.describe()
+    if outcome.notes:  # relaxed or skipped checks are said with every outcome, never silently
+        said = "\n".join(f"note: {note}" for note in dict.fromkeys(outcome.notes))
+        if outcome.failed:
+            parts.append(said)
+        else:
+            outcome.warning = f"{outcome.warning}\n{said}" if outcome.warning else said
+    outcome.message = "\n".join(parts)

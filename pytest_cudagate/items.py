@@ -15,12 +15,11 @@ import pytest
 
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports import pytest_hooks as reports
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.session import GateRuntime
-from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
@@ -168,12 +167,11 @@ class CaseItem(GateItem):
                                                 message="suite not trusted"))
             raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
                               + "\n".join(f"  - {p}" for p in distrust))
-        problems = check_case_data(suite, case)
-        if problems:
+        problem = case_data_problem(suite, case)
+        if problem:
             runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                                 message="bad case data"))
-            raise GateFailure("case data does not match the signature:\n" + "\n".join(f"  - {p}" for p in problems)
-                              + f"\n{case_data_fix(suite)}")
+            raise GateFailure(problem)
         if runtime.client() is None:
             reason = runtime.unavailable_reason
             if runtime.require_gpu:

@@ -1,5 +1,6 @@
-"""One gate run's shared state: the harness worker (started lazily, once, under the GPU's lock),
-the hardware fingerprint, the compile target, ledgers, the output folder, and every outcome."""
+"""Where a worker is started (:func:`open_worker`: client, GPU lock, fingerprint), and one gate
+run's shared state: that worker (started lazily, once), the compile target, ledgers, the output
+folder, and every outcome."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_TIMEOUT_S
-from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
+from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -40,6 +41,46 @@ def xdist_device_env() -> dict[str, str]:
 
 
 @dataclass
+class OpenWorker:
+    """A started worker, the lock on its GPU (held until :meth:`close`), and the hardware's fingerprint."""
+
+    client: Worker
+    fingerprint: Fingerprint
+    lock: GpuLock
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            self.lock.release()
+
+    def __enter__(self) -> OpenWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> OpenWorker:
+    """Start a worker (under pytest-xdist on gwN's GPU) and hold its GPU's lock while it runs: two
+    gate runs, approvals or optimizations never time on one card at once.
+
+    The one place a worker is started, for the pytest session, ``cudagate run``, ``cases generate``,
+    ``approve`` and ``optimize``. Raises :class:`WorkerUnavailable` without a usable GPU and
+    :class:`~pytest_cudagate.worker.gpulock.GpuLockTimeout` when the card stays busy.
+    """
+    client = HarnessClient(timeout_s=timeout_s, env=xdist_device_env())
+    try:
+        hello = client.start()
+        lock = GpuLock(hello["device"]["uuid"], timeout_s=lock_timeout_s)
+        lock.acquire()
+    except BaseException:
+        client.close()
+        raise
+    return OpenWorker(client, Fingerprint.from_hello(hello), lock)
+
+
+@dataclass
 class GateRuntime:
     timeout_s: float = DEFAULT_TIMEOUT_S
     default_arch: str = DEFAULT_ARCH
@@ -52,32 +93,27 @@ class GateRuntime:
     trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
     outcomes: list[CaseOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
-    _client: HarnessClient | None = None
+    fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
+    _worker: OpenWorker | None = None
     _gate: Gate | None = None
-    _lock: GpuLock | None = None
     _unavailable: str | None = None
     _output_dir: Path | None = None
     _ledgers: dict[Path, Ledger] = field(default_factory=dict)
     _distrust: dict[str, list[str]] = field(default_factory=dict)
 
-    def client(self) -> HarnessClient | None:
-        """The worker client, or None with :attr:`unavailable_reason` set when there is no GPU."""
-        if self._client is None and self._unavailable is None:
-            client = HarnessClient(timeout_s=self.timeout_s, env=xdist_device_env())
-            try:
-                hello = client.start()
+    def client(self) -> Worker | None:
+        """The worker, or None with :attr:`unavailable_reason` set when there is no GPU."""
+        if self._worker is None and self._unavailable is None:
+            try:  # held for the whole run: the GPU's lock with it
+                self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s)
+                self.fingerprint = self._worker.fingerprint
             except WorkerUnavailable as exc:
                 self._unavailable = str(exc)
-                return None
-            # Two gate runs must never time on one card at once: hold its lock for the whole run.
-            self._lock = GpuLock(hello["device"]["uuid"], timeout_s=self.lock_timeout_s)
-            self._lock.acquire()
-            self._client = client
-        return self._client
+        return self._worker.client if self._worker is not None else None
 
     @property
     def fingerprint_text(self) -> str | None:
-        return self._gate.fingerprint_text if self._gate is not None else None
+        return f"{self.fingerprint.key()}: {self.fingerprint.describe()}" if self.fingerprint is not None else None
 
     @property
     def unavailable_reason(self) -> str | None:
@@ -86,8 +122,8 @@ class GateRuntime:
 
     def gate(self) -> Gate:
         if self._gate is None:
-            fingerprint = Fingerprint.from_hello(self.client().hello)
-            self._gate = Gate(self._client, fingerprint, self.options, self.output_dir)
+            self.client()
+            self._gate = Gate(self._worker.client, self._worker.fingerprint, self.options, self.output_dir)
         return self._gate
 
     def trust_problems(self, suite: Suite) -> list[str]:
@@ -116,11 +152,8 @@ class GateRuntime:
         return self._output_dir
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.__exit__(None, None, None)
-            self._client = None
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
         if self._output_dir is not None and self.keep_outputs is None:
             shutil.rmtree(self._output_dir, ignore_errors=True)

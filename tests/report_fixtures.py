@@ -17,7 +17,7 @@ from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.gate import GateOptions, decide
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, classify, incomparable
 from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
@@ -101,7 +101,7 @@ class Scenario:
 
     def runtime(self) -> SimpleNamespace:
         return SimpleNamespace(outcomes=self.outcomes, skipped=self.skipped, options=self.options, trust=self.trust,
-                               _gate=SimpleNamespace(fingerprint=self.fingerprint))
+                               fingerprint=self.fingerprint)
 
 
 def _outcome(suite: Suite, case_name: str, out: Path, *, timing: dict | None = None) -> CaseOutcome:
@@ -140,8 +140,7 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
     folder = suite.root
     fingerprint = fingerprint or h200()
     options = options or GateOptions()
-    gate = Gate(None, fingerprint, options, folder / "out")
-    fp_text = gate.fingerprint_text
+    fp_text = f"{fingerprint.key()}: {fingerprint.describe()}"
     out = folder / "out" / "scale2"
 
     passed = _outcome(suite, "small", out)
@@ -181,7 +180,7 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
 
     outcomes = [passed, wrong, regressed, unsure, other]
     for outcome in outcomes:
-        gate._decide(outcome)
+        decide(outcome, options)
     assert wrong.failed and regressed.failed and unsure.warning and other.warning and not passed.failed
     skipped = [(suite.name, "scale2", "perf_odd", "performance")]
     trust = {str(suite.path): "signed by maintainer@example.com (ed25519 7f3a…c2): 6 cases verified"}

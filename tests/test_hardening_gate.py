@@ -1,6 +1,6 @@
 """The gate's defences against kernels that game it, end to end on a simulated GPU (no CUDA).
 
-Each planted kernel (Python, on :mod:`test_hardening_fakes`' FakeDevice) is one class of the
+Each planted kernel (Python, on :mod:`fake_worker`'s FakeDevice) is one class of the
 catalogue in docs/hardening.md; the real harness worker, the gate and the judge run unchanged, and
 each must reject it with the reason a reviewer needs. The honest kernel must pass every defence.
 The same classes, as CUDA kernels, run on a real GPU in tests/adversarial/.
@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from helpers import SUITE_YAML, replace_once, write_suite
-from test_hardening_fakes import FakeDevice, FakeKernel, InProcessClient, Launch, make_worker
+from fake_worker import FakeDevice, FakeKernel, FakeWorker, Launch, honest, make_worker, scale_xy
 
 from cudagate_harness.runner import Launchable, LaunchRefused, check_launch
 from pytest_cudagate.approvals import Ledger
@@ -26,7 +26,7 @@ from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.trust import sign_suite
-from pytest_cudagate.judge.correctness import judge_case, load_expected
+from pytest_cudagate.judge.correctness import judge_case
 
 NO_SANITIZER = "checks: {sanitizer: off}\n"
 
@@ -40,28 +40,18 @@ class Fingerprint:
 
 
 # -- planted kernels for the `scale` suite (y = 2 * x, rows × cols float32) -------------------------
-def _xy(launch: Launch):
-    n = launch.args["rows"] * launch.args["cols"]
-    return launch.array("x", np.float32, n), launch.array("y", np.float32, n), n
-
-
-def honest(launch):
-    x, y, _ = _xy(launch)
-    y[:] = 2 * x
-
-
 def nothing(launch):  # class 1: relies on whatever the buffer held
     pass
 
 
 def first_row(launch):  # class 2: computes part of the output
-    x, y, _ = _xy(launch)
+    x, y, _ = scale_xy(launch)
     cols = launch.args["cols"]
     y[:cols] = 2 * x[:cols]
 
 
 def counts_calls(launch):  # classes 4 and 9: right twice, then does half the work
-    x, y, n = _xy(launch)
+    x, y, n = scale_xy(launch)
     launch.state["calls"] = launch.state.get("calls", 0) + 1
     if launch.state["calls"] <= 2:
         y[:] = 2 * x
@@ -70,7 +60,7 @@ def counts_calls(launch):  # classes 4 and 9: right twice, then does half the wo
 
 
 def pointer_cache(launch):  # class 4: keyed by the input's address
-    x, y, _ = _xy(launch)
+    x, y, _ = scale_xy(launch)
     if launch.state.get("key") == launch.args["x"]:
         y[:] = launch.state["cache"]
         return
@@ -79,19 +69,19 @@ def pointer_cache(launch):  # class 4: keyed by the input's address
 
 
 def writes_past_end(launch):  # class 5
-    x, y, n = _xy(launch)
+    x, y, n = scale_xy(launch)
     y[:] = 2 * x
     launch.at("y", np.float32, n, 3)[:] = 7.0
 
 
 def writes_input(launch):  # class 5
-    x, y, _ = _xy(launch)
+    x, y, _ = scale_xy(launch)
     y[:] = 2 * x
     x[0] = 0.0
 
 
 def nondeterministic(launch):  # classes 6 and 8: a different last bit now and then
-    x, y, n = _xy(launch)
+    x, y, n = scale_xy(launch)
     y[:] = 2 * x
     launch.state["calls"] = launch.state.get("calls", 0) + 1
     i = launch.state["calls"] % n
@@ -99,20 +89,20 @@ def nondeterministic(launch):  # classes 6 and 8: a different last bit now and t
 
 
 def uninitialised_shared(launch):  # class 7: adds what shared memory held (benign zeros unless scrubbed)
-    x, y, _ = _xy(launch)
+    x, y, _ = scale_xy(launch)
     leftover = np.array([launch.device.shared_word], dtype=np.uint32).view(np.float32)[0]
     with np.errstate(all="ignore"):
         y[:] = 2 * x + leftover
 
 
 def detects_timing(launch):  # class 9: does half the work when an L2 flush came before it
-    x, y, n = _xy(launch)
+    x, y, n = scale_xy(launch)
     timed = launch.device.flushed
     y[: n // 2 if timed else n] = (2 * x)[: n // 2 if timed else n]
 
 
 def wrong_on_new_values(launch):  # class 12: right only where x matches what it memorised
-    x, y, n = _xy(launch)
+    x, y, n = scale_xy(launch)
     memory = launch.state.setdefault("memory", {})
     key = x.tobytes()[:64]
     if not memory:
@@ -121,7 +111,7 @@ def wrong_on_new_values(launch):  # class 12: right only where x matches what it
 
 
 def fragile(launch):  # class 13: right on small values, overflows on large ones
-    x, y, _ = _xy(launch)
+    x, y, _ = scale_xy(launch)
     with np.errstate(all="ignore"):
         y[:] = np.sqrt(4 * x * x) * np.sign(x)
 
@@ -137,7 +127,7 @@ def kernels_for(suite) -> dict[str, FakeKernel]:
 
 
 def replay_all(suite, names, tmp_path: Path, fresh_seed: int = 1234) -> dict[tuple[str, str], object]:
-    client = InProcessClient(kernels_for(suite))
+    client = FakeWorker(kernels_for(suite))
     gate = Gate(client, Fingerprint(), GateOptions(fresh_seed=fresh_seed), tmp_path / "out")
     ledger = Ledger.for_suite(suite)
     outcomes = {}
@@ -247,15 +237,15 @@ def tiny_kernels(suite):
     params = [p.protocol() for p in suite.signature]
 
     def scaled(launch):
-        x, y, _ = _xy(launch)
+        x, y, _ = scale_xy(launch)
         y[:] = x * np.float32(1e-6)
 
     def zeros(launch):
-        _, y, _ = _xy(launch)
+        _, y, _ = scale_xy(launch)
         y[:] = 0.0
 
     def constant(launch):
-        x, y, _ = _xy(launch)
+        x, y, _ = scale_xy(launch)
         y[:] = np.float32(1e-7)
 
     return {"scale2": FakeKernel(scaled, params), "zeros": FakeKernel(zeros, params),
@@ -275,7 +265,7 @@ def tiny_suite(tmp_path_factory):
 
 
 def test_zeros_and_constants_fail_where_the_tolerance_is_loose_for_the_output_scale(tiny_suite, tmp_path):
-    client = InProcessClient(tiny_kernels(tiny_suite))
+    client = FakeWorker(tiny_kernels(tiny_suite))
     gate = Gate(client, Fingerprint(), GateOptions(fresh_seed=7), tmp_path)
     ledger = Ledger.for_suite(tiny_suite)
     for name in ("scale2", "zeros", "constant"):
@@ -296,7 +286,7 @@ def test_the_relaxed_scale_check_lets_zeros_through_and_says_so(tiny_suite, tmp_
     path.write_text(relaxed)
     try:
         suite = load_suite(path)
-        gate = Gate(InProcessClient(tiny_kernels(suite)), Fingerprint(), GateOptions(fresh_seed=7), tmp_path)
+        gate = Gate(FakeWorker(tiny_kernels(suite)), Fingerprint(), GateOptions(fresh_seed=7), tmp_path)
         program = dataclasses.replace(suite.kernels[0], name="zeros", entry="zeros")
         outcome = gate.replay(suite, program, suite.case("perf"), Ledger.for_suite(suite))
         assert not outcome.failed, outcome.message
@@ -375,14 +365,14 @@ def compare_request(suite, current: str, tmp_path: Path) -> dict:
     ("writes_input", "the kernel wrote into input buffer 'x'"),
 ])
 def test_compare_checks_the_current_kernels_timed_outputs(scale_suite, tmp_path, current, reason):
-    client = InProcessClient(kernels_for(scale_suite))
+    client = FakeWorker(kernels_for(scale_suite))
     request = compare_request(scale_suite, current, tmp_path)
     result = client.compare(request, lambda chunk: 0)
     body = result.body
     assert body["status"] == "ok", body
     assert body["timed"]["checked"] >= 1
     case = scale_suite.case("perf")
-    expected = load_expected({p.name: scale_suite.expected_path(case, p) for p in scale_suite.outputs})
+    expected = scale_suite.resolved(case).expected_outputs()
     verdict = judge_case(current, "perf", body, expected, scale_suite.tolerance)
     approved = judge_case("approved", "perf", {"status": "ok", **body["approved"]}, expected, scale_suite.tolerance)
     if reason is None:
@@ -413,7 +403,7 @@ def test_a_launch_the_device_cannot_run_is_refused_with_the_limit_it_breaks():
 
 def test_a_fault_in_the_timed_launches_is_attributed_to_them(scale_suite, tmp_path):
     def faults_when_timed(launch):
-        x, y, n = _xy(launch)
+        x, y, n = scale_xy(launch)
         launch.state["calls"] = launch.state.get("calls", 0) + 1
         if launch.state["calls"] > 40:
             launch.at("y", np.float32, 1 << 30, 1)[:] = 0.0  # far past any allocation
@@ -421,7 +411,7 @@ def test_a_fault_in_the_timed_launches_is_attributed_to_them(scale_suite, tmp_pa
 
     kernels = kernels_for(scale_suite)
     kernels["faulty"] = FakeKernel(faults_when_timed, [p.protocol() for p in scale_suite.signature])
-    client = InProcessClient(kernels)
+    client = FakeWorker(kernels)
     program = dataclasses.replace(scale_suite.kernels[0], name="faulty", entry="faulty")
     request = run_request(scale_suite, program, [scale_suite.case("perf")], output_dir=tmp_path,
                           timing={**scale_suite.timing.to_json(), "warmup": 2, "warmup_ms": 0})
@@ -436,7 +426,7 @@ def test_the_sanitizer_case_is_a_launch_without_poison_guards_or_scrub(scale_sui
     seen = {}
 
     def records(launch):
-        x, y, n = _xy(launch)
+        x, y, n = scale_xy(launch)
         seen["y_before"] = y.copy()
         seen["shared"] = launch.device.shared_word
         y[:] = 2 * x

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import SUITE_YAML, replace_once, write_suite
-from test_hardening_fakes import InProcessClient
+from fake_worker import FakeWorker
 from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer
@@ -113,7 +113,7 @@ def scale_suite(tmp_path):
 
 
 def replay(suite, tmp_path, kernel="scale2"):
-    gate = Gate(InProcessClient(kernels_for(suite)), Fingerprint(), GateOptions(fresh_seed=3), tmp_path / "out")
+    gate = Gate(FakeWorker(kernels_for(suite)), Fingerprint(), GateOptions(fresh_seed=3), tmp_path / "out")
     program = dataclasses.replace(suite.kernels[0], name=kernel, entry=kernel)
     return {case.name: gate.replay(suite, program, case, Ledger.for_suite(suite)) for case in suite.cases}
 
@@ -302,7 +302,7 @@ CUDA_REFERENCE_YAML = replace_once(SUITE_YAML, "  python: reference.py:scale_row
 def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candidate(tmp_path):
     path = write_suite(tmp_path / "cuda", yaml_text=CUDA_REFERENCE_YAML, data=False)
     suite = load_suite(path)
-    client = InProcessClient(kernels_for(suite))
+    client = FakeWorker(kernels_for(suite))
 
     generate(suite, client=client)  # the signed data, from the (simulated) CUDA reference
     device = client.worker.device
@@ -310,11 +310,9 @@ def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candid
     case = suite.case("perf")
     sets, notes = fresh.make_sets(suite, case, count=2, adversarial=True, seed=9, root=tmp_path / "fresh", client=client)
     assert [s.label for s in sets] == ["resampled", "adversarial"] and notes == []
-    rng = fresh._rng(9, suite, case, 1)  # the adversarial set's draws, replayed
-    wide, _ = fresh.spread(suite, fresh.resampled_inputs(suite, case, rng)[0], rng)
-    candidates = len(fresh.scale_exponents(suite, wide))
-    assert candidates == fresh.SCALE_STEPS + 1
-    assert device.launches - before == 1 + candidates  # one launch per candidate: no second validation launch
+    # One launch for the resampled set, one per candidate scale of the adversarial set (SCALE_STEPS + 1 of
+    # them here): no second validation launch.
+    assert device.launches - before == 1 + fresh.SCALE_STEPS + 1
     for item in sets:
         spec = item.spec(suite, case)
         x = np.load(spec["inputs"]["x"]).astype(np.float64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,9 @@ import pytest
 
 from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.gate import Gate, GateOptions
+from fake_worker import FakeWorker, scale_kernels
+from helpers import write_suite
+from pytest_cudagate.gate import Gate, GateOptions, decide
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
 from pytest_cudagate.judge.stats import RatioEstimate
@@ -109,20 +112,18 @@ def latency(verdict, advisory=False):
     (Latency.INCOMPARABLE, GateOptions(release=True), False, True, False),
 ])
 def test_verdict_policy(verdict, options, advisory, failed, warned):
-    gate = Gate(client=None, fingerprint=None, options=options, output_dir=Path("."))
     outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", True),
                           latency=latency(verdict, advisory))
-    gate._decide(outcome)
+    decide(outcome, options)
     assert outcome.failed is failed and (outcome.warning is not None) is warned
     if failed:
         assert f"latency {verdict.value}" in outcome.message
 
 
 def test_a_correctness_failure_fails_whatever_the_latency():
-    gate = Gate(client=None, fingerprint=None, options=GateOptions(), output_dir=Path("."))
     outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", False, ["wrong"]),
                           latency=latency(Latency.IMPROVED))
-    gate._decide(outcome)
+    decide(outcome, GateOptions())
     assert outcome.failed and "wrong" in outcome.message
 
 
@@ -192,71 +193,78 @@ def test_a_missing_or_altered_pinned_copy_is_refused(suite):
 
 # -- the identical-kernel path: NVML snapshots around the timed run ----------------------------------
 
-class _Client:
-    device = {"ordinal": 0, "pci_bus_id": "0000:00:06.0"}
-    hello = {"pid": 4242}
+@pytest.fixture()
+def identical(tmp_path, monkeypatch):
+    """The `scale` suite approved as it is, a fake worker, and NVML reporting ``states`` in turn."""
+    scale = load_suite(write_suite(tmp_path / "scale"))
+    ledger = Ledger.for_suite(scale)
+    ledger.approvals["scale2"] = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now",
+                                              git={}, tool_version="test")
+    worker = FakeWorker(scale_kernels())
+    fingerprint = Fingerprint.from_hello(worker.start())
 
+    def replay(states):
+        feed = iter(states)
 
-def _gate_with(monkeypatch, states):
-    feed = iter(states)
+        def fake_state(ordinal, pci_bus_id=None):
+            value = next(feed)
+            if isinstance(value, Exception):
+                raise value
+            return value
 
-    def fake_state(ordinal, pci_bus_id=None):
-        value = next(feed)
-        if isinstance(value, Exception):
-            raise value
-        return value
+        monkeypatch.setattr(gate_module, "device_state", fake_state)
+        gate = Gate(worker, fingerprint, GateOptions(fresh_seed=1), tmp_path / "out")
+        outcome = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger)
+        timed = [r for r in worker.requests if r.get("timing")]
+        worker.requests.clear()
+        return outcome, len(timed)
 
-    monkeypatch.setattr(gate_module, "device_state", fake_state)
-    gate = Gate(client=_Client(), fingerprint=None, options=GateOptions(), output_dir=Path("."))
-    runs = []
-    monkeypatch.setattr(gate, "_run", lambda *args: runs.append(1) or ({"status": "ok"}, {"ok": True}))
-    return gate, runs
+    return replay
 
 
 QUIET = {"throttle_reasons": ["gpu_idle"], "other_processes": [], "sm_clock_mhz": 345, "temperature_c": 35}
 BUSY = {**QUIET, "other_processes": [{"pid": 999, "used_memory_bytes": 1 << 30}]}
-MINE = {**QUIET, "other_processes": [{"pid": 4242, "used_memory_bytes": 1 << 30}]}  # the worker itself
+MINE = {**QUIET, "other_processes": [{"pid": os.getpid(), "used_memory_bytes": 1 << 30}]}  # the worker itself
 
 
-def test_a_quiet_run_is_measured_once(monkeypatch):
-    gate, runs = _gate_with(monkeypatch, [QUIET, {**QUIET, "sm_clock_mhz": 1980}])  # idle → boost is no disturbance
-    body, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
-    assert body["status"] == "ok" and discarded == [] and len(runs) == 1
+def test_a_quiet_run_is_measured_once(identical):
+    outcome, runs = identical([QUIET, {**QUIET, "sm_clock_mhz": 1980}])  # idle → boost is no disturbance
+    assert not outcome.failed and outcome.latency.discarded == [] and runs == 1
+    assert outcome.latency.verdict is Latency.INCOMPARABLE and "no baseline was recorded" in outcome.latency.reason
 
 
-def test_the_worker_itself_is_not_another_process(monkeypatch):
-    gate, runs = _gate_with(monkeypatch, [MINE, MINE])
-    assert gate._quiet_run(None, None, None, None, {}, Path("."), None)[2] == []
+def test_the_worker_itself_is_not_another_process(identical):
+    assert identical([MINE, MINE])[0].latency.discarded == []
 
 
-def test_a_disturbed_run_is_repeated(monkeypatch):
-    gate, runs = _gate_with(monkeypatch, [QUIET, BUSY, BUSY, QUIET, QUIET, QUIET])
-    _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
-    assert len(runs) == 3 and len(discarded) == 2 and "999" in discarded[0]
+def test_a_disturbed_run_is_repeated(identical):
+    outcome, runs = identical([QUIET, BUSY, BUSY, QUIET, QUIET, QUIET])
+    assert runs == 3 and len(outcome.latency.discarded) == 2 and "999" in outcome.latency.discarded[0]
 
 
-def test_a_run_that_is_never_clean_ends(monkeypatch):
-    gate, runs = _gate_with(monkeypatch, [BUSY] * 20)
-    _, _, discarded = gate._quiet_run(None, None, None, None, {}, Path("."), None)
-    assert len(discarded) == MAX_DISTURBED_CHUNKS + 1
+def test_a_run_that_is_never_clean_ends_unstable(identical):
+    outcome, runs = identical([BUSY] * 20)
+    assert outcome.latency.verdict is Latency.UNSTABLE and len(outcome.latency.discarded) == MAX_DISTURBED_CHUNKS + 1
+    assert runs == MAX_DISTURBED_CHUNKS + 2
 
 
-def test_telemetry_failure_is_not_a_disturbance(monkeypatch):
-    gate, runs = _gate_with(monkeypatch, [RuntimeError("nvml broke"), RuntimeError("nvml broke")])
-    assert gate._quiet_run(None, None, None, None, {}, Path("."), None)[2] == []
+def test_telemetry_failure_is_not_a_disturbance(identical):
+    assert identical([RuntimeError("nvml broke"), RuntimeError("nvml broke")])[0].latency.discarded == []
 
 
-def test_incomparable_names_what_differs_from_the_recorded_hardware(suite):
-    here = Fingerprint("NVIDIA H200", "9.0", 150_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0, True, False,
-                       sm_count=132)
-    there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.159.04", "13.0", "13.0", "13.3", 700.0,
+def test_incomparable_names_what_differs_from_the_recorded_hardware(tmp_path):
+    scale = load_suite(write_suite(tmp_path / "scale"))
+    there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.00", "13.0", "13.0", "13.0", 700.0,
                         True, False, sm_count=132)
-    ledger = approve(suite)
-    approval = ledger.approvals["softmax_rows"]
+    ledger = Ledger.for_suite(scale)
+    approval = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now", git={},
+                            tool_version="test")
     approval.baselines = {there.key(): Baseline(there.to_dict(), "2026-11-29", {
-        "perf_256x1024": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
-    gate = Gate(client=None, fingerprint=here, options=GateOptions(), output_dir=Path("."))
-    result = gate._identical(approval, suite.case("perf_256x1024"), {"timing": {"samples_ms": [0.006]}}, 0.02)
+        "perf": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
+    ledger.approvals["scale2"] = approval
+    worker = FakeWorker(scale_kernels())
+    gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=1), tmp_path / "out")
+    result = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger).latency
     assert result.verdict is Latency.INCOMPARABLE
-    assert "gpu_name (NVIDIA H100 80GB HBM3 there, NVIDIA H200 here)" in result.reason
+    assert "gpu_name (NVIDIA H100 80GB HBM3 there, Fake GPU here)" in result.reason
     assert "memory_total_bytes" in result.reason and "cudagate approve" in result.reason

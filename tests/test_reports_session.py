@@ -36,7 +36,6 @@ import pytest
 
 sys.path.insert(0, {tests!r})
 from report_fixtures import scenario_for  # noqa: E402
-from pytest_cudagate.gate import Gate  # noqa: E402
 from pytest_cudagate.plugin import RUNTIME  # noqa: E402
 from pytest_cudagate.reports import pytest_hooks  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
@@ -51,7 +50,7 @@ def pytest_sessionfinish(session, exitstatus):
     scenario.outcomes[1].message += "\\nenvironment dump: " + leak
     runtime.outcomes[:] = scenario.outcomes
     runtime.skipped[:] = scenario.skipped
-    runtime._gate = Gate(None, scenario.fingerprint, runtime.options, runtime.output_dir)
+    runtime.fingerprint = scenario.fingerprint
     runtime.trust = {{str(scenario.suite.path): scenario.trust[str(scenario.suite.path)] + " key " + leak}}
     pytest_hooks.session_finish(session.config, runtime, exitstatus)
 """

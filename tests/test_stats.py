@@ -230,7 +230,7 @@ def test_paired_matches_brute_force_walsh_averages(n: int, quantum: float) -> No
     d = np.log(current) - np.log(approved)
     i, j = np.triu_indices(n)
     walsh = np.sort((d[i] + d[j]) / 2)
-    c = stats._wilcoxon_lower_rank(n, 0.95)
+    c = stats.wilcoxon_lower_rank(n, 0.95)
     assert c >= 1
     assert est.ratio == pytest.approx(math.exp(np.median(walsh)), rel=1e-12)
     assert est.low == pytest.approx(math.exp(walsh[c - 1]), rel=1e-12)
@@ -240,12 +240,12 @@ def test_paired_matches_brute_force_walsh_averages(n: int, quantum: float) -> No
 @pytest.mark.parametrize("n, critical", [(8, 3), (10, 8), (20, 52), (30, 137)])
 def test_wilcoxon_rank_matches_published_tables(n: int, critical: int) -> None:
     # Two-sided alpha=0.05 critical values of the signed-rank statistic.
-    assert stats._wilcoxon_lower_rank(n, 0.95) == critical + 1
+    assert stats.wilcoxon_lower_rank(n, 0.95) == critical + 1
 
 
 def test_wilcoxon_normal_approximation_close_to_exact() -> None:
-    exact = stats._wilcoxon_lower_rank(100, 0.99, exact=True)
-    approx = stats._wilcoxon_lower_rank(100, 0.99, exact=False)
+    exact = stats.wilcoxon_lower_rank(100, 0.99, exact=True)
+    approx = stats.wilcoxon_lower_rank(100, 0.99, exact=False)
     assert abs(exact - approx) <= 0.005 * exact
 
 
@@ -304,7 +304,7 @@ def test_unpaired_is_reproducible_per_seed() -> None:
 def test_fast_bootstrap_median_matches_naive_resampling(n: int) -> None:
     rng = np.random.default_rng(n)
     x = np.sort(rng.lognormal(0.0, 0.3, n))
-    fast = stats._bootstrap_medians(x, np.random.default_rng(1), 20_000)
+    fast = stats.bootstrap_medians(x, np.random.default_rng(1), 20_000)
     naive = np.median(x[np.random.default_rng(2).integers(0, n, (8_000, n))], axis=1)
     assert ks_2samp(fast, naive).statistic < 0.03
     for q in (0.005, 0.5, 0.995):

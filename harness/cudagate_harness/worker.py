@@ -38,11 +38,6 @@ extern "C" __global__ void cudagate_scrub(unsigned int pattern, unsigned int wor
 }
 """
 ROLES = ("approved", "current")
-# Options compiler.py does not refuse yet that also open the door to device-side launches.
-_REFUSED_HERE = {"-ewp": "extensible whole-program compilation links the device runtime (device-side launches "
-                         "would escape the timing events); remove it",
-                 "--extensible-whole-program": "extensible whole-program compilation links the device runtime "
-                                               "(device-side launches would escape the timing events); remove it"}
 
 
 class Worker:
@@ -118,11 +113,6 @@ class Worker:
         """Compile and load ``kernel``, emitting its compile line; the function, or None on failure."""
         arch = arch or self.device.arch + kernel.get("arch_suffix", "")
         extra = {"role": role} if role else {}
-        for option in kernel.get("options", []):
-            if option in _REFUSED_HERE:
-                log = f"option {option!r} is not allowed: {_REFUSED_HERE[option]}"
-                self.emit({"type": "compile", "id": rid, "ok": False, "arch": arch, "log": log, **extra})
-                return None
         try:
             result, function = self.function_for(kernel, arch)
         except (CompileOptionError, CudaError) as exc:  # refused option, or a cubin the driver rejects

@@ -74,8 +74,8 @@ def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator) -> tupl
     for param in suite.buffers:
         if not param.is_input:
             continue
-        shape = suite.shape(param, case)
-        signed = np.load(suite.input_path(case, param), allow_pickle=False).reshape(shape)
+        shape = suite.resolved(case).shapes[param.name]
+        signed = np.load(suite.resolved(case).inputs[param.name], allow_pickle=False).reshape(shape)
         if param.name in suite.inputs:
             values = draw(param, shape, suite.inputs[param.name], rng)
         elif param.dtype in FLOAT_DTYPES:
@@ -168,7 +168,7 @@ def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: 
         return sets, notes
     root.mkdir(parents=True, exist_ok=True)
     runner = ReferenceRunner(suite, client, root)
-    signed = {p.name: np.load(suite.expected_path(case, p), allow_pickle=False) for p in suite.outputs}
+    signed = suite.resolved(case).expected_outputs()
     for index, label in enumerate(labels(count, adversarial)):
         rng = _rng(seed, suite, case, index)
         inputs, changed = resampled_inputs(suite, case, rng)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -189,7 +188,3 @@ def _judge_fresh(verdict: CaseVerdict, fresh: list[dict], firsts: dict, toleranc
                                     + _indent(result.describe()) + stale)
     for name, labels in sorted(also.items()):
         verdict.problems.append(f"output {name!r} is wrong on the fresh inputs too ({', '.join(labels)})")
-
-
-def load_expected(paths: dict[str, str | Path]) -> dict[str, np.ndarray]:
-    return {name: np.load(path, allow_pickle=False) for name, path in paths.items()}

@@ -17,7 +17,7 @@ from enum import Enum
 from pytest_cudagate.judge import stats
 from pytest_cudagate.config import DEFAULT_BUDGET_S
 
-FIRST_ROUNDS = 100  # the seed tool's 100 timed launches, per kernel
+FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
 BASELINE_REASON = "the stored baseline"
 
@@ -122,13 +122,16 @@ class LatencyResult:
 class AdaptiveSampler:
     """Decides, chunk by chunk, whether the interleaved comparison has seen enough.
 
-    Chunks double the rounds so far (100, 100, 200, 400, ...) within the time budget. A chunk
-    during which the GPU throttled or another process ran is discarded and measured again; after
-    :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is ``unstable``.
+    Chunks double the rounds so far (r, r, 2r, 4r, ... for r = ``rounds``, the suite's timing.repeat)
+    within the time budget. A chunk during which the GPU throttled or another process ran is
+    discarded and measured again; after :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is
+    ``unstable``.
     """
 
-    def __init__(self, threshold: float, budget_s: float = DEFAULT_BUDGET_S, confidence: float = 0.99):
+    def __init__(self, threshold: float, budget_s: float = DEFAULT_BUDGET_S, confidence: float = 0.99,
+                 rounds: int = FIRST_ROUNDS):
         self.threshold = threshold
+        self.rounds = rounds  # the first chunk's rounds; no later chunk is smaller
         self.budget_s = budget_s
         self.confidence = confidence
         self.approved: list[float] = []
@@ -160,7 +163,7 @@ class AdaptiveSampler:
             return 0
         done = len(self.current) + len(chunk["current"]) * len(self.discarded)
         rate = max(done, 1) / max(self.spent, 1e-6)  # rounds per second, disturbed chunks included
-        return max(1, min(max(len(self.current), FIRST_ROUNDS), int(rate * remaining)))
+        return max(1, min(max(len(self.current), self.rounds), int(rate * remaining)))
 
     def result(self, fingerprint: str = "") -> LatencyResult:
         if self.stopped_by == "disturbed" or not self.current:

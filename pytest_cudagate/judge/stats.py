@@ -54,13 +54,13 @@ __all__ = [
 #   unpaired_ratio  ~4-6 ms for 300..5000 per side (10k bootstrap resamples)
 # A naive bootstrap (resample n values, take the median) costs ~300 ms for
 # 2000 samples x 2000 resamples; drawing each replicate median directly from
-# its order-statistic distribution (``_bootstrap_medians``) avoids that.
+# its order-statistic distribution (``bootstrap_medians``) avoids that.
 
 Samples = Union[Sequence[float], NDArray[np.floating[Any]]]
 
 # Bootstrap resamples for ``unpaired_ratio``.  Enough that the 0.5% / 99.5%
 # percentiles wobble by well under 0.1% between seeds; cheap because each
-# resampled median is drawn directly (see ``_bootstrap_medians``).
+# resampled median is drawn directly (see ``bootstrap_medians``).
 _BOOTSTRAP_RESAMPLES = 10_000
 # Up to this many pairs the signed-rank critical value uses the exact null
 # distribution; above it the normal approximation (within ~0.2% of the exact
@@ -202,7 +202,7 @@ def summarize(samples: Samples) -> SampleSummary:
 
 
 @lru_cache(maxsize=256)
-def _wilcoxon_lower_rank(n: int, confidence: float, exact: bool | None = None) -> int:
+def wilcoxon_lower_rank(n: int, confidence: float, exact: bool | None = None) -> int:
     """1-based rank c such that [W_(c), W_(N+1-c)] of the sorted Walsh averages is the
     signed-rank interval: the largest c with P(T+ <= c-1) <= alpha/2 under the null.
 
@@ -303,7 +303,7 @@ def paired_ratio(
     d = np.sort(np.log(b) - np.log(a))
     n = int(d.size)
     total = n * (n + 1) // 2
-    c = _wilcoxon_lower_rank(n, confidence)
+    c = wilcoxon_lower_rank(n, confidence)
     ks = [(total + 1) // 2, total // 2 + 1]  # the median (two middle ranks if even)
     if c > 0:
         ks += [c, total + 1 - c]
@@ -323,7 +323,7 @@ def paired_ratio(
 # --------------------------------------------------------------------------- unpaired
 
 
-def _bootstrap_medians(
+def bootstrap_medians(
     x_sorted: NDArray[np.float64], rng: np.random.Generator, size: int
 ) -> NDArray[np.float64]:
     """``size`` bootstrap replicates of the median of ``x_sorted``, drawn in O(size).
@@ -362,8 +362,8 @@ def unpaired_ratio(
     b = np.sort(_as_samples(current, "current"))
     a = np.sort(_as_samples(approved, "approved"))
     rng = np.random.default_rng(seed)
-    log_ratio = np.log(_bootstrap_medians(b, rng, _BOOTSTRAP_RESAMPLES)) - np.log(
-        _bootstrap_medians(a, rng, _BOOTSTRAP_RESAMPLES)
+    log_ratio = np.log(bootstrap_medians(b, rng, _BOOTSTRAP_RESAMPLES)) - np.log(
+        bootstrap_medians(a, rng, _BOOTSTRAP_RESAMPLES)
     )
     alpha = 1.0 - confidence
     lo, hi = np.quantile(log_ratio, [alpha / 2, 1 - alpha / 2])

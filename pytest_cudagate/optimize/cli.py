@@ -27,9 +27,7 @@ from pytest_cudagate.optimize.research import Notes
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
-from pytest_cudagate.worker.client import HarnessClient
-from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.worker.gpulock import GpuLock
+from pytest_cudagate.session import open_worker
 
 EXIT_WINNER, EXIT_NO_WINNER, EXIT_INTERRUPTED = 0, 1, 130  # bad input and no GPU: errors.EXIT_INPUT, EXIT_NO_GPU
 
@@ -195,22 +193,11 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
 
 
 def _harness_evaluator(args, suite, program, ledger, resources):
-    client = HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s)
-    resources.append(_Closing(client.__exit__, None, None, None))
-    hello = client.start()
-    lock = GpuLock(hello["device"]["uuid"])  # no other gate run times on this card meanwhile
-    lock.acquire()
-    resources.append(_Closing(lock.release))
+    config = project_config(suite, timeout_s=args.timeout)
+    worker = open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s)
+    resources.append(worker)
     options = GateOptions(strict=args.strict, budget_s=args.gate_budget)
-    return HarnessEvaluator(suite, program, ledger, client, Fingerprint.from_hello(hello), gate_options=options)
-
-
-class _Closing:
-    def __init__(self, fn, *args):
-        self.fn, self.args = fn, args
-
-    def close(self):
-        self.fn(*self.args)
+    return HarnessEvaluator(suite, program, ledger, worker.client, worker.fingerprint, gate_options=options)
 
 
 def _proposer(args, kind, suite, program, visible, meter, pack, notes, evaluator, client, sleep):

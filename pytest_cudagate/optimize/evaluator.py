@@ -27,9 +27,11 @@ import numpy as np
 from pytest_cudagate.judge import stats
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.worker.client import Worker
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
-from pytest_cudagate.judge.correctness import CaseVerdict, judge_case, load_expected
+from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
 from pytest_cudagate.defences import sanitizer
 from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
@@ -123,8 +125,8 @@ def ratio_json(estimate) -> dict:
 class HarnessEvaluator:
     """Candidates on one GPU worker (``client``), judged against ``suite``'s visible cases."""
 
-    def __init__(self, suite: Suite, program: Program, ledger, client, fingerprint, *, gate_options: GateOptions,
-                 work_dir: Path | None = None):
+    def __init__(self, suite: Suite, program: Program, ledger, client: Worker, fingerprint: Fingerprint, *,
+                 gate_options: GateOptions, work_dir: Path | None = None):
         self.suite = suite
         self.program = program
         self.ledger = ledger
@@ -185,10 +187,10 @@ class HarnessEvaluator:
         return evaluation
 
     def _judged(self, evaluation: Evaluation, program: Program, case: Case, body: dict) -> CaseResult | None:
-        expected = load_expected({p.name: self.suite.expected_path(case, p) for p in self.suite.outputs})
-        shapes = {p.name: self.suite.shape(p, case) for p in self.suite.buffers}
-        verdict = judge_case(program.name, case.name, body, expected, self.suite.tolerance, shapes)
-        result = CaseResult(case.name, case.kind, verdict.passed, program.launch_for(case.name).resolve(case.scalars))
+        resolved = self.suite.resolved(case)
+        verdict = judge_case(program.name, case.name, body, resolved.expected_outputs(), self.suite.tolerance,
+                             resolved.shapes)
+        result = CaseResult(case.name, case.kind, verdict.passed, resolved.launch(program))
         evaluation.cases.append(result)
         if not verdict.passed:
             result.message = verdict.describe()

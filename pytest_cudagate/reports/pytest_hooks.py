@@ -24,10 +24,9 @@ _DONE = pytest.StashKey[bool]()
 
 def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
     session = config.pluginmanager.get_plugin("session")
-    gate = getattr(runtime, "_gate", None)
     return build_report(
         list(runtime.outcomes), list(runtime.skipped), index=from_items(getattr(session, "items", None) or []),
-        fingerprint=getattr(gate, "fingerprint", None), options=getattr(runtime, "options", None),
+        fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
         exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)

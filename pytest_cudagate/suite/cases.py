@@ -47,7 +47,8 @@ def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: n
 
 def draw_inputs(suite: Suite, case: Case, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {p.name: draw(p, suite.shape(p, case), suite.inputs.get(p.name), rng)
+    shapes = suite.resolved(case).shapes
+    return {p.name: draw(p, shapes[p.name], suite.inputs.get(p.name), rng)
             for p in suite.buffers if p.is_input}
 
 

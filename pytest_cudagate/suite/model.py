@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from pytest_cudagate.suite.expr import evaluate
 
 
@@ -84,13 +86,26 @@ class Distribution:
     std: float = 1.0
 
 
+BASELINE_BLOCKS = 10  # a kernel timed alone takes 10 blocks: its unpaired comparison needs the samples
+
+
 @dataclass(frozen=True)
 class Timing:
+    """How a kernel is timed. ``repeat`` has one meaning on every path: the timed launches of one
+    measurement block. The interleaved comparison's first chunk is one block (``repeat`` rounds of one
+    launch of each kernel; later chunks grow within the gate's budget), the optimizer times one block
+    per case, a kernel without an approved version is timed for one block, and a kernel timed alone
+    (a stored baseline, or a kernel identical to its approval) for :attr:`baseline_rounds`."""
+
     warmup: int = 10
     repeat: int = 100
     cache: str = "cold"
     warmup_ms: float = 50.0  # keep warming up until the clocks have ramped (see harness runner)
     batch: int = 1  # launches per event pair; hot cache only
+
+    @property
+    def baseline_rounds(self) -> int:
+        return BASELINE_BLOCKS * self.repeat
 
     def to_json(self) -> dict:
         return {"warmup": self.warmup, "repeat": self.repeat, "cache": self.cache, "warmup_ms": self.warmup_ms,
@@ -248,6 +263,20 @@ class Suite:
     def expected_path(self, case: Case, param: Param) -> Path:
         return self.case_dir(case) / "expected" / f"{param.name}.npy"
 
+    def resolved(self, case: Case) -> ResolvedCase:
+        """``case`` with every expression evaluated, built once per case of this suite."""
+        cache = self.__dict__.setdefault("_resolved", {})  # not a field: the manifest signs fields
+        known = cache.get(case.name)
+        if known is not None and known.case == case:
+            return known
+        resolved = ResolvedCase(
+            case=case, counts=self.counts(case), shapes={p.name: self.shape(p, case) for p in self.buffers},
+            inputs={p.name: self.input_path(case, p) for p in self.buffers if p.is_input},
+            expected={p.name: self.expected_path(case, p) for p in self.outputs})
+        if known is None and any(c == case for c in self.cases):
+            cache[case.name] = resolved
+        return resolved
+
     @property
     def checks(self) -> Checks:
         """The suite's ``checks:`` (defaults when absent).
@@ -257,6 +286,40 @@ class Suite:
         ``Checks.relaxations()`` instead (see pytest_cudagate/hardening.py).
         """
         return self.__dict__.get("_checks", DEFAULT_CHECKS)
+
+
+@dataclass(frozen=True)
+class ResolvedCase:
+    """One case of a suite with its expressions evaluated (:meth:`Suite.resolved`): what the
+    request builder, the gate, the judge and the optimizer read instead of re-deriving it."""
+
+    case: Case
+    counts: dict[str, int]  # elements per buffer
+    shapes: dict[str, tuple[int, ...]]  # per buffer
+    inputs: dict[str, Path]  # the signed input files, per input buffer
+    expected: dict[str, Path]  # the signed expected outputs, per output buffer
+
+    @property
+    def name(self) -> str:
+        return self.case.name
+
+    @property
+    def kind(self) -> str:
+        return self.case.kind
+
+    def launch(self, of: Program | Launch) -> dict:
+        """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case)."""
+        launch = of.launch_for(self.case.name) if isinstance(of, Program) else of
+        return launch.resolve(self.case.scalars)
+
+    def expected_outputs(self) -> dict[str, np.ndarray]:
+        """The signed expected outputs, as stored (the one place they are read for judging)."""
+        return load_arrays(self.expected)
+
+
+def load_arrays(paths: dict[str, str | Path]) -> dict[str, np.ndarray]:
+    """``.npy`` files by name, never unpickling."""
+    return {name: np.load(path, allow_pickle=False) for name, path in paths.items()}
 
 
 def manifest_entry(suite: Suite) -> dict | None:

@@ -16,8 +16,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from pytest_cudagate.config import DEFAULT_TIMEOUT_S
 from pytest_cudagate.errors import WorkerUnavailable
@@ -40,10 +41,38 @@ class CompareResult:
     body: dict | None = None
 
 
+WORKER_COMMAND = (sys.executable, "-m", "cudagate_harness.worker")
+
+
+class Worker(Protocol):
+    """What the gate, the session and the optimizer use of a worker link: :class:`HarnessClient`,
+    or a test's fake worker."""
+
+    timeout_s: float
+    env: dict | None
+    hello: dict | None
+
+    @property
+    def device(self) -> dict: ...
+
+    def start(self) -> dict: ...
+
+    def run(self, request: dict) -> RunResult: ...
+
+    def compare(self, request: dict, decide: Callable[[dict], int]) -> CompareResult: ...
+
+    def close(self) -> None: ...
+
+
 class HarnessClient:
-    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, env: dict | None = None):
+    """A :class:`Worker` over a subprocess speaking the JSON-lines protocol of
+    ``cudagate_harness.protocol`` (``command``: the real worker unless a test swaps in a stub)."""
+
+    def __init__(self, *, timeout_s: float = DEFAULT_TIMEOUT_S, env: dict | None = None,
+                 command: Sequence[str] = WORKER_COMMAND):
         self.timeout_s = timeout_s
         self.env = {**os.environ, **(env or {})}
+        self.command = list(command)
         self.proc: subprocess.Popen | None = None
         self.hello: dict | None = None
         self.restarts = 0
@@ -54,11 +83,11 @@ class HarnessClient:
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> dict:
         """Start a worker and return its hello (device description); raise if there is no GPU."""
-        self.close()
+        self._stop()
         self._stderr.seek(0)
         self._stderr.truncate()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cudagate_harness.worker"],
+            self.command,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             env=self.env, start_new_session=True,  # its own process group, so a kill takes children too
         )
@@ -67,10 +96,10 @@ class HarnessClient:
         hello = self._next(self.timeout_s)
         if hello is None or hello.get("type") != "hello":
             reason = "did not start" if hello is None else f"said {hello!r}"
-            self.close()
+            self._stop()
             raise WorkerUnavailable(f"the harness worker {reason}: {self.stderr_tail()}")
         if not hello.get("ok"):
-            self.close()
+            self._stop()
             raise WorkerUnavailable(hello.get("error", "no CUDA device"))
         self.hello = hello
         return hello
@@ -80,6 +109,11 @@ class HarnessClient:
         return (self.hello or {}).get("device", {})
 
     def close(self) -> None:
+        """End the worker for good (it reads end of input and exits, or is killed)."""
+        self._stop()
+        self._stderr.close()
+
+    def _stop(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
                 try:
@@ -94,7 +128,6 @@ class HarnessClient:
 
     def __exit__(self, *exc):
         self.close()
-        self._stderr.close()
 
     def stderr_tail(self, limit: int = 2000) -> str:
         self._stderr.flush()

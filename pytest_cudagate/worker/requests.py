@@ -40,21 +40,21 @@ def kernel_spec(program: Program, source_text: str | None = None) -> dict:
 def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = False,
               data_dir: Path | None = None) -> dict:
     """One case of a request. ``data_dir`` replaces the suite's case folder (fresh inputs)."""
-    counts = suite.counts(case)
+    resolved = suite.resolved(case)
     folder = (data_dir or suite.data_dir) / case.name
     spec = {
         "name": case.name,
         "scalars": dict(case.scalars),
         "buffers": {
-            p.name: {"count": counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
+            p.name: {"count": resolved.counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
             for p in suite.buffers
         },
-        "launch": program.launch_for(case.name).resolve(case.scalars),
+        "launch": resolved.launch(program),
     }
     if expected:
         spec["expected"] = {p.name: str(folder / "expected" / f"{p.name}.npy") for p in suite.outputs}
         spec["tolerance"] = {name: asdict(tol) for name, tol in suite.tolerance.items()}
-        spec["shapes"] = {p.name: list(suite.shape(p, case)) for p in suite.buffers}
+        spec["shapes"] = {name: list(shape) for name, shape in resolved.shapes.items()}
     return spec
 
 
@@ -81,8 +81,8 @@ def compare_request(suite: Suite, program: Program, case: Case, *, approved: dic
     return {
         "protocol": 1, "op": "compare", "suite": str(suite.path),
         "kernels": {"approved": approved, "current": kernel_spec(program, source_text)},
-        "launches": {"approved": approved_launch.resolve(case.scalars),
-                     "current": program.launch_for(case.name).resolve(case.scalars)},
+        "launches": {"approved": suite.resolved(case).launch(approved_launch),
+                     "current": suite.resolved(case).launch(program)},
         "signature": [p.protocol() for p in suite.signature],
         "case": case_spec(suite, program, case),
         "timing": timing,

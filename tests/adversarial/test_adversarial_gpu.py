@@ -23,11 +23,10 @@ import yaml
 from gpu_support import copy_suite, gpu_required
 
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.worker.client import HarnessClient
-from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.loader import load_suite
 
 pytestmark = pytest.mark.gpu
@@ -36,7 +35,8 @@ KERNELS = Path(__file__).resolve().parent / "kernels"
 RECORD = Path(os.environ["OUT"]) / "adversarial" if os.environ.get("OUT") else None
 CASES = ("correct_7x33", "perf_256x1024", "holdout_300x700")
 
-# Kernels planted in the softmax suite: name -> (source, launch override or None, options).
+# Kernels planted in the softmax suite: name -> (source, launch override or None, options). Option and
+# launch refusals need no GPU: tests/test_refusals.py.
 PLANTED = {
     "nothing": ("nothing.cu", None, []),                      # 1
     "first_row": ("first_row.cu", None, []),                  # 2
@@ -46,15 +46,11 @@ PLANTED = {
     "race": ("race.cu", None, []),                            # 6, without the sanitizer
     "uninit_shared": ("uninit_shared.cu", None, []),          # 7
     "call_counter": ("call_counter.cu", None, []),            # 9
-    "rdc": ("softmax.cu", None, ["-rdc=true"]),               # 10
     "device_launch": ("device_launch.cu", None, []),          # 10
     "illegal": ("illegal.cu", None, []),                      # 11
-    "big_block": ("softmax.cu", {"grid": ["rows"], "block": [2048]}, []),                          # 11
-    "big_smem": ("softmax.cu", {"grid": ["rows"], "block": [256], "shared_bytes": 300000}, []),    # 11
     "tail_drop": ("tail_drop.cu", None, []),                  # 12
     "naive": ("naive.cu", None, []),                          # 13
 }
-ENTRY = {"rdc": "softmax_rows", "big_block": "softmax_rows", "big_smem": "softmax_rows"}
 
 
 def record(name: str, outcomes: dict) -> None:
@@ -74,10 +70,8 @@ def record(name: str, outcomes: dict) -> None:
 
 @pytest.fixture(scope="module")
 def harness():
-    client = HarnessClient(timeout_s=30)
-    hello = client.start()
-    yield client, Fingerprint.from_hello(hello)
-    client.close()
+    with open_worker(timeout_s=30) as worker:  # under the GPU's lock, as the gate runs
+        yield worker.client, worker.fingerprint
 
 
 def replay(harness, path: Path, out: Path, name: str) -> dict:
@@ -103,7 +97,7 @@ def softmax_suite(tmp: Path, kernels: dict, checks: dict | None) -> Path:
     raw = yaml.safe_load((root / "cudagate.yaml").read_text())
     good = raw["kernels"][0]
     raw["kernels"] = [good] + [
-        {"name": name, "source": source, "entry": ENTRY.get(name, name), "launch": launch or good["launch"],
+        {"name": name, "source": source, "entry": name, "launch": launch or good["launch"],
          **({"options": options} if options else {})}
         for name, (source, launch, options) in kernels.items()]
     raw["cases"] = [c for c in raw["cases"] if c["name"] in CASES]
@@ -145,11 +139,8 @@ def test_the_honest_softmax_passes_every_defence(planted):
     ("call_counter", "perf_256x1024", ["output 'y': 131072 elements were not written by the timed launches (they "
                                        "still held the poison pattern;", "the kernel does less work when timed",
                                        "right on the first launch but wrong after the timed launches"]),
-    ("rdc", "correct_7x33", ["does not compile", "relocatable device code (and with it device-side launches) is refused"]),
     ("device_launch", "correct_7x33", ["does not compile", "device-side kernel launch"]),
     ("illegal", "correct_7x33", ["the kernel faulted during validation launch 1", "CUDA_ERROR_ILLEGAL_ADDRESS"]),
-    ("big_block", "correct_7x33", ["the launch was refused", "has 2048 threads; this device allows at most 1024 per block"]),
-    ("big_smem", "correct_7x33", ["the launch was refused", "asks for 300000 bytes of dynamic shared memory"]),
     ("tail_drop", "holdout_300x700", ["18000 elements were never written by the kernel"]),
     ("naive", "perf_256x1024", ["wrong on fresh inputs (adversarial: magnitudes spread over 2^±16", "CUDAGATE_FRESH_SEED=",
                                 "draws them again", "actual nan"]),

@@ -1,10 +1,13 @@
-"""A simulated GPU for the hardening CPU tests (no tests here): device memory in numpy, kernels in Python.
+"""The CPU tests' one fake worker: :class:`FakeWorker` implements the same
+:class:`~pytest_cudagate.worker.client.Worker` Protocol as the real ``HarnessClient``, running the
+real harness ``Worker`` in this process on a simulated GPU.
 
 ``FakeDevice`` has the methods of :class:`cudagate_harness.driver.Device` the runner and worker
 use; launches run a Python function at once, so the whole run/compare flow (poison, guard zones,
-scrub, rotation, timed-output checks, fresh inputs) can be exercised without CUDA. A kernel body
-gets a :class:`Launch` with its arguments by name and views of device memory; writing outside an
-allocation is an illegal address (sticky), as on a GPU.
+scrub, rotation, timed-output checks, fresh inputs) is exercised without CUDA. A kernel body gets
+a :class:`Launch` with its arguments by name and views of device memory; writing outside an
+allocation is an illegal address (sticky), as on a GPU. Each launch advances the device clock by
+10 µs; a body may add more (``launch.device.clock += ...``) to look slower.
 """
 
 from __future__ import annotations
@@ -12,12 +15,19 @@ from __future__ import annotations
 import bisect
 import ctypes
 import json
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from cudagate_harness.compiler import check_options
 from cudagate_harness.driver import CudaError
 from cudagate_harness.protocol import numpy_dtype
+from cudagate_harness.worker import Worker
+from pytest_cudagate import session
+from pytest_cudagate.worker.client import CompareResult, RunResult
 
 LIMITS = {
     "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
@@ -213,88 +223,139 @@ def scrub_kernel() -> FakeKernel:
                              {"name": "words", "kind": "scalar", "dtype": "uint32"}])
 
 
-def make_worker(kernels: dict[str, FakeKernel], device: FakeDevice | None = None, emit=None, source=None):
-    """A real :class:`Worker` on a :class:`FakeDevice`, compiling entries to ``kernels``."""
-    from cudagate_harness.worker import Worker
+Kernels = dict[str, FakeKernel] | Callable[[dict], FakeKernel]
 
-    registry = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel(), **kernels}
+# The signature of the helpers' `scale` suite (y = 2 * x, rows × cols float32), in protocol form.
+SCALE_PARAMS = [{"name": "x", "kind": "buffer", "dtype": "float32", "intent": "in"},
+                {"name": "y", "kind": "buffer", "dtype": "float32", "intent": "out"},
+                {"name": "rows", "kind": "scalar", "dtype": "int32"}, {"name": "cols", "kind": "scalar", "dtype": "int32"}]
 
-    class FakeWorker(Worker):
+
+def scale_xy(launch: Launch):
+    """A `scale` kernel's x and y as arrays, and their element count."""
+    n = launch.args["rows"] * launch.args["cols"]
+    return launch.array("x", np.float32, n), launch.array("y", np.float32, n), n
+
+
+def honest(launch: Launch) -> None:
+    x, y, _ = scale_xy(launch)
+    y[:] = 2 * x
+
+
+def scale_kernels(body=honest, entry: str = "scale2") -> dict[str, FakeKernel]:
+    """The `scale` suite's kernel entry compiled to ``body``."""
+    return {entry: FakeKernel(body, SCALE_PARAMS)}
+
+
+def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, source=None) -> Worker:
+    """A real :class:`Worker` on a :class:`FakeDevice`; a kernel spec compiles to ``kernels[entry]``
+    (or ``kernels(spec)``, which may read the source)."""
+    builtin = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel()}
+
+    class FakeDeviceWorker(Worker):
         def function_for(self, kernel: dict, arch: str):
-            return FakeCompileResult(kernel["entry"], arch), registry[kernel["entry"]]
+            check_options(kernel.get("options", []))  # compile_kernel's refusals, without NVRTC
+            entry = kernel["entry"]
+            function = builtin.get(entry) or (kernels(kernel) if callable(kernels) else kernels[entry])
+            return FakeCompileResult(entry, arch), function
 
         def state(self) -> dict:
             return {}
 
-    return FakeWorker(device or FakeDevice(), emit or (lambda message: None), source or iter(()))
+    return FakeDeviceWorker(device or FakeDevice(), emit or (lambda message: None), source or iter(()))
 
 
-class InProcessClient:
-    """The :class:`~pytest_cudagate.worker.client.HarnessClient` interface over a fake worker in this process.
+class FakeWorker:
+    """A :class:`~pytest_cudagate.worker.client.Worker` over the real harness worker on a
+    :class:`FakeDevice`, in this process; it records every request it answers.
 
     A sticky fault ends the worker (as a real one exits); the next request gets a fresh one.
     """
 
-    timeout_s = 60.0
-
-    def __init__(self, kernels: dict[str, FakeKernel]):
+    def __init__(self, kernels: Kernels, *, timeout_s: float = 60.0, env: dict | None = None):
         self.kernels = kernels
-        self.worker = None
+        self.timeout_s = timeout_s
+        self.env = env
+        self.worker: Worker | None = None
+        self.hello: dict | None = None
         self.restarts = 0
-        self.env = None
+        self.requests: list[dict] = []
+        self.closed = False
 
-    def _worker(self, lines: list, replies: list):
+    @property
+    def device(self) -> dict:
+        return (self.hello or {}).get("device", {})
+
+    def start(self) -> dict:
+        self.hello = {"type": "hello", "protocol": 1, "ok": True, "pid": os.getpid(), "device": FakeDevice().describe(),
+                      "identity": {"driver_version": "580.00"}, "nvrtc_version": "13.0", "cuda_bindings_version": "13.0"}
+        return self.hello
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _worker(self, lines: list) -> Worker:
         if self.worker is None:
-            self.worker = make_worker(self.kernels, emit=lines.append)
+            self.worker = make_worker(self.kernels)
         self.worker.emit = lines.append
-        self.worker.source = iter(replies)
         return self.worker
 
-    def run(self, request: dict):
-        from pytest_cudagate.worker.client import RunResult
-
-        lines: list = []
-        worker = self._worker(lines, [])
+    def _handle(self, request: dict, lines: list, source) -> None:
+        self.requests.append(request)
+        worker = self._worker(lines)
+        worker.source = source
         try:
             worker.handle(json.loads(json.dumps(request)))
         except SystemExit:
             self.worker, self.restarts = None, self.restarts + 1
+        for line in lines:
+            if line["type"] == "error":
+                raise RuntimeError(f"harness worker rejected the request: {line['message']}")
+
+    def run(self, request: dict) -> RunResult:
+        lines: list = []
+        self._handle(request, lines, iter(()))
         result = RunResult(compile={})
         for line in lines:
             if line["type"] == "compile":
-                result.compile = {k: v for k, v in line.items() if k not in ("type", "id")}
+                result.compile = _body(line)
             elif line["type"] == "case":
-                result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
-            elif line["type"] == "error":
-                raise RuntimeError(line["message"])
+                result.cases[line["case"]] = _body(line)
         return result
 
-    def compare(self, request: dict, decide):
-        from pytest_cudagate.worker.client import CompareResult
-
+    def compare(self, request: dict, decide) -> CompareResult:
         result = CompareResult()
         lines: list = []
 
-        class Replies:
-            def __iter__(self):
-                return self
-
-            def __next__(self):
+        def replies():
+            while True:
                 chunk = next(line for line in reversed(lines) if line["type"] == "chunk")
                 result.chunks.append(chunk)
                 rounds = decide(chunk)
-                return json.dumps({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
+                yield json.dumps({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
 
-        worker = self._worker(lines, [])
-        worker.source = Replies()
-        try:
-            worker.handle(json.loads(json.dumps(request)))
-        except SystemExit:
-            self.worker, self.restarts = None, self.restarts + 1
+        self._handle(request, lines, replies())
         for line in lines:
             if line["type"] == "compile":
-                result.compile[line.get("role", "current")] = {k: v for k, v in line.items() if k not in ("type", "id")}
+                result.compile[line.get("role", "current")] = _body(line)
             elif line["type"] == "case":
-                result.body = {k: v for k, v in line.items() if k not in ("type", "id")}
+                result.body = _body(line)
         return result
 
+
+def _body(line: dict) -> dict:
+    return {k: v for k, v in line.items() if k not in ("type", "id")}
+
+
+def install(monkeypatch, tmp_path: Path, kernels: Kernels) -> list[FakeWorker]:
+    """Make :func:`pytest_cudagate.session.open_worker` start :class:`FakeWorker` on ``kernels``
+    (GPU locks under ``tmp_path``); returns every worker started."""
+    started: list[FakeWorker] = []
+
+    def start(**options) -> FakeWorker:
+        started.append(FakeWorker(kernels, **options))
+        return started[-1]
+
+    monkeypatch.setattr(session, "HarnessClient", start)
+    monkeypatch.setenv("CUDAGATE_LOCK_DIR", str(tmp_path / "locks"))
+    return started

@@ -1,0 +1,129 @@
+"""``cudagate approve``: record working-tree kernels as approved, with baselines measured here.
+
+A kernel is approved only if the gate passes it. One approval run (:func:`approval_run`) is a fresh
+worker under the GPU's lock and one pass of :meth:`Gate.baseline` over the kernel's cases: the
+checks of ``pytest --cuda-gate`` (fresh inputs, guard zones, the sanitizer, ...), its refusals in
+its words, and each performance case's timed samples for the baseline.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+import git
+
+from pytest_cudagate import __version__
+from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.config import GateConfig
+from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
+from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.stats import summarize
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.session import open_worker
+from pytest_cudagate.suite.model import Program, Suite
+from pytest_cudagate.trust import SIGNING_KEY_ENV, load_private_key
+from pytest_cudagate.trust.ledger import sign_ledger
+from pytest_cudagate.worker.fingerprint import Fingerprint
+
+
+@dataclass
+class ApprovalRun:
+    """One gate pass over a kernel's cases on one fresh worker."""
+
+    kernel: str
+    fingerprint: Fingerprint
+    outcomes: list[CaseOutcome]
+
+    def refusals(self) -> list[str]:
+        """Why the gate fails the kernel, in its words: one entry per distinct reason, naming its cases."""
+        reasons: dict[str, list[str]] = {}
+        for outcome in self.outcomes:
+            if outcome.failed:
+                reasons.setdefault(outcome.message, []).append(outcome.case)
+        return [f"{', '.join(cases)}: {message}" for message, cases in reasons.items()]
+
+    def warnings(self) -> list[str]:
+        return [f"{o.case}: {o.warning}" for o in self.outcomes if o.warning and not o.failed]
+
+    def samples(self) -> dict[str, list[float]]:
+        """Timed samples (ms) per performance case."""
+        return {o.case: list(o.correctness.samples_ms) for o in self.outcomes
+                if o.kind == "performance" and o.correctness is not None and o.correctness.samples_ms}
+
+
+def approval_run(suite: Suite, program: Program, config: GateConfig, output_dir: Path) -> ApprovalRun:
+    """Start a worker (GPU lock held), pass ``program`` through the gate on every case, stop the worker."""
+    options = GateOptions(strict=config.strict, threshold=config.threshold, fresh_seed=config.fresh_seed)
+    with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
+        gate = Gate(worker.client, worker.fingerprint, options, output_dir)
+        outcomes = []
+        for case in suite.cases:
+            problem = case_data_problem(suite, case)
+            if problem:
+                outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True, message=problem))
+            else:
+                outcomes.append(gate.baseline(suite, program, case))
+    return ApprovalRun(program.name, worker.fingerprint, outcomes)
+
+
+def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approved_by: str | None = None,
+            key_file: str | None = None, out: TextIO) -> bool:
+    """Approve each kernel the gate passes and record its baseline; write the ledger. False if any was refused."""
+    ledger = Ledger.for_suite(suite)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    who = approved_by or user_name(suite.root)
+    refused = False
+    with tempfile.TemporaryDirectory(prefix="cudagate-approve-") as work:
+        for program in kernels:
+            run = approval_run(suite, program, config, Path(work) / program.name)
+            print(f"measuring on {run.fingerprint.key()}: {run.fingerprint.describe()}", file=out)
+            for warning in run.warnings():
+                print(f"{program.name}: warning: {warning}", file=out)
+            if run.refusals():
+                refused = True
+                print(f"{program.name}: NOT approved; it fails the gate:\n" + textwrap.indent("\n".join(run.refusals()), "  "),
+                      file=out)
+                continue
+            print(f"{program.name}: {record(ledger, suite, program, run, who, now)}", file=out)
+    key = load_private_key(key_file) if (key_file or os.environ.get(SIGNING_KEY_ENV)) else None
+    if key is not None:
+        sign_ledger(ledger, key, who)
+    ledger.save()
+    print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
+                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"),
+          file=out)
+    return not refused
+
+
+def record(ledger: Ledger, suite: Suite, program: Program, run: ApprovalRun, who: str, now: str) -> str:
+    """Approve ``program`` in ``ledger`` (a changed build replaces the entry; the old one goes to
+    history) and store the run's samples as its baseline on this hardware; say what was done."""
+    current = ledger.approvals.get(program.name)
+    if current is None or current.identity() != build_identity(program):
+        if current is not None:
+            ledger.history.append({**current.signed_payload(), "baselines": sorted(current.baselines)})
+        current = approval_for(ledger, program, approved_by=who, approved_at=now, git=git_state(suite.root),
+                               tool_version=__version__)
+        ledger.approvals[program.name] = current
+        what = f"approved {current.source_sha256[:12]}"
+    else:
+        what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
+    cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache}
+             for name, samples in run.samples().items()}
+    current.baselines[run.fingerprint.key()] = Baseline(run.fingerprint.to_dict(), now, cases)
+    medians = ", ".join(f"{c} {v['summary']['median'] * 1000:.2f} µs" for c, v in cases.items())
+    return f"{what} by {who}; baseline: {medians}"
+
+
+def user_name(root: Path) -> str:
+    try:
+        return git.Repo(root, search_parent_directories=True).config_reader().get_value("user", "name")
+    except Exception:  # no repository or no user.name configured
+        return getpass.getuser()

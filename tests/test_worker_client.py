@@ -1,0 +1,69 @@
+"""HarnessClient against a stub worker process (tests/stub_worker.py): answers, a crash, a hang and
+the restarts after them, all on the CPU through the client's injectable worker command."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_cudagate.errors import WorkerUnavailable
+from pytest_cudagate.worker.client import HarnessClient, Worker
+
+STUB = str(Path(__file__).with_name("stub_worker.py"))
+
+
+def client(mode: str = "answer", timeout_s: float = 10.0) -> HarnessClient:
+    return HarnessClient(timeout_s=timeout_s, command=[sys.executable, STUB, mode])
+
+
+def run(worker: Worker, *names: str):
+    return worker.run({"op": "run", "cases": [{"name": n} for n in names]})
+
+
+def test_a_worker_answers_every_case():
+    with client() as worker:
+        hello = worker.start()
+        result = run(worker, "a", "b")
+    assert hello["device"]["name"] == "Stub GPU" and worker.device["uuid"] == "GPU-stub"
+    assert result.compile["ok"] and [body["status"] for body in result.cases.values()] == ["ok", "ok"]
+    assert result.restarts == 0
+
+
+def test_a_crash_costs_its_own_case_and_a_fresh_worker_answers_the_rest():
+    with client() as worker:
+        worker.start()
+        first = worker.hello["pid"]
+        result = run(worker, "a", "crash", "b")
+    crash = result.cases["crash"]["error"]
+    assert crash["kind"] == "crash" and "exit code 7" in crash["message"] and "crashing as asked" in crash["message"]
+    assert result.cases["a"]["pid"] == first and result.cases["b"]["status"] == "ok"
+    assert result.cases["b"]["pid"] != first and result.restarts == 1
+
+
+def test_a_hang_is_killed_at_the_watchdog_and_the_rest_still_runs():
+    with client(timeout_s=1.0) as worker:
+        worker.start()
+        result = run(worker, "hang", "b")
+    hang = result.cases["hang"]["error"]
+    assert hang["kind"] == "timeout" and "no answer within 1 s" in hang["message"]
+    assert result.cases["b"]["status"] == "ok" and result.restarts == 1
+
+
+def test_a_compare_conversation_follows_the_decisions_and_survives_a_dead_worker():
+    with client() as worker:
+        worker.start()
+        rounds = iter([1, 1, 0])
+        result = worker.compare({"op": "compare", "case": {"name": "perf"}}, lambda chunk: next(rounds))
+        assert len(result.chunks) == 3 and result.body["status"] == "ok"
+        assert run(worker, "crash").cases["crash"]["error"]["kind"] == "crash"
+        again = worker.compare({"op": "compare", "case": {"name": "perf"}}, lambda chunk: 0)  # a fresh worker
+    assert again.body["status"] == "ok" and again.body["pid"] != result.body["pid"] and worker.restarts == 1
+
+
+@pytest.mark.parametrize("mode, says", [("nogpu", "no CUDA device (stub)"), ("silent", "did not start")])
+def test_a_worker_that_cannot_start_is_unavailable(mode, says):
+    with client(mode) as worker, pytest.raises(WorkerUnavailable, match=re.escape(says)):
+        worker.start()

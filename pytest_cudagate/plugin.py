@@ -16,6 +16,7 @@ import pytest
 
 from pytest_cudagate.config import (DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, OptionError, load_settings,
                                     resolve)
+from pytest_cudagate.errors import FileError
 
 if TYPE_CHECKING:
     from pytest_cudagate.session import GateRuntime
@@ -35,8 +36,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: [tool.cudagate] timeout_s, else 60)")
     group.addoption("--cuda-gate-strict", action="store_true",
                     help="fail on inconclusive or unstable latency verdicts instead of warning")
-    group.addoption("--cuda-gate-release", action="store_true",
-                    help="release mode: also judge against the stored baseline of this hardware; incomparable fails")
+    # An optional value: bare, it must come last (or before another option) so that it cannot take a path.
+    group.addoption("--cuda-gate-release", nargs="?", const="", default=None, metavar="REF",
+                    help="release mode: time each kernel interleaved against its version approved at REF (default: "
+                         "the newest tag matching [tool.cudagate] release_tags, else v*, before HEAD); a regression "
+                         "against it, or against the stored runs of an unchanged kernel, fails. Write "
+                         "--cuda-gate-release=REF, or the bare flag after the paths")
     group.addoption("--cuda-gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
                     help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
     group.addoption("--cuda-gate-threshold", type=float, default=None, metavar="F",
@@ -69,17 +74,18 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
 
     trust_root = load_trust_root(config)
-    settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
     try:
+        settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
         gate_config = resolve(
             settings, arch=config.getoption("cuda_gate_arch"), timeout_s=config.getoption("cuda_gate_timeout"),
             threshold=config.getoption("cuda_gate_threshold"), threshold_option="--cuda-gate-threshold",
             budget_s=config.getoption("cuda_gate_budget"), lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
-            strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release"),
+            strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release") is not None,
+            release_ref=config.getoption("cuda_gate_release") or None,
             fresh_seed=config.getoption("cuda_gate_fresh_seed"),
             allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
             require_gpu=config.getoption("cuda_gate_require_gpu"))
-    except OptionError as exc:
+    except (OptionError, FileError) as exc:
         raise pytest.UsageError(str(exc)) from None
     session = GateSession.start(config, gate_config, trust_root)
     config.stash[RUNTIME] = session.runtime

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pytest_cudagate import __version__
-from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.build import build_record, compile_program
 from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
 from pytest_cudagate.config import project_config
@@ -37,7 +37,7 @@ from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_iden
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import BASELINE_ROUNDS
 from pytest_cudagate.worker.requests import run_request
-from pytest_cudagate.judge.stats import summarize
+from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, summarize
 from pytest_cudagate.diffing import kernel_diff
 
 
@@ -143,16 +143,61 @@ def cmd_cases_generate(args) -> int:
 
 
 def cmd_approve(args) -> int:
-    """Record the working-tree kernel(s) as approved, with baselines measured here and now."""
+    """Record the working-tree kernel(s) as approved, with baselines measured here and now: ``--runs``
+    independent runs, each one run median per case (the spread a stored baseline is judged by)."""
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     ledger = Ledger.for_suite(suite)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     who = args.approved_by or _user_name(suite.root)
+    if args.runs < 1:
+        raise CudagateError(f"--runs {args.runs}: at least one run; {DEFAULT_APPROVAL_RUNS} (the default) gives the "
+                            "spread a stored baseline is judged by")
+    timeout = project_config(suite, timeout_s=args.timeout).timeout_s
+    runs = [_approval_run(suite, kernels, timeout, number, args.runs) for number in range(1, args.runs + 1)]
+    fingerprint, arch = runs[0][0], runs[0][1]
     refused = False
-    with HarnessClient(timeout_s=project_config(suite, timeout_s=args.timeout).timeout_s) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
+    for program in kernels:
+        problems = [p for _, _, measured in runs for p in measured[program.name][0]]
+        if problems:
+            refused = True
+            print(f"{program.name}: NOT approved; it fails the gate:\n" + _indent("\n".join(dict.fromkeys(problems)), 2))
+            continue
+        # The first run's launches are kept for the plots; the interval comes from the run medians.
+        baseline_cases = runs[0][2][program.name][1]
+        for case, entry in baseline_cases.items():
+            entry["run_medians_ms"] = [measured[program.name][1][case]["summary"]["median"] for _, _, measured in runs]
+        current = ledger.approvals.get(program.name)
+        if current is None or current.identity() != build_identity(program):
+            if current is not None:
+                ledger.history.append({**current.signed_payload(), "baselines": sorted(current.baselines)})
+            current = approval_for(ledger, program, approved_by=who, approved_at=now,
+                                   git=git_state(suite.root), tool_version=__version__)
+            ledger.approvals[program.name] = current
+            what = f"approved {current.source_sha256[:12]}"
+        else:
+            what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
+        current.build = build_record(program, arch)
+        current.baselines[fingerprint.key()] = Baseline(fingerprint.to_dict(), now, baseline_cases)
+        medians = ", ".join(f"{c} {_spread_text(v['run_medians_ms'])}" for c, v in baseline_cases.items())
+        print(f"{program.name}: {what} by {who}; baseline of {args.runs} run(s): {medians}")
+    key = load_private_key(args.key) if (args.key or os.environ.get(SIGNING_KEY_ENV)) else None
+    if key is not None:
+        sign_ledger(ledger, key, who)
+    ledger.save()
+    print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
+                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"))
+    return EXIT_FAILED if refused else 0
+
+
+def _approval_run(suite, kernels, timeout_s: float, number: int, of: int):
+    """One independent approval run: a fresh worker (fresh allocations, its own warm-up) over every
+    case of ``kernels``. Returns (fingerprint, arch, {kernel: (problems, {case: baseline entry})})."""
+    measured = {}
+    with HarnessClient(timeout_s=timeout_s) as client, tempfile.TemporaryDirectory(prefix="cudagate-approve-") as out:
         fingerprint = Fingerprint.from_hello(client.start())
-        print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
+        if number == 1:
+            print(f"measuring on {fingerprint.key()}: {fingerprint.describe()}")
         for program in kernels:
             problems, baseline_cases = [], {}
             for case in suite.cases:
@@ -166,38 +211,24 @@ def cmd_approve(args) -> int:
                     break
                 body = result.cases[case.name]
                 verdict = judge_case(program.name, case.name, body,
-                                load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                                suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
+                                     load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
+                                     suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers})
                 if not verdict.passed:
                     problems.append(verdict.describe())
                 elif timing:
                     samples = body["timing"]["samples_ms"]
                     baseline_cases[case.name] = {"summary": summarize(samples).to_dict(), "samples_ms": samples,
                                                  "cache": timing["cache"]}
-            if problems:
-                refused = True
-                print(f"{program.name}: NOT approved; it fails the gate:\n" + _indent("\n".join(problems), 2))
-                continue
-            current = ledger.approvals.get(program.name)
-            if current is None or current.identity() != build_identity(program):
-                if current is not None:
-                    ledger.history.append({**current.signed_payload(), "baselines": sorted(current.baselines)})
-                current = approval_for(ledger, program, approved_by=who, approved_at=now,
-                                       git=git_state(suite.root), tool_version=__version__)
-                ledger.approvals[program.name] = current
-                what = f"approved {current.source_sha256[:12]}"
-            else:
-                what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
-            current.baselines[fingerprint.key()] = Baseline(fingerprint.to_dict(), now, baseline_cases)
-            medians = ", ".join(f"{c} {v['summary']['median'] * 1000:.2f} µs" for c, v in baseline_cases.items())
-            print(f"{program.name}: {what} by {who}; baseline: {medians}")
-    key = load_private_key(args.key) if (args.key or os.environ.get(SIGNING_KEY_ENV)) else None
-    if key is not None:
-        sign_ledger(ledger, key, who)
-    ledger.save()
-    print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
-                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"))
-    return EXIT_FAILED if refused else 0
+            measured[program.name] = (problems, baseline_cases)
+        arch = client.device["arch"]
+    if of > 1:
+        print(f"  run {number} of {of} done")
+    return fingerprint, arch, measured
+
+
+def _spread_text(medians: list[float]) -> str:
+    low, high = min(medians), max(medians)
+    return f"{low * 1000:.2f} µs" if len(medians) == 1 else f"{low * 1000:.2f}–{high * 1000:.2f} µs"
 
 
 def cmd_diff(args) -> int:
@@ -241,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("suite", metavar="SUITE")
     approve.add_argument("kernel", nargs="?", metavar="KERNEL", help="only this kernel (default: all)")
     approve.add_argument("--approved-by", metavar="NAME", help="reviewer's name (default: git user.name)")
+    approve.add_argument("--runs", type=int, default=DEFAULT_APPROVAL_RUNS, metavar="N",
+                         help=f"independent runs, each in a fresh worker, whose medians a byte-identical kernel is "
+                              f"later judged against (default {DEFAULT_APPROVAL_RUNS}; at least 2 for that)")
     approve.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from helpers import write_suite
 from pytest_cudagate.approvals import Ledger, approval_for
@@ -235,3 +236,14 @@ def test_cudagate_gate_passes_the_bare_flag_without_swallowing_a_path(pytester, 
     assert "refused" not in done.stdout + done.stderr, done.stdout + done.stderr
     assert "kernels/scale/cudagate.yaml::scale2::release PASSED" in done.stdout, done.stdout + done.stderr
     assert "release reference v1.0.0" in done.stdout
+
+
+def test_the_example_release_job_runs_the_release_gate_on_a_full_clone():
+    root = Path(__file__).resolve().parents[1]
+    job = yaml.safe_load((root / "examples/workflows/gpu-gate.yml").read_text())["jobs"]["release-gate"]
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["fetch-depth"] == 0
+    gate = next(s for s in job["steps"] if s.get("uses") == "./")
+    assert gate["with"]["release"] == "true"
+    run = next(s for s in yaml.safe_load((root / "action.yml").read_text())["runs"]["steps"] if s.get("id") == "gate")["run"]
+    assert 'args+=(--cuda-gate-release)' in run and 'cudagate gate --trusted-ref' in run

@@ -55,7 +55,7 @@ class Approval:
     git: dict
     tool_version: str
     baselines: dict[str, Baseline] = field(default_factory=dict)
-    # Optional: how the approved binary was built, {"nvrtc": "13.0", "options": [...],
+    # Optional: how the approved binary was built, {"nvrtc_version": "13.0", "options": [...],
     # "cubin_sha256": {"sm_90": "..."}}, so a release can tell a toolchain change from a kernel change.
     build: dict | None = None
 

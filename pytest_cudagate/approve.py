@@ -3,7 +3,9 @@
 A kernel is approved only if the gate passes it. One approval run (:func:`approval_run`) is a fresh
 worker under the GPU's lock and one pass of :meth:`Gate.baseline` over the kernel's cases: the
 checks of ``pytest --cuda-gate`` (fresh inputs, guard zones, the sanitizer, ...), its refusals in
-its words, and each performance case's timed samples for the baseline.
+its words, and each performance case's timed samples for the baseline. ``--runs N`` makes N such
+independent runs (fresh worker, fresh allocations, own warm-up) and stores each one's median per
+case: the spread a stored baseline is judged by (docs/release-gate.md).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_iden
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.judge.stats import summarize
+from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, summarize
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.model import Program, Suite
 from pytest_cudagate.trust import SIGNING_KEY_ENV, load_private_key
 from pytest_cudagate.trust.ledger import sign_ledger
+from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
 
@@ -39,6 +42,7 @@ class ApprovalRun:
 
     kernel: str
     fingerprint: Fingerprint
+    arch: str
     outcomes: list[CaseOutcome]
 
     def refusals(self) -> list[str]:
@@ -70,28 +74,37 @@ def approval_run(suite: Suite, program: Program, config: GateConfig, output_dir:
                 outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True, message=problem))
             else:
                 outcomes.append(gate.baseline(suite, program, case))
-    return ApprovalRun(program.name, worker.fingerprint, outcomes)
+        arch = worker.client.device["arch"]
+    return ApprovalRun(program.name, worker.fingerprint, arch, outcomes)
 
 
 def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approved_by: str | None = None,
-            key_file: str | None = None, out: TextIO) -> bool:
-    """Approve each kernel the gate passes and record its baseline; write the ledger. False if any was refused."""
+            key_file: str | None = None, runs: int = DEFAULT_APPROVAL_RUNS, out: TextIO) -> bool:
+    """Approve each kernel the gate passes in every one of ``runs`` independent runs and record its
+    baseline; write the ledger. False if any was refused."""
     ledger = Ledger.for_suite(suite)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     who = approved_by or user_name(suite.root)
     refused = False
     with tempfile.TemporaryDirectory(prefix="cudagate-approve-") as work:
         for program in kernels:
-            run = approval_run(suite, program, config, Path(work) / program.name)
-            print(f"measuring on {run.fingerprint.key()}: {run.fingerprint.describe()}", file=out)
-            for warning in run.warnings():
-                print(f"{program.name}: warning: {warning}", file=out)
-            if run.refusals():
+            measured: list[ApprovalRun] = []
+            for number in range(runs):
+                run = approval_run(suite, program, config, Path(work) / program.name / str(number))
+                if number == 0:
+                    print(f"measuring on {run.fingerprint.key()}: {run.fingerprint.describe()}", file=out)
+                for warning in run.warnings():
+                    print(f"{program.name}: warning: {warning}", file=out)
+                measured.append(run)
+                if run.refusals():  # one failing run refuses the kernel: no need to measure the rest
+                    break
+            refusals = measured[-1].refusals()
+            if refusals:
                 refused = True
-                print(f"{program.name}: NOT approved; it fails the gate:\n" + textwrap.indent("\n".join(run.refusals()), "  "),
+                print(f"{program.name}: NOT approved; it fails the gate:\n" + textwrap.indent("\n".join(refusals), "  "),
                       file=out)
                 continue
-            print(f"{program.name}: {record(ledger, suite, program, run, who, now)}", file=out)
+            print(f"{program.name}: {record(ledger, suite, program, measured, who, now)}", file=out)
     key = load_private_key(key_file) if (key_file or os.environ.get(SIGNING_KEY_ENV)) else None
     if key is not None:
         sign_ledger(ledger, key, who)
@@ -102,9 +115,10 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
     return not refused
 
 
-def record(ledger: Ledger, suite: Suite, program: Program, run: ApprovalRun, who: str, now: str) -> str:
+def record(ledger: Ledger, suite: Suite, program: Program, runs: list[ApprovalRun], who: str, now: str) -> str:
     """Approve ``program`` in ``ledger`` (a changed build replaces the entry; the old one goes to
-    history) and store the run's samples as its baseline on this hardware; say what was done."""
+    history) and store its baseline on this hardware: each run's median per case, and the first
+    run's launches for the plots; say what was done."""
     current = ledger.approvals.get(program.name)
     if current is None or current.identity() != build_identity(program):
         if current is not None:
@@ -115,11 +129,19 @@ def record(ledger: Ledger, suite: Suite, program: Program, run: ApprovalRun, who
         what = f"approved {current.source_sha256[:12]}"
     else:
         what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
-    cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache}
-             for name, samples in run.samples().items()}
-    current.baselines[run.fingerprint.key()] = Baseline(run.fingerprint.to_dict(), now, cases)
-    medians = ", ".join(f"{c} {v['summary']['median'] * 1000:.2f} µs" for c, v in cases.items())
-    return f"{what} by {who}; baseline: {medians}"
+    first = runs[0]
+    current.build = build_record(program, first.arch)
+    cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache,
+                    "run_medians_ms": [summarize(run.samples()[name]).median for run in runs]}
+             for name, samples in first.samples().items()}
+    current.baselines[first.fingerprint.key()] = Baseline(first.fingerprint.to_dict(), now, cases)
+    medians = ", ".join(f"{c} {_spread(v['run_medians_ms'])}" for c, v in cases.items())
+    return f"{what} by {who}; baseline of {len(runs)} run(s): {medians}"
+
+
+def _spread(medians: list[float]) -> str:
+    low, high = min(medians), max(medians)
+    return f"{low * 1000:.2f} µs" if len(medians) == 1 else f"{low * 1000:.2f}–{high * 1000:.2f} µs"
 
 
 def user_name(root: Path) -> str:

@@ -27,6 +27,7 @@ from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
+from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
 from pytest_cudagate.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
@@ -156,7 +157,11 @@ def cmd_approve(args) -> int:
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     config = project_config(suite, timeout_s=args.timeout)
-    approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, out=sys.stdout)
+    if args.runs < 1:
+        raise CudagateError(f"--runs {args.runs}: at least one run; {DEFAULT_APPROVAL_RUNS} (the default) gives the "
+                            "spread a stored baseline is judged by")
+    approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, runs=args.runs,
+                       out=sys.stdout)
     return 0 if approved else EXIT_FAILED
 
 
@@ -188,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("suite", metavar="SUITE")
     approve.add_argument("kernel", nargs="?", metavar="KERNEL", help="only this kernel (default: all)")
     approve.add_argument("--approved-by", metavar="NAME", help="reviewer's name (default: git user.name)")
+    approve.add_argument("--runs", type=int, default=DEFAULT_APPROVAL_RUNS, metavar="N",
+                         help=f"independent runs, each in a fresh worker, whose medians a byte-identical kernel is "
+                              f"later judged against (default {DEFAULT_APPROVAL_RUNS}; at least 2 for that)")
     approve.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")

@@ -20,12 +20,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_KEYS = {"suites", "arch", "timeout_s", "trusted_keys"}
+_KEYS = {"suites", "arch", "timeout_s", "trusted_keys", "release_tags"}
 
 DEFAULT_ARCH = "sm_90"  # compile target when no GPU is present (the H200's)
 DEFAULT_TIMEOUT_S = 60.0  # watchdog per case: a kernel silent for longer is killed
 DEFAULT_BUDGET_S = 2.0  # measurement time per performance case of the interleaved comparison
 DEFAULT_LOCK_TIMEOUT_S = 600.0  # wait for another gate run to release the GPU
+DEFAULT_RELEASE_TAGS = "v*"  # tags that name releases: the release gate's default reference is the newest
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Settings:
     arch: str | None = None  # compile target when no GPU is present
     timeout_s: float | None = None  # per-case watchdog
     trusted_keys: tuple[str, ...] = field(default_factory=tuple)
+    release_tags: str = DEFAULT_RELEASE_TAGS  # fnmatch pattern of release tags
 
 
 def settings_problems(raw: dict) -> list[str]:
@@ -65,6 +67,10 @@ def settings_problems(raw: dict) -> list[str]:
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout <= 86400):
         problems.append(f"tool.cudagate.timeout_s: expected seconds between 0 and 86400, not {str(timeout)[:40]}")
+    release_tags = raw.get("release_tags", DEFAULT_RELEASE_TAGS)
+    if not isinstance(release_tags, str) or not release_tags.strip() or len(release_tags) > 200:
+        problems.append(f"tool.cudagate.release_tags: {str(release_tags)[:60]!r} is not a tag pattern; give one string "
+                        f"such as \"{DEFAULT_RELEASE_TAGS}\" or \"release-*\" (fnmatch syntax)")
     return problems
 
 
@@ -91,6 +97,7 @@ def settings_from_table(root: Path, raw, path) -> Settings:
         arch=raw.get("arch"),
         timeout_s=raw.get("timeout_s"),
         trusted_keys=tuple(raw.get("trusted_keys", ())),
+        release_tags=raw.get("release_tags", DEFAULT_RELEASE_TAGS),
     )
 
 
@@ -105,6 +112,8 @@ class GateConfig:
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
     strict: bool = False
     release: bool = False
+    release_ref: str | None = None  # None: the newest release tag (see release_tags); only with release
+    release_tags: str = DEFAULT_RELEASE_TAGS
     fresh_seed: int | None = None
     allow_unsigned: bool = False
     require_gpu: bool = False
@@ -128,7 +137,7 @@ def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | N
     """The run's configuration: command-line values (None when not given) over ``settings`` over
     the defaults. ``options`` are the remaining :class:`GateConfig` fields, as given."""
     given = {k: v for k, v in options.items() if v is not None}
-    return GateConfig(arch=arch or settings.arch or DEFAULT_ARCH,
+    return GateConfig(arch=arch or settings.arch or DEFAULT_ARCH, release_tags=settings.release_tags,
                       timeout_s=next(t for t in (timeout_s, settings.timeout_s, DEFAULT_TIMEOUT_S) if t is not None),
                       threshold=check_threshold(threshold, threshold_option), **given)
 

@@ -7,6 +7,7 @@ exactly the rules a pull request is.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -16,17 +17,20 @@ from pathlib import Path
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
-from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
+from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
-from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult, against_baseline, incomparable,
-                      worst)
+from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
+                                           against_runs, blocks, incomparable, warns)
+from pytest_cudagate.paths import display_path
+from pytest_cudagate.release import AbsentAtRef, BuildRecord, ReleaseSource, build_drift
+from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
-from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
@@ -36,7 +40,7 @@ from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 @dataclass(frozen=True)
 class GateOptions:
     strict: bool = False  # inconclusive and unstable fail
-    release: bool = False  # also judge against the stored baseline; incomparable fails
+    release: bool = False  # also judge against the previous release; regressed against stored runs and incomparable fail
     budget_s: float = DEFAULT_BUDGET_S  # measurement time per case
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
@@ -67,11 +71,13 @@ def case_data_problem(suite: Suite, case: Case) -> str | None:
 class Gate:
     """Judges cases on one worker, for one hardware fingerprint."""
 
-    def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path):
+    def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path,
+                 release: ReleaseSource | None = None):
         self.client = client
         self.fingerprint = fingerprint
         self.options = options
         self.output_dir = output_dir
+        self.release = release  # release mode's reference (options.release)
         seed = options.fresh_seed if options.fresh_seed is not None else os.environ.get("CUDAGATE_FRESH_SEED")
         self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
@@ -96,11 +102,16 @@ class Gate:
         elif source_text is None and build_identity(program) == approval.identity():
             body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
             outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
-                approval, case, body, threshold)
+                suite, approval, case, body, threshold)
             outcome.latency.discarded = discarded
         else:
-            body, compile_info, outcome.latency = self._interleaved(outcome, suite, program, case, ledger, approval,
-                                                                threshold, out, source_text, extra)
+            body, compile_info, outcome.latency = self._interleaved(
+                outcome, suite, program, case, ledger.approved_spec(approval), ledger.approved_launch(approval, case.name),
+                threshold, out, source_text, extra)
+        if (self.release is not None and outcome.latency is not None and compile_info is not None
+                and compile_info.get("ok") and body.get("status") == "ok"):
+            outcome.latency.release = self._against_release(outcome, suite, program, case, approval, threshold, out,
+                                                            source_text, extra)
         return self._judge(outcome, suite, program, case, body, compile_info, extra, source_text)
 
     def baseline(self, suite: Suite, program: Program, case: Case) -> CaseOutcome:
@@ -220,20 +231,20 @@ class Gate:
             state["other_processes"] = [p for p in state["other_processes"] if p.get("pid") != worker]
         return state
 
-    def _identical(self, approval, case: Case, body: dict, threshold: float) -> LatencyResult:
+    def _identical(self, suite: Suite, approval, case: Case, body: dict, threshold: float) -> LatencyResult:
         baseline = approval.baselines.get(self.fingerprint.key())
         if baseline is None or case.name not in baseline.cases:
-            return incomparable(threshold, "the kernel is identical to the approved version, and no baseline was "
-                                           f"recorded on this hardware ({self.fingerprint.key()}){self._nearest(approval)}; "
-                                           "a maintainer records one with `cudagate approve` on this runner",
-                                self.fingerprint_text)
+            result = incomparable(threshold, "the kernel is identical to the approved version, and no baseline was "
+                                             f"recorded on this hardware ({self.fingerprint.key()}){self._nearest(approval)}; "
+                                             "a maintainer records one with `cudagate approve` on this runner",
+                                  self.fingerprint_text)
+            result.advisory = True
+            return result
         samples = (body.get("timing") or {}).get("samples_ms") or []
         if not samples:
             return incomparable(threshold, "no timing samples (the case did not run)", self.fingerprint_text)
-        result = against_baseline(samples, baseline.cases[case.name]["samples_ms"], threshold)
-        result.fingerprint = self.fingerprint_text
-        result.advisory = True
-        return result
+        return against_runs(baseline.cases[case.name], samples, threshold, suite=display_path(suite.path),
+                            fingerprint=self.fingerprint_text)
 
     def _nearest(self, approval) -> str:
         """How this hardware differs from the closest one that has a baseline (empty if none has)."""
@@ -250,10 +261,11 @@ class Gate:
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
-    def _interleaved(self, outcome, suite, program, case, ledger: Ledger, approval, threshold, out, source_text, extra=None):
-        request = compare_request(suite, program, case, approved=ledger.approved_spec(approval),
-                                  approved_launch=ledger.approved_launch(approval, case.name), output_dir=out,
-                                  chunk=suite.timing.repeat, source_text=source_text)
+    def _interleaved(self, outcome, suite, program, case, approved_spec: dict, approved_launch: Launch, threshold, out,
+                     source_text, extra=None, which: str = "the approved version"):
+        """``program`` timed interleaved against ``approved_spec`` (``which`` names it in messages)."""
+        request = compare_request(suite, program, case, approved=approved_spec, approved_launch=approved_launch,
+                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         result = self.client.compare(request, sampler.decide)
@@ -262,26 +274,64 @@ class Gate:
         approved_compile = result.compile.get("approved")
         body = result.body or {"status": "error", "error": {"kind": "crash", "message": "no answer"}}
         if approved_compile is not None and not approved_compile.get("ok"):
-            return body, compile_info, incomparable(threshold, "the approved version no longer compiles here:\n"
+            return body, compile_info, incomparable(threshold, f"{which} no longer compiles here:\n"
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
         resolved = suite.resolved(case)
-        approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
-                                    resolved.expected_outputs(), suite.tolerance, resolved.shapes,
-                                    checks=(extra or {}).get("checks"))
+        approved_check = judge_case(f"{program.name}@{approved_spec['source_name']}", case.name,
+                                    {"status": "ok", **body["approved"]}, resolved.expected_outputs(), suite.tolerance,
+                                    resolved.shapes, checks=(extra or {}).get("checks"))
         if not approved_check.passed:
-            return body, compile_info, incomparable(threshold, "the approved version fails this case now, so its "
+            return body, compile_info, incomparable(threshold, f"{which} fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)
-        latency = sampler.result(self.fingerprint_text)
-        if self.options.release and latency.current is not None:
-            baseline = approval.baselines.get(self.fingerprint.key())
-            if baseline is None or case.name not in baseline.cases:
-                latency.baseline = incomparable(threshold, f"no baseline for this hardware ({self.fingerprint.key()})")
-            else:
-                latency.baseline = against_baseline(latency.samples["current"], baseline.cases[case.name]["samples_ms"], threshold)
-            latency.verdict = worst(latency.verdict, latency.baseline.verdict)
-        return body, compile_info, latency
+        return body, compile_info, sampler.result(self.fingerprint_text)
+
+    # -- release mode (docs/release-gate.md) ----------------------------------------------------
+    def _against_release(self, outcome, suite, program, case, approval, threshold, out, source_text, extra) -> LatencyResult:
+        """Current against the version approved at the release ref, timed as the PR gate times
+        current against approved. When nothing differs from the release (the kernel is byte-identical
+        to it, or the approved version is the released one and was just timed), nothing more is timed."""
+        try:
+            released = self.release.lookup(suite, program.name)
+        except CudagateError as exc:
+            # Said once per kernel by its `release` item, which fails unless this is a first release.
+            result = incomparable(threshold, str(exc), self.fingerprint_text)
+            result.advisory = True
+            return result
+        if isinstance(released, AbsentAtRef):
+            result = incomparable(threshold, released.describe() + "; judged by the PR gate only", self.fingerprint_text)
+            result.advisory = True
+            return result
+        current = build_record(program, self._arch(), source_text)
+        drift = (build_drift(released.build, BuildRecord.from_json(current)).describe(released.label)
+                 if current is not None else "")
+        label = released.label
+        if source_text is None and released.identity() == build_identity(program):
+            return LatencyResult(Latency.PASS, threshold, reason=f"identical to the version approved at {label} "
+                                 "(source, headers, entry, options and launch): nothing to time side by side",
+                                 note=drift, fingerprint=self.fingerprint_text)
+        latency = outcome.latency
+        if (approval is not None and released.identity() == approval.identity() and latency.estimate is not None
+                and latency.run_spread is None):
+            # The approved version is the released one: the comparison just made is the release's.
+            return dataclasses.replace(latency, reason=label, samples={}, telemetry=[], release=None, note="; ".join(
+                filter(None, [f"the approved version is the one approved at {label}: one comparison serves both", drift])))
+        _, _, result = self._interleaved(outcome, suite, program, case, released.kernel_spec(),
+                                         released.launch_for(case.name), threshold, out, source_text, extra,
+                                         which=f"the version approved at {label}")
+        if result is None:
+            return incomparable(threshold, f"the comparison with {label} did not complete", self.fingerprint_text)
+        if result.estimate is not None:
+            result.reason = label
+        elif result.verdict is Latency.INCOMPARABLE:
+            result.advisory = True  # the release's version cannot run this case now: nothing to fix but the ref
+        result.note = drift
+        return result
+
+    def _arch(self) -> str:
+        device = getattr(self.client, "device", None) or {}
+        return device.get("arch") or DEFAULT_ARCH
 
 
 def decide(outcome: CaseOutcome, options: GateOptions) -> None:
@@ -292,14 +342,11 @@ def decide(outcome: CaseOutcome, options: GateOptions) -> None:
         parts.append(outcome.correctness.describe())
     latency = outcome.latency
     if latency is not None and outcome.correctness.passed:
-        verdict = latency.verdict
-        fails = (verdict is Latency.REGRESSED and (not latency.advisory or options.release)
-                 or (verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE) and options.strict)
-                 or (verdict is Latency.INCOMPARABLE and options.release))
-        if fails:
+        judged = [latency] + ([latency.release] if latency.release is not None else [])
+        if any(blocks(r, strict=options.strict, release=options.release) for r in judged):
             outcome.failed = True
             parts.append(latency.describe())
-        elif verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED):
+        elif any(warns(r) for r in judged):
             outcome.warning = latency.describe()
     if outcome.notes:  # relaxed or skipped checks are said with every outcome, never silently
         said = "\n".join(f"note: {note}" for note in dict.fromkeys(outcome.notes))

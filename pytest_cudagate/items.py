@@ -24,7 +24,8 @@ from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.trust.base_ref import TrustRoot
-from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.release import BuildRecord
+from pytest_cudagate.worker.build import build_record, compile_program
 
 
 PLUGIN_NAME = "cudagate-session"
@@ -52,7 +53,9 @@ class GateSession:
                               threshold=gate.threshold, fresh_seed=gate.fresh_seed)
         return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
-                                       allow_unsigned=gate.allow_unsigned, trust_root=trust_root))
+                                       allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
+                                       root=Path(config.rootpath), release_ref=gate.release_ref,
+                                       release_tags=gate.release_tags))
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
@@ -81,6 +84,8 @@ class GateSession:
             terminalreporter.write_line(UNSIGNED_WARNING, red=True, bold=True)
         if runtime.fingerprint_text:
             terminalreporter.write_line(f"fingerprint {runtime.fingerprint_text}")
+        if runtime.release() is not None:
+            terminalreporter.write_line(runtime.release().describe())
         for line in render_table(runtime.outcomes, runtime.skipped):
             terminalreporter.write_line(line)
 
@@ -110,6 +115,8 @@ class ProgramNode(pytest.Collector):
 
     def collect(self):
         yield CompileItem.from_parent(self, name="compile")
+        if self.cases and self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime.release() is not None:
+            yield ReleaseItem.from_parent(self, name="release")
         for case in self.cases:
             yield CaseItem.from_parent(self, name=case.name, case=case)
 
@@ -150,6 +157,24 @@ class CompileItem(GateItem):
             self.user_properties.append((key, value))
         if not result.ok:
             raise GateFailure(f"{node.program.source} does not compile for {result.arch}:\n{result.log}")
+
+
+class ReleaseItem(GateItem):
+    """Release mode: the kernel's version at the release ref, read and verified on the host (no GPU),
+    so a ref that does not resolve or a release that cannot be trusted fails once, here, per kernel."""
+
+    def runtest(self) -> None:
+        node: ProgramNode = self.parent
+        runtime = self.runtime
+        current = build_record(node.program, runtime.arch())
+        try:
+            line, warning = runtime.release().kernel_status(node.suite, node.program.name,
+                                                            BuildRecord.from_json(current) if current else None)
+        except CudagateError as exc:
+            raise GateFailure(f"release gate: {exc}") from None
+        self.user_properties.append(("release", line))
+        if warning:
+            self.warn(CudagateWarning(f"{self.nodeid}: {line}"))
 
 
 class CaseItem(GateItem):

@@ -36,8 +36,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: [tool.cudagate] timeout_s, else 60)")
     group.addoption("--cuda-gate-strict", action="store_true",
                     help="fail on inconclusive or unstable latency verdicts instead of warning")
-    group.addoption("--cuda-gate-release", action="store_true",
-                    help="release mode: also judge against the stored baseline of this hardware; incomparable fails")
+    # An optional value: bare, it must come last (or before another option) so that it cannot take a path.
+    group.addoption("--cuda-gate-release", nargs="?", const="", default=None, metavar="REF",
+                    help="release mode: time each kernel interleaved against its version approved at REF (default: "
+                         "the newest tag matching [tool.cudagate] release_tags, else v*, before HEAD); a regression "
+                         "against it, or against the stored runs of an unchanged kernel, fails. Write "
+                         "--cuda-gate-release=REF, or the bare flag after the paths")
     group.addoption("--cuda-gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
                     help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
     group.addoption("--cuda-gate-threshold", type=float, default=None, metavar="F",
@@ -76,7 +80,8 @@ def pytest_configure(config: pytest.Config) -> None:
             settings, arch=config.getoption("cuda_gate_arch"), timeout_s=config.getoption("cuda_gate_timeout"),
             threshold=config.getoption("cuda_gate_threshold"), threshold_option="--cuda-gate-threshold",
             budget_s=config.getoption("cuda_gate_budget"), lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
-            strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release"),
+            strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release") is not None,
+            release_ref=config.getoption("cuda_gate_release") or None,
             fresh_seed=config.getoption("cuda_gate_fresh_seed"),
             allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
             require_gpu=config.getoption("cuda_gate_require_gpu"))

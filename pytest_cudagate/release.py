@@ -20,8 +20,7 @@ from typing import Callable
 import git
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.judge.stats import RatioEstimate
-from pytest_cudagate.suite.model import Launch
+from pytest_cudagate.suite.model import Launch, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as approvals.LEDGER_NAME
 # Largest git blob read at a ref: ledgers with per-launch samples run to a few MiB; anything far
@@ -43,6 +42,10 @@ class MissingAtRef(ReleaseError):
     """A path that does not exist at the ref."""
 
 
+class NoReleaseYet(ReleaseError):
+    """The only release tag is HEAD's own, in a full clone: the first release, with nothing before it."""
+
+
 @dataclass(frozen=True)
 class ReleaseRef:
     """A resolved release: the commit and how it is named in verdicts ("v1.3.0", or a short sha)."""
@@ -60,6 +63,12 @@ class BuildRecord:
     nvrtc_version: str
     options: tuple[str, ...]
     cubin_sha256: dict[str, str]  # arch ("sm_90", "sm_90a") -> SHA-256 of the cubin
+
+    @classmethod
+    def from_json(cls, raw: dict) -> BuildRecord:
+        """From an approval's ``build``; raises TypeError, KeyError or AttributeError when malformed."""
+        return cls(str(raw["nvrtc_version"]), tuple(str(o) for o in raw["options"]),
+                   {str(k): str(v) for k, v in raw.get("cubin_sha256", {}).items()})
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,15 @@ class ReleasedApproval:
         return Launch(tuple(str(e) for e in raw["grid"]), tuple(str(e) for e in raw["block"]),
                       str(raw.get("shared_bytes", "0")))
 
+    def identity(self) -> dict:
+        """The build it pins, in the shape of ``approvals.build_identity``: equal for the same kernel."""
+        return {
+            "source_sha256": self.source_sha256,
+            "headers": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in self.headers.items()},
+            "entry": self.entry, "options": list(self.options), "launch": self.launch,
+            "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
+        }
+
 
 @dataclass(frozen=True)
 class AbsentAtRef:
@@ -107,19 +125,39 @@ class AbsentAtRef:
 
 @dataclass(frozen=True)
 class BuildDrift:
-    """Whether the toolchain changed between the release's build and today's, and what to say."""
+    """How the toolchain changed between the release's build and today's, and what was measured.
 
-    changed: tuple[str, ...]  # e.g. ("NVRTC 12.8 -> 13.0", "options [] -> ['-Xptxas', '-O1']")
-    old_cubin_kept: bool  # the release's cubin is available to time against today's build
+    The release's options are measured: the released version is built with its own options and
+    timed against today's build. An NVRTC change is not: its old cubin is not kept, and today's
+    NVRTC cannot produce the old binary, so the verdict says so instead of pretending.
+    """
+
+    options: str | None  # e.g. "options [] -> ['-Xptxas', '-O1']"
+    nvrtc: str | None  # e.g. "NVRTC 12.8 -> 13.0"
+    unrecorded: bool = False  # the release's ledger predates build records
+    cubin_only: bool = False  # same NVRTC and options, another cubin (default flags or headers of the toolkit)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.options or self.nvrtc or self.unrecorded or self.cubin_only)
 
     def describe(self, label: str) -> str:
         if not self.changed:
             return f"same toolchain as {label}"
-        what = "; ".join(self.changed)
-        if self.old_cubin_kept:
-            return f"toolchain changed since {label} ({what}): the old cubin is timed against the new build"
-        return (f"toolchain changed since {label} ({what}): the old build was not kept and cannot be rebuilt "
-                f"here, so toolchain drift is NOT measured; only source changes are compared")
+        parts = []
+        if self.options:
+            parts.append(f"{self.options} since {label}: measured (the release's options are built and timed "
+                         f"against today's)")
+        if self.nvrtc:
+            parts.append(f"{self.nvrtc} since {label}: NOT measured (the release's cubin was not kept and today's "
+                         f"NVRTC cannot rebuild it; both versions were built with today's NVRTC)")
+        if self.cubin_only:
+            parts.append(f"the cubin differs from {label}'s with the same NVRTC and options (toolkit headers or "
+                         f"default flags): NOT measured")
+        if self.unrecorded:
+            parts.append(f"{label} did not record its build (approved before builds were recorded): an NVRTC "
+                         f"change since then would NOT be measured")
+        return "toolchain: " + "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- resolving the ref
@@ -157,9 +195,10 @@ def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str
     on_head = matching.get(head, [])
     what = (f"the repository has {len(tags)} tag(s), {sum(len(v) for v in matching.values())} matching"
             + (f" (only on HEAD itself: {', '.join(on_head)})" if on_head else ""))
-    fix = FETCH_TAGS_FIX if shallow or not tags else "tag the previous release or pass --cuda-gate-release REF"
+    fix = FETCH_TAGS_FIX if shallow or not tags else "tag the previous release or pass --cuda-gate-release=REF"
     shallow_note = "; this is a shallow clone" if shallow else ""
-    raise ReleaseError(f"{repo.working_dir}: no tag matching {tag_pattern!r} is reachable from HEAD other than "
+    first = on_head and not shallow and len(matching) == 1
+    raise (NoReleaseYet if first else ReleaseError)(f"{repo.working_dir}: no tag matching {tag_pattern!r} is reachable from HEAD other than "
                        f"HEAD's own ({what}{shallow_note}); {fix}")
 
 
@@ -306,37 +345,102 @@ def _build(raw: object, where: str) -> BuildRecord | None:
     if raw is None:
         return None
     try:
-        return BuildRecord(str(raw["nvrtc_version"]), tuple(str(o) for o in raw["options"]),
-                           {str(k): str(v) for k, v in raw.get("cubin_sha256", {}).items()})
+        return BuildRecord.from_json(raw)
     except (TypeError, KeyError, AttributeError):
         raise ReleaseError(f"{where}: field 'build' needs nvrtc_version, options and cubin_sha256") from None
+
+
+# --------------------------------------------------------------------------- one gate run's reference
+
+
+class ReleaseSource:
+    """The release reference of one gate run: the ref resolved once, each suite's approvals at it
+    read and verified once. A problem (no such ref, a shallow clone, an unsigned ledger at the ref,
+    a pinned copy missing there) is kept and raised again for every kernel it concerns, so each of
+    them reports it and nothing else in the run is lost."""
+
+    def __init__(self, root: Path | str, ref: str | None, tag_pattern: str, verifier: Callable[[Suite], Verify]):
+        self.root = Path(root)
+        self.requested = ref
+        self.tag_pattern = tag_pattern
+        self.verifier = verifier
+        self._ref: ReleaseRef | ReleaseError | None = None
+        self._suites: dict[Path, dict[str, ReleasedApproval | AbsentAtRef] | CudagateError] = {}
+
+    def ref(self) -> ReleaseRef:
+        if self._ref is None:
+            try:
+                self._ref = resolve_release_ref(self.root, self.requested, self.tag_pattern)
+            except ReleaseError as exc:
+                self._ref = exc
+        if isinstance(self._ref, ReleaseError):
+            raise self._ref
+        return self._ref
+
+    def describe(self) -> str:
+        """One line for the session's summary: which release is the reference, or why there is none."""
+        try:
+            ref = self.ref()
+        except ReleaseError as exc:
+            return f"release reference: NONE: {exc}"
+        how = "as asked" if ref.explicit else f"the newest tag matching {self.tag_pattern!r} before HEAD"
+        return f"release reference {ref.label} (commit {ref.commit[:12]}, {how})"
+
+    def lookup(self, suite: Suite, kernel: str) -> ReleasedApproval | AbsentAtRef:
+        """``kernel`` of ``suite`` as approved at the ref; raises a :class:`CudagateError` naming the ref
+        and the file when the release cannot be read or trusted."""
+        key = Path(suite.path)
+        if key not in self._suites:
+            try:
+                self._suites[key] = self._read(suite)
+            except CudagateError as exc:
+                self._suites[key] = exc
+        found = self._suites[key]
+        if isinstance(found, CudagateError):
+            raise found
+        return found.get(kernel) or AbsentAtRef(kernel, self.ref().label, "not a kernel of the suite")
+
+    def kernel_status(self, suite: Suite, kernel: str, current: BuildRecord | None) -> tuple[str, bool]:
+        """One line on ``kernel`` at the ref, and whether it is a warning (a first release, a kernel
+        new since the release). Raises a :class:`CudagateError` naming the ref and the file when the
+        release cannot be used as a reference. ``current``: today's build (None: it does not compile)."""
+        try:
+            released = self.lookup(suite, kernel)
+        except NoReleaseYet as exc:
+            return f"{exc}; a first release has nothing to be compared with", True
+        if isinstance(released, AbsentAtRef):
+            return f"{released.describe()}; its cases are judged by the PR gate only", True
+        drift = (build_drift(released.build, current).describe(released.label) if current is not None
+                 else "today's build does not compile")
+        return (f"{kernel} as approved at {released.label} (source {released.source_sha256[:12]}) "
+                f"is the reference of its performance cases; {drift}"), False
+
+    def _read(self, suite: Suite) -> dict[str, ReleasedApproval | AbsentAtRef]:
+        ref = self.ref()
+        top = Path(ref.repo.working_dir).resolve()
+        try:
+            folder = Path(suite.root).resolve().relative_to(top).as_posix()
+        except ValueError:
+            raise ReleaseError(f"{suite.path} is outside the repository {top}; the release gate reads suites from "
+                               f"its git history") from None
+        return released_approvals(ref, folder, self.verifier(suite), kernels=[k.name for k in suite.kernels])
 
 
 # --------------------------------------------------------------------------- verdicts
 
 
-def build_drift(released: BuildRecord | None, current: BuildRecord, *, old_cubin_kept: bool) -> BuildDrift:
+def build_drift(released: BuildRecord | None, current: BuildRecord) -> BuildDrift:
     """What changed in the toolchain between the release's build and today's.
 
-    A release recorded before builds were recorded counts as changed: nothing says it was not.
+    A release recorded before builds were recorded says so: nothing says it was built the same way.
     """
     if released is None:
-        return BuildDrift(("the release did not record its build",), old_cubin_kept)
-    changed = []
-    if released.nvrtc_version != current.nvrtc_version:
-        changed.append(f"NVRTC {released.nvrtc_version} -> {current.nvrtc_version}")
-    if released.options != current.options:
-        changed.append(f"options {list(released.options)} -> {list(current.options)}")
+        return BuildDrift(None, None, unrecorded=True)
+    options = (f"options {list(released.options)} -> {list(current.options)}"
+               if released.options != current.options else None)
+    nvrtc = (f"NVRTC {released.nvrtc_version} -> {current.nvrtc_version}"
+             if released.nvrtc_version != current.nvrtc_version else None)
     same_arch = set(released.cubin_sha256) & set(current.cubin_sha256)
-    if not changed and any(released.cubin_sha256[a] != current.cubin_sha256[a] for a in same_arch):
-        changed.append("the cubin differs with the same NVRTC and options")
-    return BuildDrift(tuple(changed), old_cubin_kept)
-
-
-def release_verdict_text(estimate: RatioEstimate, label: str) -> str:
-    """E.g. "4.1% slower than v1.3.0 (ratio 1.041, 99% CI 1.032–1.050)"."""
-    change = estimate.ratio - 1
-    direction = "slower" if change >= 0 else "faster"
-    high = f"{estimate.high:.3f}" if estimate.high != float("inf") else "∞"
-    return (f"{abs(change) * 100:.1f}% {direction} than {label} (ratio {estimate.ratio:.3f}, "
-            f"{estimate.confidence:.0%} CI {estimate.low:.3f}–{high})")
+    cubin_only = (not options and not nvrtc
+                  and any(released.cubin_sha256[a] != current.cubin_sha256[a] for a in same_arch))
+    return BuildDrift(options, nvrtc, cubin_only=cubin_only)

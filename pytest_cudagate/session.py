@@ -11,14 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.worker.gpulock import GpuLock
+from pytest_cudagate.release import ReleaseSource
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems
+from pytest_cudagate.trust.ledger import release_verifier
 from pytest_cudagate.trust.base_ref import TrustRoot
 
 def xdist_device_env() -> dict[str, str]:
@@ -91,6 +93,9 @@ class GateRuntime:
     allow_unsigned: bool = False
     trust_root: TrustRoot | None = None  # from `cudagate gate --trusted-ref`: keys and sequences of the base
     trust: dict[str, str] = field(default_factory=dict)  # suite path -> signature status, for reports
+    root: Path = Path(".")  # the project (pytest's rootdir): the release ref is read from its repository
+    release_ref: str | None = None  # --cuda-gate-release=REF; None: the newest tag matching release_tags
+    release_tags: str = DEFAULT_RELEASE_TAGS
     outcomes: list[CaseOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
     fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
@@ -100,6 +105,7 @@ class GateRuntime:
     _output_dir: Path | None = None
     _ledgers: dict[Path, Ledger] = field(default_factory=dict)
     _distrust: dict[str, list[str]] = field(default_factory=dict)
+    _release: ReleaseSource | None = None
 
     def client(self) -> Worker | None:
         """The worker, or None with :attr:`unavailable_reason` set when there is no GPU."""
@@ -123,8 +129,16 @@ class GateRuntime:
     def gate(self) -> Gate:
         if self._gate is None:
             self.client()
-            self._gate = Gate(self._worker.client, self._worker.fingerprint, self.options, self.output_dir)
+            self._gate = Gate(self._worker.client, self._worker.fingerprint, self.options, self.output_dir,
+                              release=self.release())
         return self._gate
+
+    def release(self) -> ReleaseSource | None:
+        """Release mode's reference, resolved once per session (None outside release mode)."""
+        if self._release is None and self.options.release:
+            self._release = ReleaseSource(self.root, self.release_ref, self.release_tags,
+                                          release_verifier(self.trust_root, self.allow_unsigned))
+        return self._release
 
     def trust_problems(self, suite: Suite) -> list[str]:
         """Why the suite's oracle or approvals cannot be trusted ([] when they can), checked once."""

@@ -16,7 +16,7 @@ from fake_worker import FakeWorker, scale_kernels
 from helpers import write_suite
 from pytest_cudagate.gate import Gate, GateOptions, decide
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_baseline, worst
+from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResult, against_runs
 from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.judge.correctness import CaseVerdict
@@ -85,17 +85,30 @@ def test_one_disturbed_chunk_does_not_count_its_samples():
     assert sampler.current == [] and sampler.discarded
 
 
-def test_against_baseline_and_worst():
+def test_against_runs_uses_the_spread_of_whole_runs_not_the_launches():
     rng = np.random.default_rng(7)
-    baseline = list(rng.lognormal(np.log(0.015), 0.03, 1000))
-    slower = list(rng.lognormal(np.log(0.015 * 1.06), 0.03, 1000))
-    assert against_baseline(slower, baseline, 0.02).verdict is Latency.REGRESSED
-    assert worst(Latency.PASS, Latency.INCOMPARABLE) is Latency.INCOMPARABLE
-    assert worst(Latency.IMPROVED, Latency.REGRESSED) is Latency.REGRESSED
+    stored = list(rng.lognormal(np.log(0.015), 0.03, 1000))
+    case = {"samples_ms": stored, "run_medians_ms": [0.0150, 0.0151, 0.0149, 0.0150, 0.0152]}
+    # +6%: a per-launch interval would call this regressed; against whole runs it is inside the floor.
+    today = list(rng.lognormal(np.log(0.015 * 1.06), 0.03, 1000))
+    result = against_runs(case, today, 0.02, suite="examples/softmax/cudagate.yaml")
+    assert result.verdict is Latency.PASS and result.advisory and result.estimate is None
+    assert "spread of 5 approval runs" in result.headline() and "floored at ±8.6% (between-card spread)" in result.headline()
+    assert result.samples["approved"] == stored and "per-launch samples are for the plots" in result.describe()
+    far = list(rng.lognormal(np.log(0.015 * 1.3), 0.03, 1000))
+    assert against_runs(case, far, 0.02, suite="s").verdict is Latency.REGRESSED
 
 
-def latency(verdict, advisory=False):
-    return LatencyResult(verdict, 0.02, reason="approved", estimate=RatioEstimate(1.05, 1.03, 1.07, 0.99, 300, "test"),
+@pytest.mark.parametrize("runs", [None, [0.015]])
+def test_a_baseline_without_runs_says_how_to_record_them(runs):
+    case = {"samples_ms": [0.015] * 10, **({"run_medians_ms": runs} if runs else {})}
+    result = against_runs(case, [0.015] * 10, 0.02, suite="examples/softmax/cudagate.yaml")
+    assert result.verdict is Latency.INCOMPARABLE and result.advisory
+    assert result.reason.endswith("re-approve to record runs: `cudagate approve examples/softmax/cudagate.yaml --runs 5`")
+
+
+def latency(verdict, advisory=False, reason="approved"):
+    return LatencyResult(verdict, 0.02, reason=reason, estimate=RatioEstimate(1.05, 1.03, 1.07, 0.99, 300, "test"),
                          advisory=advisory)
 
 
@@ -103,13 +116,14 @@ def latency(verdict, advisory=False):
     (Latency.PASS, GateOptions(), False, False, False),
     (Latency.IMPROVED, GateOptions(), False, False, False),
     (Latency.REGRESSED, GateOptions(), False, True, False),
-    (Latency.REGRESSED, GateOptions(), True, False, True),  # baseline-only evidence warns...
+    (Latency.REGRESSED, GateOptions(), True, False, True),  # stored-runs evidence warns...
     (Latency.REGRESSED, GateOptions(release=True), True, True, False),  # ...and blocks a release
     (Latency.INCONCLUSIVE, GateOptions(), False, False, True),
     (Latency.INCONCLUSIVE, GateOptions(strict=True), False, True, False),
     (Latency.UNSTABLE, GateOptions(strict=True), False, True, False),
     (Latency.INCOMPARABLE, GateOptions(), False, False, True),
     (Latency.INCOMPARABLE, GateOptions(release=True), False, True, False),
+    (Latency.INCOMPARABLE, GateOptions(release=True), True, False, True),  # e.g. a kernel new since the release
 ])
 def test_verdict_policy(verdict, options, advisory, failed, warned):
     outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", True),
@@ -118,6 +132,23 @@ def test_verdict_policy(verdict, options, advisory, failed, warned):
     assert outcome.failed is failed and (outcome.warning is not None) is warned
     if failed:
         assert f"latency {verdict.value}" in outcome.message
+
+
+@pytest.mark.parametrize("pr, release, failed, warned", [
+    (Latency.PASS, Latency.REGRESSED, True, False),  # creep: each step passed, the release sees the sum
+    (Latency.PASS, Latency.PASS, False, False),
+    (Latency.PASS, Latency.INCONCLUSIVE, False, True),
+    (Latency.REGRESSED, Latency.PASS, True, False),
+])
+def test_release_mode_judges_both_comparisons(pr, release, failed, warned):
+    result = latency(pr)
+    result.release = latency(release, reason="v1.3.0")
+    outcome = CaseOutcome("s", "k", "c", "performance", correctness=CaseVerdict("k", "c", True), latency=result)
+    decide(outcome, GateOptions(release=True))
+    assert outcome.failed is failed and (outcome.warning is not None) is warned
+    said = outcome.message or outcome.warning or ""
+    assert f"release gate: latency {release.value}: current is 5.0% slower than v1.3.0 (ratio 1.050, 99% CI" in said \
+        or not (failed or warned)
 
 
 def test_a_correctness_failure_fails_whatever_the_latency():

@@ -11,15 +11,14 @@ from pathlib import Path
 import pytest
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.release import (
     FETCH_TAGS_FIX,
     AbsentAtRef,
     BuildRecord,
+    NoReleaseYet,
     ReleaseError,
     build_drift,
     read_at,
-    release_verdict_text,
     released_approvals,
     resolve_release_ref,
 )
@@ -260,23 +259,30 @@ def test_unreadable_ledger(repo):
 # --------------------------------------------------------------------------- verdict text
 
 
-def test_verdict_text_names_the_release():
-    slower = RatioEstimate(1.0412, 1.0321, 1.0503, 0.99, 400, "paired")
-    assert release_verdict_text(slower, "v1.3.0") == "4.1% slower than v1.3.0 (ratio 1.041, 99% CI 1.032–1.050)"
-    faster = RatioEstimate(0.97, 0.96, 0.98, 0.99, 400, "paired")
-    assert release_verdict_text(faster, "abc123").startswith("3.0% faster than abc123 (ratio 0.970")
-
-
-def test_build_drift_says_what_changed_and_whether_it_was_measured():
+def test_build_drift_says_what_changed_and_what_was_measured():
     then = BuildRecord("12.8", ("-O3",), {"sm_90": "aa"})
-    now = BuildRecord("13.0", ("-O3",), {"sm_90": "bb"})
-    assert build_drift(then, then, old_cubin_kept=False).describe("v1") == "same toolchain as v1"
-    drift = build_drift(then, now, old_cubin_kept=False)
-    assert drift.changed == ("NVRTC 12.8 -> 13.0",)
-    assert "toolchain drift is NOT measured" in drift.describe("v1")
-    kept = build_drift(then, BuildRecord("12.8", ("-O3", "-G"), {}), old_cubin_kept=True)
-    assert kept.describe("v1") == ("toolchain changed since v1 (options ['-O3'] -> ['-O3', '-G']): the old cubin "
-                                   "is timed against the new build")
-    assert build_drift(None, now, old_cubin_kept=False).changed == ("the release did not record its build",)
-    assert build_drift(then, BuildRecord("12.8", ("-O3",), {"sm_90": "cc"}), old_cubin_kept=True).changed == (
-        "the cubin differs with the same NVRTC and options",)
+    assert build_drift(then, then).describe("v1") == "same toolchain as v1"
+    nvrtc = build_drift(then, BuildRecord("13.0", ("-O3",), {"sm_90": "bb"}))
+    assert nvrtc.describe("v1") == ("toolchain: NVRTC 12.8 -> 13.0 since v1: NOT measured (the release's cubin was not "
+                                    "kept and today's NVRTC cannot rebuild it; both versions were built with today's NVRTC)")
+    options = build_drift(then, BuildRecord("12.8", ("-O3", "-G"), {}))
+    assert options.describe("v1") == ("toolchain: options ['-O3'] -> ['-O3', '-G'] since v1: measured (the release's "
+                                      "options are built and timed against today's)")
+    assert "v1 did not record its build" in build_drift(None, then).describe("v1")
+    cubin = build_drift(then, BuildRecord("12.8", ("-O3",), {"sm_90": "cc"}))
+    assert cubin.cubin_only and "NOT measured" in cubin.describe("v1")
+
+
+def test_a_first_release_is_told_apart_from_a_missing_one(tmp_path):
+    root = tmp_path / "first"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    approve(root, "scale", "// v1\n")
+    commit(root, "first release", "v1.0.0")
+    with pytest.raises(NoReleaseYet, match=r"\(only on HEAD itself: v1.0.0\)\); tag the previous release"):
+        resolve_release_ref(root, None)
+    (root / "README").write_text("x\n")
+    commit(root, "no tag", "other")
+    with pytest.raises(ReleaseError) as caught:
+        resolve_release_ref(root, None, tag_pattern="release-*")
+    assert not isinstance(caught.value, NoReleaseYet)

@@ -1,4 +1,5 @@
-"""Latency verdicts: adaptive interleaved sampling against the approved kernel, and baselines.
+"""Latency verdicts: adaptive interleaved sampling against the approved kernel (or a release's), and
+stored approval runs for a kernel identical to its approval.
 
 Why interleaved: the current and the approved kernel are timed in the same run, one launch each per
 round in random order, so clock, thermal and co-tenant drift hit both alike and cancel in the
@@ -19,7 +20,6 @@ from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
-BASELINE_REASON = "the stored baseline"
 
 
 class Latency(str, Enum):
@@ -32,10 +32,6 @@ class Latency(str, Enum):
     INCONCLUSIVE = "inconclusive"
     INCOMPARABLE = "incomparable"
     UNSTABLE = "unstable"
-
-
-# Worst first: a combined verdict (interleaved and baseline) is the worse of the two.
-_SEVERITY = [Latency.REGRESSED, Latency.UNSTABLE, Latency.INCONCLUSIVE, Latency.INCOMPARABLE, Latency.PASS, Latency.IMPROVED]
 
 
 def classify(estimate: stats.RatioEstimate, threshold: float) -> Latency:
@@ -58,30 +54,32 @@ def classify(estimate: stats.RatioEstimate, threshold: float) -> Latency:
     return Latency.INCONCLUSIVE
 
 
-def worst(*verdicts: Latency) -> Latency:
-    return min(verdicts, key=_SEVERITY.index)
-
-
 @dataclass
 class LatencyResult:
     verdict: Latency
     threshold: float
-    reason: str = ""
+    reason: str = ""  # what current was compared with ("approved", a release's label), or why it could not be
     estimate: stats.RatioEstimate | None = None
     approved: stats.SampleSummary | None = None
     current: stats.SampleSummary | None = None
     pairs: int = 0
     measurement_s: float = 0.0
     discarded: list[str] = field(default_factory=list)
-    baseline: LatencyResult | None = None
+    # Release mode: current against the version approved at the release ref (see gate._against_release).
+    release: LatencyResult | None = None
     fingerprint: str = ""
     samples: dict[str, list[float]] = field(default_factory=dict)
-    # Judged only against a baseline stored by an earlier run: run-to-run variation of µs kernels
-    # (clock state, co-tenants) is not inside its interval, so outside release mode it only warns.
+    # Supplementary evidence: a byte-identical kernel judged against its stored approval runs, or a
+    # release that had no such kernel. Its `regressed` fails only in release mode; its `incomparable`
+    # never fails (see :func:`blocks`).
     advisory: bool = False
     telemetry: list[dict] = field(default_factory=list)  # NVML state after each measured chunk
+    run_spread: RunSpreadJudgement | None = None  # set when judged against stored approval runs
+    note: str = ""  # said under the headline: what the comparison could not see (a toolchain change)
 
     def headline(self) -> str:
+        if self.run_spread is not None:
+            return f"latency {self.verdict.value}: today's run median is {self.run_spread.describe()}"
         est = self.estimate
         if est is None:
             return f"latency {self.verdict.value}: {self.reason}"
@@ -90,19 +88,27 @@ class LatencyResult:
         return (f"latency {self.verdict.value}: current is {abs(change):.1f}% {direction} than {self.reason or 'approved'} "
                 f"(ratio {est.ratio:.3f}, {est.confidence:.0%} CI [{est.low:.3f}, {est.high:.3f}], threshold ±{self.threshold:.0%})")
 
-    def describe(self) -> str:
-        lines = [self.headline()]
-        if self.approved is not None and self.current is not None:
-            label = "stored baseline" if self.reason == BASELINE_REASON else "approved"
+    def details(self) -> list[str]:
+        """The lines under the headline: medians, how much was measured, what was not seen."""
+        lines = []
+        if self.run_spread is not None and self.current is not None:
+            lines.append(f"  today's run: {self.current.n} timed launches, median {self.current.median * 1000:.2f} µs; "
+                         f"per-launch samples are for the plots, the interval comes from whole runs")
+        elif self.approved is not None and self.current is not None:
+            label = "approved" if self.reason in ("", "approved") else self.reason
             lines.append(f"  {label} median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
-            if self.reason == BASELINE_REASON:
-                lines.append(f"  {self.current.n} timed launches of this run against {self.approved.n} stored at approval")
-            else:
-                lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
+            lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
         if self.discarded:
             lines.append(f"  {len(self.discarded)} chunk(s) discarded as disturbed: {'; '.join(self.discarded[:3])}")
-        if self.baseline is not None:
-            lines.append("  against the stored baseline: " + self.baseline.headline())
+        if self.note:
+            lines.append(f"  {self.note}")
+        return lines
+
+    def describe(self) -> str:
+        lines = [self.headline(), *self.details()]
+        if self.release is not None:
+            lines.append("  release gate: " + self.release.headline())
+            lines += ["  " + line for line in self.release.details()]
         if self.fingerprint:
             lines.append(f"  fingerprint {self.fingerprint}")
         return "\n".join(lines)
@@ -114,9 +120,30 @@ class LatencyResult:
             "approved": self.approved.to_dict() if self.approved else None,
             "current": self.current.to_dict() if self.current else None,
             "pairs": self.pairs, "measurement_s": self.measurement_s, "discarded": self.discarded,
-            "baseline": self.baseline.to_json() if self.baseline else None, "fingerprint": self.fingerprint,
-            "advisory": self.advisory, "telemetry": self.telemetry,
+            "release": self.release.to_json() | {"headline": self.release.headline()} if self.release else None,
+            "fingerprint": self.fingerprint, "advisory": self.advisory, "telemetry": self.telemetry,
+            "run_spread": self.run_spread.to_dict() if self.run_spread else None, "note": self.note,
         }
+
+
+def blocks(result: LatencyResult, *, strict: bool, release: bool) -> bool:
+    """Whether ``result`` fails the case.
+
+    regressed fails (supplementary evidence only in release mode: against stored runs the floor
+    keeps false alarms near 0.1%, docs/release-gate.md); inconclusive and unstable fail under
+    --cuda-gate-strict; incomparable fails in release mode unless it is supplementary (a kernel new
+    since the release, an unchanged kernel without stored runs), where the PR gate still judged it.
+    """
+    verdict = result.verdict
+    if verdict is Latency.REGRESSED:
+        return not result.advisory or release
+    if verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE):
+        return strict
+    return verdict is Latency.INCOMPARABLE and release and not result.advisory
+
+
+def warns(result: LatencyResult) -> bool:
+    return result.verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED)
 
 
 class AdaptiveSampler:
@@ -181,12 +208,28 @@ class AdaptiveSampler:
         )
 
 
-def against_baseline(current: list[float], baseline: list[float], threshold: float) -> LatencyResult:
-    """Current samples of this run against samples stored at approval on the same fingerprint."""
-    estimate = stats.unpaired_ratio(current, baseline)
-    verdict = classify(estimate, threshold)
-    return LatencyResult(verdict, threshold, reason=BASELINE_REASON, estimate=estimate,
-                         approved=stats.summarize(baseline), current=stats.summarize(current), pairs=len(current))
+def against_runs(baseline_case: dict, today_samples: list[float], threshold: float, *, suite: str,
+                 fingerprint: str = "") -> LatencyResult:
+    """A byte-identical kernel: today's run median against the medians of the independent runs
+    recorded at approval (:func:`judge_run_spread`), never against one run's launches.
+
+    ``baseline_case`` is the ledger's entry for the case (``run_medians_ms``, ``samples_ms``); its
+    per-launch samples go to the plots only. A baseline with fewer than two runs (recorded before
+    runs were) is incomparable, saying how to record them; ``suite`` names the suite in that fix.
+    """
+    runs = baseline_case.get("run_medians_ms") or []
+    if len(runs) < 2:
+        return LatencyResult(
+            Latency.INCOMPARABLE, threshold, advisory=True, fingerprint=fingerprint,
+            reason=f"the kernel is identical to the approved version, whose baseline here holds {len(runs)} "
+                   f"independent run(s); judging an unchanged kernel needs the spread of >= 2 runs: re-approve to "
+                   f"record runs: `cudagate approve {suite} --runs {stats.DEFAULT_APPROVAL_RUNS}`")
+    stored = list(baseline_case.get("samples_ms") or [])
+    judgement = judge_run_spread(runs, stats.summarize(today_samples).median, threshold)
+    return LatencyResult(judgement.verdict, threshold, reason="the stored approval runs", run_spread=judgement,
+                         approved=stats.summarize(stored) if stored else None, current=stats.summarize(today_samples),
+                         samples={"approved": stored, "current": list(today_samples)}, advisory=True,
+                         fingerprint=fingerprint)
 
 
 def incomparable(threshold: float, reason: str, fingerprint: str = "") -> LatencyResult:

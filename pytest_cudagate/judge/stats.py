@@ -12,7 +12,9 @@ for the same interval) yet tolerates up to 29% contamination, so a preempted
 launch 10x slower barely moves it.
 
 Unpaired method (``unpaired_ratio``): ratio of medians with a percentile
-bootstrap, each side resampled independently, for stored baselines.
+bootstrap, each side resampled independently.  The gate no longer judges
+stored baselines with it: its interval on one run's launches misses the
+run-to-run spread (docs/release-gate.md); ``run_spread`` replaced it.
 
 Run-spread method (``run_spread``): where nothing can be timed side by
 side (a new driver or card), today's run median is placed in a prediction

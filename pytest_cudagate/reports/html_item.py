@@ -75,9 +75,18 @@ def latency(item: dict) -> str:
             text += f"; median of the timed launches {fmt.us(median)}"
         return f'<p class="note">{e(text)}</p>'
     est = lat.get("estimate")
-    advisory = " advisory (judged against a stored baseline only)" if lat.get("advisory") else ""
+    advisory = " advisory (supplementary evidence)" if lat.get("advisory") else ""
     pairs = [("verdict", pill(lat["verdict"]) + advisory)]
-    if est:
+    spread = lat.get("run_spread")
+    if spread:
+        pairs += [
+            ("today's run median", e(fmt.us((lat.get("current") or {}).get("median")))),
+            ("ratio to the approval runs", "<b>" + e(f"{spread['ratio']:.3f}") + "</b>"),
+            (f"an unchanged kernel stays within ({spread['confidence']:.0%})", e(f"{spread['low']:.3f} – {spread['high']:.3f}")),
+            ("spread used", e(spread["spread_text"])),
+            ("threshold", e(f"±{lat['threshold']:.1%}")),
+        ]
+    elif est:
         approved, current = lat.get("approved") or {}, lat.get("current") or {}
         pairs += [
             (f"median {lat.get('reason') or 'approved'}", e(fmt.us(approved.get("median")))),
@@ -93,9 +102,14 @@ def latency(item: dict) -> str:
         pairs.append(("threshold", e(f"±{lat['threshold']:.1%}")))
     if lat.get("discarded"):
         pairs.append(("discarded chunks", e("; ".join(lat["discarded"]))))
-    if lat.get("baseline"):
-        pairs.append(("against stored baseline", pill(lat["baseline"]["verdict"]) + " " + e(lat["baseline"].get("headline") or
-                                                                                          lat["baseline"].get("reason"))))
+    if lat.get("note"):
+        pairs.append(("not seen", e(lat["note"])))
+    release = lat.get("release")
+    if release:
+        text = release.get("headline") or release.get("reason")
+        pairs.append(("against the release", pill(release["verdict"]) + " " + e(text)))
+        if release.get("note"):
+            pairs.append(("release toolchain", e(release["note"])))
     return rows(pairs)
 
 

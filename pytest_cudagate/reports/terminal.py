@@ -17,8 +17,11 @@ def row(o: CaseOutcome) -> tuple[str, ...]:
     ratio = f"{est.ratio:.3f} [{est.low:.3f}, {est.high:.3f}]" if est else "-"
     rel = o.correctness.rel_norm if o.correctness else None
     detail = (o.message or o.warning or "").splitlines()[0] if (o.message or o.warning) else ""
+    verdict = lat.verdict.value if lat else "-"
+    if lat is not None and lat.release is not None:
+        verdict += f" / release {lat.release.verdict.value}"
     return (o.suite, o.kernel, o.case, o.kind, o.outcome, f"{rel:.1e}" if rel is not None else "-",
-            _micros(approved), _micros(current), ratio, lat.verdict.value if lat else "-", detail[:70])
+            _micros(approved), _micros(current), ratio, verdict, detail[:70])
 
 
 def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str, str]] = ()) -> list[str]:

@@ -27,6 +27,7 @@ from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root
 
 TRUST_ROOT_OPTION = "--cuda-gate-trust-root"
+RELEASE_OPTION = "--cuda-gate-release"  # passes: judging against the previous release adds checks
 # Options that would switch a check off or loosen it; refused under --trusted-ref.
 WEAKENING = {
     "--cuda-gate-allow-unsigned": "it would judge suites whose oracle or approvals are not signed",
@@ -72,6 +73,8 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
     options, paths = [], []
     pending = False
     for arg in args:
+        if arg == RELEASE_OPTION:
+            arg += "="  # its value is optional: bare, it must not take the suite path put after it (REF: =REF)
         if pending or arg.startswith("-"):
             options.append(arg)
             pending = not pending and arg in _TAKES_VALUE

@@ -9,11 +9,15 @@ kernel, and (given the sequence at a trusted ref) that it is not older than the 
 
 from __future__ import annotations
 
-from pytest_cudagate.approvals import Ledger
+from pathlib import Path
+
+from pytest_cudagate import schema
+from pytest_cudagate.approvals import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
+from pytest_cudagate.trust.keys import find_project_root, load_trusted_keys
 
 PURPOSE = "approvals-ledger"
 
@@ -81,3 +85,49 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: i
         problems.append(_fix(suite))
     return problems
 
+
+
+def verify_released_ledger(raw: dict, label: str, *, ledger_path: str, suite: Suite, trusted_keys) -> None:
+    """Raise a :class:`CudagateError` naming ``ledger_path`` at ``label`` unless the ledger read from
+    that release is this suite's, well-formed and signed as a whole by one of ``trusted_keys``
+    (today's keys: a key revoked since then does not vouch for an old release)."""
+    where = f"{ledger_path} at {label}"
+    unusable = "; the release cannot be used as a reference"
+    found = schema.problems(raw, "approvals")
+    if found:
+        raise CudagateError(f"{where}: not a valid approvals ledger ({found[0]}){unusable}")
+    if raw["format"] != 2:
+        raise CudagateError(f"{where}: ledger format {raw['format']} (entries signed one by one) is no longer "
+                            f"trusted{unusable}; pass an older or newer release with --cuda-gate-release=REF")
+    if raw["suite"] != suite.name:
+        raise CudagateError(f"{where}: belongs to suite {raw['suite']!r}, not {suite.name!r}{unusable}")
+    ledger = Ledger.from_json(Path(ledger_path), raw)
+    swapped = sorted(name for name, approval in ledger.approvals.items() if approval.kernel != name)
+    if swapped:
+        raise CudagateError(f"{where}: the entry of kernel {swapped[0]!r} holds another kernel's approval{unusable}")
+    if ledger.signature is None:
+        raise CudagateError(f"{where}: not signed{unusable}")
+    try:
+        verify_document(ledger.signed_payload(), ledger.signature, trusted_keys, purpose=PURPOSE)
+    except SignatureError as exc:
+        raise CudagateError(f"{where}: {exc}{unusable}") from None
+
+
+def release_verifier(trust_root=None, allow_unsigned: bool = False):
+    """For :class:`pytest_cudagate.release.ReleaseSource`: ``suite -> verify(raw, label)`` checking a
+    ledger read at a release against today's trusted keys (the trust root's under ``cudagate gate
+    --trusted-ref``, else the project's). ``allow_unsigned`` (local experiments) checks nothing."""
+
+    def for_suite(suite: Suite):
+        where = display_path(suite.root / LEDGER_NAME)
+
+        def verify(raw: dict, label: str) -> None:
+            if allow_unsigned and trust_root is None:
+                return
+            keys = (trust_root.keys if trust_root is not None
+                    else load_trusted_keys(find_project_root(suite.root) or suite.root))
+            verify_released_ledger(raw, label, ledger_path=where, suite=suite, trusted_keys=keys)
+
+        return verify
+
+    return for_suite

@@ -5,7 +5,9 @@ The log that comes back is scrubbed of secret environment values before anyone p
 
 from __future__ import annotations
 
-from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel
+import hashlib
+
+from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
@@ -24,3 +26,13 @@ def compile_program(program: Program, arch: str, source_text: str | None = None)
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(result.log)
     return result
+
+
+def build_record(program: Program, arch: str, source_text: str | None = None) -> dict | None:
+    """How ``program`` builds here, as an approval's ``build`` records it: the NVRTC version, the
+    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile."""
+    result = compile_program(program, arch, source_text)
+    if not result.ok or result.cubin is None:
+        return None
+    return {"nvrtc_version": nvrtc_version(), "options": list(program.options),
+            "cubin_sha256": {result.arch: hashlib.sha256(result.cubin).hexdigest()}}

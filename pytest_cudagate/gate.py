@@ -29,6 +29,7 @@ from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case, load_expected
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate import phases
 
 BASELINE_ROUNDS = 1000  # launches timed for a stored baseline, and for a kernel identical to it
 
@@ -65,7 +66,8 @@ class Gate:
         out = self.output_dir / program.name
         checks, notes = effective_checks(suite)
         outcome.notes.extend(notes)
-        extra = {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
+        with phases.clock(outcome, "fresh_inputs"):
+            extra = {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
         if case.kind != "performance":
             body, compile_info = self._run(outcome, suite, program, case, None, out, source_text, extra)
         elif approval is None:
@@ -81,7 +83,8 @@ class Gate:
                     Latency.UNSTABLE, threshold, reason="the GPU was disturbed in every attempt (throttling or other "
                     "processes); free the runner and re-run", discarded=discarded, fingerprint=self.fingerprint_text)
             else:
-                outcome.latency = self._identical(approval, case, body, threshold)
+                with phases.clock(outcome, "statistics"):
+                    outcome.latency = self._identical(approval, case, body, threshold)
                 outcome.latency.discarded = discarded
         else:
             body, compile_info, outcome.latency = self._interleaved(outcome, suite, program, case, ledger, approval,
@@ -92,9 +95,11 @@ class Gate:
             return outcome
         expected = load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs})
         shapes = {p.name: suite.shape(p, case) for p in suite.buffers}
-        outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
+        with phases.clock(outcome, "checks"):
+            outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
-        self._sanitize(outcome, suite, program, case, body, checks, source_text)
+        with phases.clock(outcome, "sanitizer"):
+            self._sanitize(outcome, suite, program, case, body, checks, source_text)
         self._decide(outcome)
         return outcome
 
@@ -148,8 +153,10 @@ class Gate:
     def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None):
         request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text)
         outcome.requests.append(self._harden(request, request["cases"][0], extra))
-        result = self.client.run(request)
+        with phases.RoundTrip(outcome, self.client) as trip:
+            result = self.client.run(request)
         body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
+        trip.answered([result.compile], body)
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
 
@@ -216,7 +223,9 @@ class Gate:
                                   chunk=FIRST_ROUNDS, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s)
-        result = self.client.compare(request, sampler.decide)
+        with phases.RoundTrip(outcome, self.client) as trip:
+            result = self.client.compare(request, phases.clocked(outcome, "statistics", sampler.decide))
+        trip.answered(list(result.compile.values()), result.body or {})
         outcome.worker_s += (result.body or {}).get("seconds", 0.0)
         compile_info = result.compile.get("current") or {"ok": False, "log": "not compiled"}
         approved_compile = result.compile.get("approved")
@@ -226,14 +235,16 @@ class Gate:
                                                     + approved_compile.get("log", ""), self.fingerprint_text)
         if body.get("status") != "ok":
             return body, compile_info, None
-        approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
-                               load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
-                               suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
-                               checks=(extra or {}).get("checks"))
+        with phases.clock(outcome, "checks"):
+            approved_check = judge_case(f"{program.name}@approved", case.name, {"status": "ok", **body["approved"]},
+                                   load_expected({p.name: suite.expected_path(case, p) for p in suite.outputs}),
+                                   suite.tolerance, {p.name: suite.shape(p, case) for p in suite.buffers},
+                                   checks=(extra or {}).get("checks"))
         if not approved_check.passed:
             return body, compile_info, incomparable(threshold, "the approved version fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)
-        latency = sampler.result(self.fingerprint_text)
+        with phases.clock(outcome, "statistics"):
+            latency = sampler.result(self.fingerprint_text)
         if self.options.release and latency.current is not None:
             baseline = approval.baselines.get(self.fingerprint.key())
             if baseline is None or case.name not in baseline.cases:

@@ -218,7 +218,8 @@ class Worker:
                     self.emit({"type": "chunk", "id": rid, "approved": samples[0], "current": samples[1],
                                "first": [ROLES[i] for i in order], "wall_s": wall, "state": after,
                                "disturbances": telemetry.disturbances(before, after)})
-                    rounds = self._next_rounds()
+                    with run.clock("waiting"):  # the host's decision: its time, not the worker's
+                        rounds = self._next_rounds()
                 run.check_inputs("the interleaved timed launches", who=None)
                 seconds = []
                 for index, kernel in enumerate(kernels):

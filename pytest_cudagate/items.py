@@ -65,13 +65,15 @@ class GateSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
             self.suites_collected += 1
+            self._start_worker(parent.config)
             return SuiteFile.from_parent(parent, path=file_path)
         return None
 
-    def pytest_collection(self, session: pytest.Session) -> None:
-        """Start the worker (CUDA init, context: about 0.35 s) while pytest collects; not in an
-        xdist controller, which runs no items, nor for --collect-only."""
-        if session.config.option.collectonly or xdist_hooks.is_controller(session.config):
+    def _start_worker(self, config: pytest.Config) -> None:
+        """Once the first suite is found, start the worker (CUDA init and context: about 0.35 s) while
+        pytest collects the rest; not for --collect-only, nor in an xdist controller (it runs no items)."""
+        if self._starting is not None or self.worker_start_s is not None or config.option.collectonly \
+                or xdist_hooks.is_controller(config):
             return
         self._starting = threading.Thread(target=self.runtime.client, name="cudagate-worker-start", daemon=True)
         self._starting.start()
@@ -108,6 +110,8 @@ class GateSession:
         reports.session_finish(session.config, self.runtime, exitstatus)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._starting is not None:  # a session that ended before its items: let the start finish, then close
+            self._starting.join()
         self.runtime.close()
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:

@@ -2,12 +2,16 @@
 
     python benchmarks/gate_speed.py                 # plugin-off cost (CPU) + warm gate on examples/ (GPU)
     python benchmarks/gate_speed.py --plugin-only   # the CPU part alone
+    python benchmarks/gate_speed.py --xdist         # -n 2 against -n 0 on a host with two GPUs
 
 1. Plugin off: a one-test project, run in fresh processes alternately with cudagate loaded and with
    `-p no:cudagate`; the medians of each and their difference (target: ≤ 30 ms).
 2. `pytest --cuda-gate examples` in fresh processes, first run with an empty compile cache and then
    warm: wall time of the whole command, and the per-phase split every case records in report.json
    (summed over the cases, then the phases summed over the run).
+3. ``--xdist``: a generated suite of 4 kernels × 12 timed cases (48 items) in a temp folder, run
+   with `-n 0` and with `-n 2` in fresh processes: wall time, throughput ratio, the report's item
+   count, whether the verdicts agree, and how many items each worker (GPU) ran.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -79,6 +84,78 @@ def gate_runs(repeats: int) -> list[tuple[str, str]]:
     return rows
 
 
+XDIST_KERNELS = 4
+XDIST_CASES = 12  # timed cases per kernel
+XDIST_CU = """\
+extern "C" __global__ void KERNEL(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+{
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) y[blockIdx.x * cols + c] = 2.0f * x[blockIdx.x * cols + c];
+}
+"""
+XDIST_REFERENCE = """\
+import numpy as np
+
+
+def scale_rows(x, rows, cols):
+    return (x.astype(np.float64).reshape(rows, cols) * 2).astype(np.float32)
+"""
+
+
+def xdist_suite(root: Path) -> Path:
+    """A suite of XDIST_KERNELS copies of a row-scaling kernel and XDIST_CASES timed cases, data generated."""
+    from pytest_cudagate.suite.cases import generate
+    from pytest_cudagate.suite.loader import load_suite
+
+    names = [f"scale{k}" for k in range(XDIST_KERNELS)]
+    (root / "scale.cu").write_text("".join(XDIST_CU.replace("KERNEL", n) for n in names))
+    (root / "reference.py").write_text(XDIST_REFERENCE)
+    kernels = "".join(f"  - {{name: {n}, source: scale.cu, launch: {{grid: [rows], block: [256]}}}}\n" for n in names)
+    cases = "".join(f"  - {{name: perf_{i}, kind: performance, scalars: {{rows: {256 * (i + 1)}, cols: 1024}}}}\n"
+                    for i in range(XDIST_CASES))
+    path = root / "cudagate.yaml"
+    path.write_text("suite: spread\nsignature:\n"
+                    "  - {name: x, buffer: float32, intent: in, size: rows*cols, shape: [rows, cols]}\n"
+                    "  - {name: y, buffer: float32, intent: out, size: rows*cols, shape: [rows, cols]}\n"
+                    "  - {name: rows, scalar: int32}\n  - {name: cols, scalar: int32}\n"
+                    "reference:\n  python: reference.py:scale_rows\ntolerance:\n  y: {atol: 1.0e-6, rtol: 1.0e-5}\n"
+                    f"kernels:\n{kernels}cases:\n{cases}")
+    generate(load_suite(path))
+    return path
+
+
+def xdist_runs() -> list[tuple[str, str]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cudagate-xdist-") as tmp:
+        suite = xdist_suite(Path(tmp))
+        results = {}
+        for workers in ("0", "2"):
+            report = Path(tmp) / f"report-n{workers}"
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", str(suite), "-n", workers, "-v",
+                                   "-p", "no:cacheprovider", "--cuda-gate-allow-unsigned", "--cuda-gate-require-gpu",
+                                   "--cuda-gate-report", str(report)], cwd=tmp, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if done.returncode not in (0, 1):
+                return [(f"-n {workers}", f"exit {done.returncode}: {done.stdout[-400:]}")]
+            document = json.loads((report / "report.json").read_text())
+            split: dict[str, int] = defaultdict(int)
+            for line in done.stdout.splitlines():
+                found = re.match(r"\[(gw\d+)\] .*::perf_\d+", line)
+                if found:
+                    split[found.group(1)] += 1
+            results[workers] = (wall, document, dict(sorted(split.items())))
+        (w0, d0, _), (w2, d2, split) = results["0"], results["2"]
+        same = {i["nodeid"]: i["status"] for i in d0["items"]} == {i["nodeid"]: i["status"] for i in d2["items"]}
+        rows += [("timed items in the suite", str(XDIST_KERNELS * XDIST_CASES)),
+                 ("`-n 0`: wall / report items", f"{w0:.2f} s / {len(d0['items'])}"),
+                 ("`-n 2`: wall / report items", f"{w2:.2f} s / {len(d2['items'])}"),
+                 ("throughput `-n 2` ÷ `-n 0` (target ≥ 1.8)", f"{w0 / w2:.2f}×"),
+                 ("same items and verdicts", "yes" if same else "NO"),
+                 ("`-n 2`: case items per worker (gwN runs on GPU N)",
+                  ", ".join(f"{k}: {v}" for k, v in split.items()) or "none seen")]
+    return rows
+
+
 def table(title: str, rows: list[tuple[str, str]]) -> None:
     width = max(len(r[0]) for r in rows)
     print(f"\n### {title}\n\n| {'what'.ljust(width)} | value |\n|{'-' * (width + 2)}|---|")
@@ -89,8 +166,12 @@ def table(title: str, rows: list[tuple[str, str]]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plugin-only", action="store_true", help="only the CPU measurement of the plugin when off")
+    parser.add_argument("--xdist", action="store_true", help="only -n 2 against -n 0 (a host with two GPUs)")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
+    if args.xdist:
+        table("`-n 2` against `-n 0`", xdist_runs())
+        return 0
     table("Plugin off", plugin_off(args.repeats))
     if not args.plugin_only:
         table("`pytest --cuda-gate examples`", gate_runs(max(args.repeats // 2, 3)))

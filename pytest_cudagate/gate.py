@@ -34,6 +34,7 @@ from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
+from pytest_cudagate import phases
 
 
 
@@ -101,8 +102,9 @@ class Gate:
                                            self.fingerprint_text)
         elif source_text is None and build_identity(program) == approval.identity():
             body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
-            outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
-                suite, approval, case, body, threshold)
+            with phases.clock(outcome, "statistics"):
+                outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
+                    suite, approval, case, body, threshold)
             outcome.latency.discarded = discarded
         else:
             body, compile_info, outcome.latency = self._interleaved(
@@ -132,7 +134,8 @@ class Gate:
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
         checks, notes = effective_checks(suite)
         outcome.notes.extend(notes)
-        return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
+        with phases.clock(outcome, "fresh_inputs"):
+            return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
 
     def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
@@ -142,10 +145,12 @@ class Gate:
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
-        outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(), suite.tolerance,
-                                         resolved.shapes, checks=checks)
+        with phases.clock(outcome, "checks"):
+            outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(),
+                                             suite.tolerance, resolved.shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
-        self._sanitize(outcome, suite, program, case, body, checks, source_text)
+        with phases.clock(outcome, "sanitizer"):
+            self._sanitize(outcome, suite, program, case, body, checks, source_text)
         decide(outcome, self.options)
         return outcome
 
@@ -199,8 +204,10 @@ class Gate:
     def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None):
         request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text)
         outcome.requests.append(self._harden(request, request["cases"][0], extra))
-        result = self.client.run(request)
+        with phases.RoundTrip(outcome, self.client) as trip:
+            result = self.client.run(request)
         body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
+        trip.answered([result.compile], body)
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
 
@@ -268,7 +275,9 @@ class Gate:
                                   output_dir=out, chunk=suite.timing.repeat, source_text=source_text)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
-        result = self.client.compare(request, sampler.decide)
+        with phases.RoundTrip(outcome, self.client) as trip:
+            result = self.client.compare(request, phases.clocked(outcome, "statistics", sampler.decide))
+        trip.answered(list(result.compile.values()), result.body or {})
         outcome.worker_s += (result.body or {}).get("seconds", 0.0)
         compile_info = result.compile.get("current") or {"ok": False, "log": "not compiled"}
         approved_compile = result.compile.get("approved")
@@ -279,13 +288,15 @@ class Gate:
         if body.get("status") != "ok":
             return body, compile_info, None
         resolved = suite.resolved(case)
-        approved_check = judge_case(f"{program.name}@{approved_spec['source_name']}", case.name,
-                                    {"status": "ok", **body["approved"]}, resolved.expected_outputs(), suite.tolerance,
-                                    resolved.shapes, checks=(extra or {}).get("checks"))
+        with phases.clock(outcome, "checks"):
+            approved_check = judge_case(f"{program.name}@{approved_spec['source_name']}", case.name,
+                                        {"status": "ok", **body["approved"]}, resolved.expected_outputs(),
+                                        suite.tolerance, resolved.shapes, checks=(extra or {}).get("checks"))
         if not approved_check.passed:
             return body, compile_info, incomparable(threshold, f"{which} fails this case now, so its "
                                                     "latency means nothing: " + approved_check.describe(), self.fingerprint_text)
-        return body, compile_info, sampler.result(self.fingerprint_text)
+        with phases.clock(outcome, "statistics"):
+            return body, compile_info, sampler.result(self.fingerprint_text)
 
     # -- release mode (docs/release-gate.md) ----------------------------------------------------
     def _against_release(self, outcome, suite, program, case, approval, threshold, out, source_text, extra) -> LatencyResult:

@@ -9,15 +9,19 @@ others from being judged. :class:`GateSession` is the session's plugin object: r
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from pytest_cudagate import phases, xdist_hooks
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports import pytest_hooks as reports
+from pytest_cudagate.reports.durations import render_durations
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
@@ -46,11 +50,14 @@ class GateSession:
         self.config = config
         self.runtime = runtime
         self.suites_collected = 0
+        self._starting: threading.Thread | None = None
+        self.worker_start_s: float | None = None  # how long the first item still waited for the worker
 
     @classmethod
     def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None) -> GateSession:
+        fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
         options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
-                              threshold=gate.threshold, fresh_seed=gate.fresh_seed)
+                              threshold=gate.threshold, fresh_seed=fresh_seed)
         return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
@@ -60,18 +67,57 @@ class GateSession:
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
             self.suites_collected += 1
+            self._start_worker(parent.config)
             return SuiteFile.from_parent(parent, path=file_path)
         return None
+
+    def _start_worker(self, config: pytest.Config) -> None:
+        """Once the first suite is found, start the worker (CUDA init and context: about 0.35 s) while
+        pytest collects the rest; not for --collect-only, nor in an xdist controller (it runs no items)."""
+        if self._starting is not None or self.worker_start_s is not None or config.option.collectonly \
+                or xdist_hooks.is_controller(config):
+            return
+        self._starting = threading.Thread(target=self.runtime.client, name="cudagate-worker-start", daemon=True)
+        self._starting.start()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        if self._starting is not None:  # items use the runtime from one thread only: wait for the start
+            waited = time.perf_counter()
+            self._starting.join()
+            self._starting = None
+            self.worker_start_s = time.perf_counter() - waited
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if call.when == "call" and isinstance(item, CaseItem) and xdist_hooks.is_worker(self.config):
+            xdist_hooks.attach(report, item, self.runtime)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if xdist_hooks.is_controller(self.config):
+            xdist_hooks.gather(self.config, report, self.runtime)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        xdist_hooks.configure_node(node, self.runtime.options.fresh_seed)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
+        return xdist_hooks.make_scheduler(config, log)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         reports.session_finish(session.config, self.runtime, exitstatus)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._starting is not None:  # a session that ended before its items: let the start finish, then close
+            self._starting.join()
         self.runtime.close()
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
         runtime = self.runtime
-        if not self.suites_collected:
+        if not (self.suites_collected or runtime.outcomes or runtime.skipped):  # an xdist controller collects none
             where = ", ".join(str(a) for a in config.args) or str(config.rootpath)
             terminalreporter.write_line(
                 f"cudagate: no {SUITE_FILENAME} found under {where}; pass a suite's path, or list the suites in "
@@ -88,6 +134,11 @@ class GateSession:
             terminalreporter.write_line(runtime.release().describe())
         for line in render_table(runtime.outcomes, runtime.skipped):
             terminalreporter.write_line(line)
+        count = config.getoption("cuda_gate_durations")
+        if count is not None and runtime.outcomes:
+            terminalreporter.write_sep("-", "cudagate durations")
+            for line in render_durations(runtime.outcomes, count, self.worker_start_s):
+                terminalreporter.write_line(line)
 
 
 class SuiteFile(pytest.File):
@@ -181,30 +232,42 @@ class CaseItem(GateItem):
     def __init__(self, *, case: Case, **kwargs):
         super().__init__(**kwargs)
         self.case = case
+        self.outcome: CaseOutcome | None = None  # what this item judged (an xdist worker sends it on)
+        self.skipped_entry: tuple[str, str, str, str] | None = None
+
+    def _record(self, outcome: CaseOutcome) -> None:
+        self.outcome = outcome
+        self.runtime.outcomes.append(outcome)
 
     def runtest(self) -> None:
+        started = time.perf_counter()
         node: ProgramNode = self.parent
         suite, program, case = node.suite, node.program, self.case
         runtime = self.runtime
         distrust = runtime.trust_problems(suite)
         if distrust:
-            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+            self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                                 message="suite not trusted"))
             raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
                               + "\n".join(f"  - {p}" for p in distrust))
         problem = case_data_problem(suite, case)
         if problem:
-            runtime.outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
-                                                message="bad case data"))
+            self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                     message="bad case data"))
             raise GateFailure(problem)
+        waited = time.perf_counter()
         if runtime.client() is None:
             reason = runtime.unavailable_reason
             if runtime.require_gpu:
                 raise GateFailure(f"{reason} (--cuda-gate-require-gpu is set)")
-            runtime.skipped.append((suite.name, program.name, case.name, case.kind))
+            self.skipped_entry = (suite.name, program.name, case.name, case.kind)
+            runtime.skipped.append(self.skipped_entry)
             pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
+        waited = time.perf_counter() - waited
         outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite))
-        runtime.outcomes.append(outcome)
+        phases.add(outcome, "worker_start", waited)
+        phases.finish(outcome, time.perf_counter() - started)
+        self._record(outcome)
         verdict = outcome.correctness
         if verdict is not None and verdict.median_ms is not None:
             self.user_properties.append(("median_ms", verdict.median_ms))

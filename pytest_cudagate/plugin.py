@@ -57,10 +57,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cuda-gate-benchmark-json", default=None, metavar="FILE",
                     help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
                          "and benchmark dashboards")
+    group.addoption("--cuda-gate-durations", type=int, default=None, metavar="N",
+                    help="list the N slowest cases with their time split by phase (compile, worker start, checks, "
+                         "fresh inputs, warm-up, timing, sanitizer, statistics, IPC); 0 lists all")
     group.addoption("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
                     help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
     # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.
     group.addoption("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` under --cuda-gate: one worker per visible GPU; without one, xdist's default."""
+    if not config.getoption("cuda_gate"):
+        return None
+    from pytest_cudagate.xdist_hooks import gpu_count  # lazy, as in pytest_configure
+
+    return gpu_count() or None
 
 
 def pytest_configure(config: pytest.Config) -> None:

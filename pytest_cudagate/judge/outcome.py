@@ -34,6 +34,7 @@ class CaseOutcome:
     requests: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # relaxed or skipped checks: shown with the outcome
     worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
 
     @property
     def outcome(self) -> str:
@@ -85,6 +86,7 @@ class CaseOutcome:
             "correctness": correctness_json(self.correctness) if self.correctness is not None else None,
             "latency": latency_json(self.latency) if self.latency is not None else None,
             "samples_ms": self.samples(), "worker_s": self.worker_s,
+            "phases": dict(self.phases),
         }
 
 

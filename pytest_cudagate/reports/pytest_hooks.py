@@ -18,6 +18,7 @@ from pytest_cudagate.reports.document import Built, build_report
 from pytest_cudagate.reports.locate import from_items
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
+from pytest_cudagate.xdist_hooks import gathered_index
 
 _DONE = pytest.StashKey[bool]()
 
@@ -25,7 +26,8 @@ _DONE = pytest.StashKey[bool]()
 def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
     session = config.pluginmanager.get_plugin("session")
     return build_report(
-        list(runtime.outcomes), list(runtime.skipped), index=from_items(getattr(session, "items", None) or []),
+        list(runtime.outcomes), list(runtime.skipped),
+        index={**gathered_index(config), **from_items(getattr(session, "items", None) or [])},
         fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
         exitstatus=None if exitstatus is None else int(exitstatus),

@@ -29,7 +29,7 @@ def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str,
              "ratio [99% CI]", "latency", "detail")]
     ordered = sorted(outcomes, key=lambda o: (not o.failed, o.warning is None, o.suite, o.kernel, o.case))
     rows += [row(o) for o in ordered]
-    rows += [(s, k, c, kind, "skipped", "-", "-", "-", "-", "-", "no CUDA device") for s, k, c, kind in skipped]
+    rows += [(s, k, c, kind, "skipped", "-", "-", "-", "-", "-", "no CUDA device") for s, k, c, kind in sorted(skipped)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

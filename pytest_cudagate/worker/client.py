@@ -76,6 +76,7 @@ class HarnessClient:
         self.proc: subprocess.Popen | None = None
         self.hello: dict | None = None
         self.restarts = 0
+        self.start_seconds = 0.0  # wall time spent starting workers (first start and restarts)
         self._lines: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         self._ids = 0
@@ -83,6 +84,13 @@ class HarnessClient:
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> dict:
         """Start a worker and return its hello (device description); raise if there is no GPU."""
+        started = time.perf_counter()
+        try:
+            return self._start()
+        finally:
+            self.start_seconds += time.perf_counter() - started
+
+    def _start(self) -> dict:
         self._stop()
         self._stderr.seek(0)
         self._stderr.truncate()

@@ -124,7 +124,7 @@ def prepare(name: str, work: Path) -> Prepared:
     kernel = raw["kernels"][0]
     raw["kernels"], raw["cases"] = [kernel], [case]
     raw["checks"] = {"sanitizer": "off"}  # runs once per new kernel; says nothing about latency
-    (root / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (root / "cudagate.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(raw)), sort_keys=False))
     code, text, _ = run([sys.executable, "-m", "pytest_cudagate.cli", "approve", str(root / "cudagate.yaml"),
                          "--approved-by", "gate-power"], cwd=root)
     if code != 0:

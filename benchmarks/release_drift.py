@@ -15,7 +15,7 @@ checks everything up to the worker (the release reference, each kernel's release
     softmax and fir: failed runs and warning verdicts. The kernels are byte-identical to v1.0.0's,
     so the release comparison has nothing to time (its verdict is `pass`, "identical to the version
     approved at v1.0.0"); what is measured is the stored-runs judgement of unchanged kernels
-    (judge_run_spread against the approval runs' medians), which fails a release when `regressed`.
+    (judge_run_spread against the approval runs' levels, each run's 10th percentile), which fails a release when `regressed`.
 (b) creep: a copy of fir (cases correct_1001x13, perf_131072x2048) made ~1.2% slower five times
     (a clock64() spin at the start of every block, calibrated on this GPU), each step gated once
     and approved; the true slowdown of every step is measured in-process by a long interleaved
@@ -32,7 +32,7 @@ Interfaces used (as built):
      tag matching `[tool.cudagate] release_tags` (`v*`) reachable from HEAD other than HEAD's own.
      The bare flag is passed last (or `=REF`) so that it cannot take a path.
   A2 `cudagate approve SUITE --runs N --key FILE` records N independent runs (fresh workers), one
-     median per run and case (`run_medians_ms`), the build, and signs the ledger.
+     level (10th percentile) per run and case (`run_p10_ms`), the build, and signs the ledger.
   A3 report.json (`--cuda-gate-report DIR`): each performance item's `latency.release` is an
      object with `verdict` (pass/improved/regressed/inconclusive/incomparable/unstable), `reason`
      (the ref's label when timed), `headline` and `note` (toolchain drift); `latency.verdict` stays
@@ -123,12 +123,12 @@ class Repo:
 
 
 def has_runs(ledger: Path) -> bool:
-    """Whether every performance baseline of the ledger holds >= 2 approval runs (run_medians_ms)."""
+    """Whether every performance baseline of the ledger holds >= 2 approval runs (run_p10_ms)."""
     if not ledger.is_file():
         return False
     raw = json.loads(ledger.read_text())
     cases = [c for a in raw["approvals"].values() for b in a["baselines"].values() for c in b["cases"].values()]
-    return bool(cases) and all(len(c.get("run_medians_ms") or []) >= 2 for c in cases)
+    return bool(cases) and all(len(c.get("run_p10_ms") or []) >= 2 for c in cases)
 
 
 def build_repo(tmp: Path, approve_runs: int, gpu: bool = True) -> tuple[Repo, list[str]]:
@@ -183,7 +183,7 @@ def drift_copy(fir: Path, target: Path) -> None:
     data = yaml.safe_load((fir / "cudagate.yaml").read_text())
     data["suite"] = target.name
     data["cases"] = [c for c in data["cases"] if c["name"] in DRIFT_CASES]
-    (target / "cudagate.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    (target / "cudagate.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False))
     for case in DRIFT_CASES:
         shutil.copytree(fir / "cases" / case, target / "cases" / case)
 
@@ -302,7 +302,7 @@ def toolchain(repo: Repo, runs: int, approve_runs: int, budget: float) -> dict:
     chosen = tried[-1]
     data = yaml.safe_load(suite_path.read_text())
     data["kernels"][0]["options"] = [*data["kernels"][0].get("options", []), *chosen["options"]]
-    suite_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    suite_path.write_text(yaml.safe_dump(json.loads(json.dumps(data)), sort_keys=False))
     repo.cudagate("approve", str(suite_path.parent), "--runs", str(approve_runs), "--key", str(repo.key))
     repo.commit(f"toolchain: {' '.join(chosen['options'])}")
     release = [repo.gate(["examples/toolchain"], "--cuda-gate-release") for _ in range(runs)]

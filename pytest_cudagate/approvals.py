@@ -34,7 +34,7 @@ FORMAT = 2
 class Baseline:
     fingerprint: dict
     measured_at: str
-    # case -> {"summary": {...}, "samples_ms": [...], "cache": "cold", "run_medians_ms": [...]}; the last,
+    # case -> {"summary": {...}, "samples_ms": [...], "cache": "cold", "run_p10_ms": [...]}; the last,
     # optional, holds one median per independent run at approval (the release check's spread).
     cases: dict[str, dict]
 

@@ -4,7 +4,7 @@ A kernel is approved only if the gate passes it. One approval run (:func:`approv
 worker under the GPU's lock and one pass of :meth:`Gate.baseline` over the kernel's cases: the
 checks of ``pytest --cuda-gate`` (fresh inputs, guard zones, the sanitizer, ...), its refusals in
 its words, and each performance case's timed samples for the baseline. ``--runs N`` makes N such
-independent runs (fresh worker, fresh allocations, own warm-up) and stores each one's median per
+independent runs (fresh worker, fresh allocations, own warm-up) and stores each one's level (10th percentile) per
 case: the spread a stored baseline is judged by (docs/release-gate.md).
 """
 
@@ -26,7 +26,7 @@ from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_iden
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, summarize
+from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, run_level, summarize
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.model import Program, Suite
@@ -117,7 +117,7 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
 
 def record(ledger: Ledger, suite: Suite, program: Program, runs: list[ApprovalRun], who: str, now: str) -> str:
     """Approve ``program`` in ``ledger`` (a changed build replaces the entry; the old one goes to
-    history) and store its baseline on this hardware: each run's median per case, and the first
+    history) and store its baseline on this hardware: each run's level (10th percentile) per case, and the first
     run's launches for the plots; say what was done."""
     current = ledger.approvals.get(program.name)
     if current is None or current.identity() != build_identity(program):
@@ -132,16 +132,16 @@ def record(ledger: Ledger, suite: Suite, program: Program, runs: list[ApprovalRu
     first = runs[0]
     current.build = build_record(program, first.arch)
     cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache,
-                    "run_medians_ms": [summarize(run.samples()[name]).median for run in runs]}
+                    "run_p10_ms": [run_level(run.samples()[name]) for run in runs]}
              for name, samples in first.samples().items()}
     current.baselines[first.fingerprint.key()] = Baseline(first.fingerprint.to_dict(), now, cases)
-    medians = ", ".join(f"{c} {_spread(v['run_medians_ms'])}" for c, v in cases.items())
-    return f"{what} by {who}; baseline of {len(runs)} run(s): {medians}"
+    levels = ", ".join(f"{c} {_spread(v['run_p10_ms'])}" for c, v in cases.items())
+    return f"{what} by {who}; baseline of {len(runs)} run(s), 10th percentiles: {levels}"
 
 
-def _spread(medians: list[float]) -> str:
-    low, high = min(medians), max(medians)
-    return f"{low * 1000:.2f} µs" if len(medians) == 1 else f"{low * 1000:.2f}–{high * 1000:.2f} µs"
+def _spread(levels: list[float]) -> str:
+    low, high = min(levels), max(levels)
+    return f"{low * 1000:.2f} µs" if len(levels) == 1 else f"{low * 1000:.2f}–{high * 1000:.2f} µs"
 
 
 def user_name(root: Path) -> str:

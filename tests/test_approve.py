@@ -61,7 +61,7 @@ def test_approve_records_a_kernel_the_gate_passes_with_its_baseline(tmp_path, mo
     workers = install(monkeypatch, tmp_path, scale_kernels())
     assert main(["approve", str(suite_path), "--approved-by", "reviewer", "--runs", "1"]) == 0
     out = capsys.readouterr().out
-    assert "scale2: approved" in out and "by reviewer; baseline of 1 run(s): perf " in out
+    assert "scale2: approved" in out and "by reviewer; baseline of 1 run(s), 10th percentiles: perf " in out
     suite = load_suite(suite_path)
     approval = Ledger.for_suite(suite).approvals["scale2"]
     (baseline,) = approval.baselines.values()

@@ -12,6 +12,7 @@ from fake_worker import install, scale_kernels, scale_xy
 from helpers import write_suite
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.cli import main
+from pytest_cudagate.judge.stats import run_level
 from pytest_cudagate.suite.loader import load_suite
 
 RNG = np.random.default_rng(5)
@@ -40,19 +41,19 @@ def test_runs_are_independent_workers_with_one_median_each(suite, started, capsy
     approval = Ledger.for_suite(suite).approvals["scale2"]
     (baseline,) = approval.baselines.values()
     perf = baseline.cases["perf"]
-    assert len(perf["run_medians_ms"]) == 3 and len(set(perf["run_medians_ms"])) == 3
+    assert len(perf["run_p10_ms"]) == 3 and len(set(perf["run_p10_ms"])) == 3
     assert len(perf["samples_ms"]) == suite.timing.baseline_rounds
-    assert perf["summary"]["median"] == perf["run_medians_ms"][0]
+    assert perf["run_p10_ms"][0] == run_level(perf["samples_ms"])
     assert approval.build["nvrtc_version"] and approval.build["options"] == list(suite.kernels[0].options)
     assert set(approval.build["cubin_sha256"]) == {"sm_90"}
-    assert "baseline of 3 run(s): perf " in capsys.readouterr().out
+    assert "baseline of 3 run(s), 10th percentiles: perf " in capsys.readouterr().out
 
 
 def test_the_default_is_five_runs(suite, started):
     assert main(["approve", str(suite.path)]) == 0
     assert len(started) == 5
     raw = json.loads((suite.root / "cudagate.approvals.json").read_text())
-    assert len(next(iter(raw["approvals"]["scale2"]["baselines"].values()))["cases"]["perf"]["run_medians_ms"]) == 5
+    assert len(next(iter(raw["approvals"]["scale2"]["baselines"].values()))["cases"]["perf"]["run_p10_ms"]) == 5
 
 
 def test_no_runs_is_refused_before_any_gpu_work(suite, started, capsys):

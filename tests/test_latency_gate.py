@@ -88,7 +88,7 @@ def test_one_disturbed_chunk_does_not_count_its_samples():
 def test_against_runs_uses_the_spread_of_whole_runs_not_the_launches():
     rng = np.random.default_rng(7)
     stored = list(rng.lognormal(np.log(0.015), 0.03, 1000))
-    case = {"samples_ms": stored, "run_medians_ms": [0.0150, 0.0151, 0.0149, 0.0150, 0.0152]}
+    case = {"samples_ms": stored, "run_p10_ms": [0.0150, 0.0151, 0.0149, 0.0150, 0.0152]}
     # +6%: a per-launch interval would call this regressed; against whole runs it is inside the floor.
     today = list(rng.lognormal(np.log(0.015 * 1.06), 0.03, 1000))
     result = against_runs(case, today, 0.02, suite="examples/softmax/cudagate.yaml")
@@ -101,7 +101,7 @@ def test_against_runs_uses_the_spread_of_whole_runs_not_the_launches():
 
 @pytest.mark.parametrize("runs", [None, [0.015]])
 def test_a_baseline_without_runs_says_how_to_record_them(runs):
-    case = {"samples_ms": [0.015] * 10, **({"run_medians_ms": runs} if runs else {})}
+    case = {"samples_ms": [0.015] * 10, **({"run_p10_ms": runs} if runs else {})}
     result = against_runs(case, [0.015] * 10, 0.02, suite="examples/softmax/cudagate.yaml")
     assert result.verdict is Latency.INCOMPARABLE and result.advisory
     assert result.reason.endswith("re-approve to record runs: `cudagate approve examples/softmax/cudagate.yaml --runs 5`")

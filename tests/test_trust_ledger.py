@@ -164,7 +164,7 @@ def test_build_info_and_run_medians_are_signed(signed, tmp_path):
     ledger = Ledger.for_suite(suite)
     approval = ledger.approvals["softmax_rows"]
     approval.build = {"nvrtc_version": "13.0", "options": ["-O3"], "cubin_sha256": {"sm_90": "a" * 64}}
-    approval.baselines["0123456789abcdef"].cases["perf_256x1024"]["run_medians_ms"] = [0.006, 0.0061]
+    approval.baselines["0123456789abcdef"].cases["perf_256x1024"]["run_p10_ms"] = [0.006, 0.0061]
     sign_ledger(ledger, load_private_key(tmp_path / "alice.key"), "alice")
     ledger.save()
     assert problems(suite, trusted) == []

@@ -79,7 +79,7 @@ class LatencyResult:
 
     def headline(self) -> str:
         if self.run_spread is not None:
-            return f"latency {self.verdict.value}: today's run median is {self.run_spread.describe()}"
+            return f"latency {self.verdict.value}: today's run level is {self.run_spread.describe()}"
         est = self.estimate
         if est is None:
             return f"latency {self.verdict.value}: {self.reason}"
@@ -93,7 +93,8 @@ class LatencyResult:
         lines = []
         if self.run_spread is not None and self.current is not None:
             lines.append(f"  today's run: {self.current.n} timed launches, median {self.current.median * 1000:.2f} µs; "
-                         f"per-launch samples are for the plots, the interval comes from whole runs")
+                         f"a run's level is its {stats.RUN_QUANTILE:.0%} quantile; per-launch samples are for the "
+                         "plots, the interval comes from whole runs")
         elif self.approved is not None and self.current is not None:
             label = "approved" if self.reason in ("", "approved") else self.reason
             lines.append(f"  {label} median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
@@ -210,14 +211,14 @@ class AdaptiveSampler:
 
 def against_runs(baseline_case: dict, today_samples: list[float], threshold: float, *, suite: str,
                  fingerprint: str = "") -> LatencyResult:
-    """A byte-identical kernel: today's run median against the medians of the independent runs
+    """A byte-identical kernel: today's run level against the levels of the independent runs
     recorded at approval (:func:`judge_run_spread`), never against one run's launches.
 
-    ``baseline_case`` is the ledger's entry for the case (``run_medians_ms``, ``samples_ms``); its
+    ``baseline_case`` is the ledger's entry for the case (``run_p10_ms``, ``samples_ms``); its
     per-launch samples go to the plots only. A baseline with fewer than two runs (recorded before
     runs were) is incomparable, saying how to record them; ``suite`` names the suite in that fix.
     """
-    runs = baseline_case.get("run_medians_ms") or []
+    runs = baseline_case.get("run_p10_ms") or []
     if len(runs) < 2:
         return LatencyResult(
             Latency.INCOMPARABLE, threshold, advisory=True, fingerprint=fingerprint,
@@ -225,7 +226,7 @@ def against_runs(baseline_case: dict, today_samples: list[float], threshold: flo
                    f"independent run(s); judging an unchanged kernel needs the spread of >= 2 runs: re-approve to "
                    f"record runs: `cudagate approve {suite} --runs {stats.DEFAULT_APPROVAL_RUNS}`")
     stored = list(baseline_case.get("samples_ms") or [])
-    judgement = judge_run_spread(runs, stats.summarize(today_samples).median, threshold)
+    judgement = judge_run_spread(runs, stats.run_level(today_samples), threshold)
     return LatencyResult(judgement.verdict, threshold, reason="the stored approval runs", run_spread=judgement,
                          approved=stats.summarize(stored) if stored else None, current=stats.summarize(today_samples),
                          samples={"approved": stored, "current": list(today_samples)}, advisory=True,
@@ -238,10 +239,10 @@ def incomparable(threshold: float, reason: str, fingerprint: str = "") -> Latenc
 
 @dataclass(frozen=True)
 class RunSpreadJudgement:
-    """Today's run median against the spread of the approval runs' medians.
+    """Today's run level against the spread of the approval runs' levels.
 
     ``low``/``high`` bound the ratio today/baseline that an unchanged kernel reaches with
-    probability ``confidence``; ``ratio`` is today's median over the geometric mean of the runs.
+    probability ``confidence``; ``ratio`` is today's level over the geometric mean of the runs.
     """
 
     verdict: Latency
@@ -250,7 +251,7 @@ class RunSpreadJudgement:
     high: float
     confidence: float
     runs: int
-    measured_spread: float  # sample standard deviation of ln(run median)
+    measured_spread: float  # sample standard deviation of ln(run level)
     floored: bool  # the floor, not the measured spread, set the interval
 
     @property
@@ -275,9 +276,9 @@ class RunSpreadJudgement:
         return data
 
 
-def judge_run_spread(run_medians, today_median: float, threshold: float, *, confidence: float = 0.99,
+def judge_run_spread(run_levels, today_level: float, threshold: float, *, confidence: float = 0.99,
                      floor: float = stats.RUN_SPREAD_FLOOR) -> RunSpreadJudgement:
-    """Judge today's run median against the medians of n independent approval runs
+    """Judge today's run level against the levels of n independent approval runs
     (:func:`stats.run_spread`), with the suite threshold widening the interval:
 
       REGRESSED: d > h + ln(1 + threshold): slower than any unchanged run, by more than threshold.
@@ -290,7 +291,7 @@ def judge_run_spread(run_medians, today_median: float, threshold: float, *, conf
     across cards; the interleaved comparison exists for everything else.
     """
     threshold = stats.check_threshold(threshold)
-    spread = stats.run_spread(run_medians, today_median, confidence=confidence, floor=floor)
+    spread = stats.run_spread(run_levels, today_level, confidence=confidence, floor=floor)
     d, h = spread.d, spread.half_width
     if d > h + math.log1p(threshold):
         verdict = Latency.REGRESSED

@@ -17,8 +17,8 @@ stored baselines with it: its interval on one run's launches misses the
 run-to-run spread (docs/release-gate.md); ``run_spread`` replaced it.
 
 Run-spread method (``run_spread``): where nothing can be timed side by
-side (a new driver or card), today's run median is placed in a prediction
-interval built from the medians of independent approval runs (see there).
+side (a new driver or card), today's run level is placed in a prediction
+interval built from the levels of independent approval runs (see there).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ __all__ = [
     "precise_enough",
     "RunSpread",
     "run_spread",
+    "run_level",
+    "RUN_QUANTILE",
     "prediction_half_width",
     "DEFAULT_APPROVAL_RUNS",
     "RUN_SPREAD_FLOOR",
@@ -407,18 +409,29 @@ def precise_enough(estimate: RatioEstimate, threshold: float) -> bool:
 # --------------------------------------------------------------------------- run spread
 # Stored baselines judge what cannot be timed side by side (a new driver or card).  One run's
 # launches say nothing about the next run's placement, clocks or card, so the unit of evidence
-# is a whole run's median: approval records several independent runs, each one median.
+# is a whole run's level: approval records several independent runs, each one level.
 
 # Runs ``cudagate approve`` records by default.
 DEFAULT_APPROVAL_RUNS = 5
-# Widest offset of an unchanged kernel's run median measured between fresh H200 machines
+# A run's level is this quantile of its launch latencies, not the median. Measured on the H200
+# (2026-12-01, examples, 1000 launches a run): some runs of µs kernels put half their launches or
+# more in a slow tail (softmax 256x1024: p10 5.2 µs, median 10.7 µs, p90 19 µs, against 5.6 / 6.1 /
+# 6.8 µs in the approval runs), which moved the median by +80% on an unchanged kernel, while the
+# 10th percentile stayed within a few percent. A slower kernel moves every quantile.
+RUN_QUANTILE = 0.10
+# Widest offset of an unchanged kernel's run level measured between fresh H200 machines
 # (2026-11-30, shared/brief/h200-timing-notes.md "Between runs and cards": -6% ... +8.6%).
 _BETWEEN_CARD_OFFSET = 0.086
-# Floor on the spread of d = ln(today's median / approval runs' mean): the standard deviation at
+# Floor on the spread of d = ln(today's level / approval runs' mean): the standard deviation at
 # which the widest measured offset is the 99% point, ln(1.086) / z_0.995 = 3.2%.  Approval runs
 # recorded minutes apart on one machine share its card, so their spread misses the card-to-card
 # part, and averaging more of them does not shrink it: the floor applies to d, whatever n.
 RUN_SPREAD_FLOOR = math.log1p(_BETWEEN_CARD_OFFSET) / NormalDist().inv_cdf(0.995)
+
+
+def run_level(samples: Samples) -> float:
+    """A run's level: the :data:`RUN_QUANTILE` quantile of its launch latencies."""
+    return float(np.quantile(_as_samples(samples, "run samples"), RUN_QUANTILE))
 
 
 def prediction_half_width(spread: float, n: int, confidence: float) -> float:
@@ -428,21 +441,21 @@ def prediction_half_width(spread: float, n: int, confidence: float) -> float:
 
 @dataclass(frozen=True)
 class RunSpread:
-    """Where today's run median falls among n independent approval runs' medians (log space)."""
+    """Where today's run level falls among n independent approval runs' levels (log space)."""
 
-    d: float  # ln(today's median) - mean(ln run medians)
+    d: float  # ln(today's level) - mean(ln run levels)
     half_width: float  # h: an unchanged kernel's d stays within +-h with probability ``confidence``
     confidence: float
     runs: int
-    measured_spread: float  # sample standard deviation of ln(run median)
+    measured_spread: float  # sample standard deviation of ln(run level)
     floored: bool  # the floor, not the measured spread, set h
 
 
-def run_spread(run_medians: Samples, today_median: float, *, confidence: float = 0.99,
+def run_spread(run_levels: Samples, today_level: float, *, confidence: float = 0.99,
                floor: float = RUN_SPREAD_FLOOR) -> RunSpread:
-    """The prediction interval for one more run's log median, never narrower than ``floor``.
+    """The prediction interval for one more run's log level, never narrower than ``floor``.
 
-    Model: ln(run median) = ln(true latency) + e, e ~ N(0, s^2) independently per run (a run's
+    Model: ln(run level) = ln(true latency) + e, e ~ N(0, s^2) independently per run (a run's
     median of hundreds of launches is close to normal in log space; the spread comes from
     placement, clocks and the card, which act multiplicatively).  For a new run of an unchanged
     kernel, d = ln(today) - mean(ln runs) has sd s*sqrt(1 + 1/n), and with s estimated from the
@@ -457,13 +470,13 @@ def run_spread(run_medians: Samples, today_median: float, *, confidence: float =
     confidence = _check_confidence(confidence)
     if not (math.isfinite(floor) and floor >= 0):
         raise ValueError(f"floor must be a finite spread >= 0, got {floor!r}")
-    logs = np.log(_as_samples(run_medians, "run medians"))
+    logs = np.log(_as_samples(run_levels, "run levels"))
     if logs.size < 2:
         raise ValueError(
             f"judging against stored runs needs >= 2 approval runs, got {logs.size}; "
             f"re-approve to record runs (`cudagate approve --runs {DEFAULT_APPROVAL_RUNS}`)"
         )
-    today = float(np.log(_as_samples([today_median], "today's median")[0]))
+    today = float(np.log(_as_samples([today_level], "today's level")[0]))
     n = int(logs.size)
     measured = float(logs.std(ddof=1))
     from_runs = prediction_half_width(measured, n, confidence)

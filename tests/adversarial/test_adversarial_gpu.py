@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_support import copy_suite, gpu_required
+from gpu_support import copy_suite, gpu_required, suite_yaml
 
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
@@ -103,7 +103,7 @@ def softmax_suite(tmp: Path, kernels: dict, checks: dict | None) -> Path:
     raw["cases"] = [c for c in raw["cases"] if c["name"] in CASES]
     if checks:
         raw["checks"] = checks
-    (root / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (root / "cudagate.yaml").write_text(suite_yaml(raw))
     return root / "cudagate.yaml"
 
 
@@ -297,7 +297,7 @@ def sanitized(harness, tmp_path_factory):
     path = softmax_suite(tmp, kernels, None)  # every check at its default, the sanitizer included
     raw = yaml.safe_load(path.read_text())
     raw["cases"] = [c for c in raw["cases"] if c["name"] in ("correct_7x33", "perf_256x1024")]
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    path.write_text(suite_yaml(raw))
     return replay(harness, path, tmp / "out", "softmax_sanitized")
 
 
@@ -348,7 +348,7 @@ def test_cost_of_the_defences(harness, tmp_path):
             (root / "cudagate.sig.json").unlink()
             raw = yaml.safe_load((root / "cudagate.yaml").read_text())
             raw["checks"] = checks
-            (root / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+            (root / "cudagate.yaml").write_text(suite_yaml(raw))
             start = time.perf_counter()
             outcomes = replay(harness, root / "cudagate.yaml", tmp_path / f"out-{name}-{label}", f"cost-{name}-{label}")
             costs[f"{name}: {label}"] = {

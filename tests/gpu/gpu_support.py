@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -61,3 +64,9 @@ def gate(path: Path, *extra: str, cwd: Path | None = None, signed: bool = False)
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return run(["-m", "pytest_cudagate.cli", *args], cwd)
+
+
+def suite_yaml(raw: dict) -> str:
+    """A suite file's text for ``raw``, with no YAML anchors or aliases (which suites refuse): values the
+    edit shares between entries are written out each time."""
+    return yaml.safe_dump(json.loads(json.dumps(raw)), sort_keys=False)

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cudagate_harness.protocol import request_problems
+
 from helpers import SUITE_YAML, replace_once, write_suite
 from fake_worker import FakeWorker
 from test_hardening_gate import Fingerprint, kernels_for
@@ -149,7 +151,10 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
     real = sanitizer.subprocess.Popen
 
     def spy(command, **kwargs):
-        seen.append(command)
+        request_file = Path(command[12])
+        # what `python -m cudagate_harness REQUEST` will check, from the folder the sanitizer starts it in
+        seen.append((command, request_problems(json.loads(request_file.read_text()),
+                                               (request_file.parent, Path(kwargs["cwd"])))))
         return real(command, **kwargs)
 
     monkeypatch.setattr(sanitizer.subprocess, "Popen", spy)
@@ -157,11 +162,12 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
     request = run_request(scale_suite, scale_suite.kernels[0], [scale_suite.case("small")], output_dir=tmp_path / "o")
     results = sanitizer.run_tools(request, ("memcheck",), exe=str(script), use_cache=False)
     assert results["memcheck"].status == "clean"
-    (command,) = seen
-    assert command[:6] == [str(script), "--tool", "memcheck", "--error-exitcode", "99", "--log-file"]
-    assert command[7:10] == [sys.executable, "-m", "cudagate_harness"]
-    sent = json.loads(Path(command[10]).read_text()) if Path(command[10]).exists() else None
-    assert sent is None  # the request file lived in a temporary folder, removed afterwards
+    ((command, problems),) = seen
+    assert command[:8] == [str(script), "--tool", "memcheck", "--target-processes", "application-only",
+                           "--error-exitcode", "99", "--log-file"]
+    assert command[9:12] == [sys.executable, "-m", "cudagate_harness"]
+    assert problems == []  # the harness reads the suite's case data when started where the sanitizer starts it
+    assert not Path(command[12]).exists()  # the request file lived in a temporary folder, removed afterwards
 
 
 # -- fresh inputs ------------------------------------------------------------------------------------------

@@ -385,19 +385,17 @@ def main() -> int:
         results["approved_here"] = approved_here
         print(f"repository ready in {time.perf_counter() - start:.0f} s; approved on this machine: "
               f"{', '.join(approved_here) or 'none'}", flush=True)
-        if "unchanged" in wanted:
-            results["unchanged"] = unchanged(repo, args.runs, args.plain_runs)
-            print(f"unchanged done at {time.perf_counter() - start:.0f} s", flush=True)
-        if "creep" in wanted:
-            results["creep"] = creep(repo, args.runs, args.approve_runs, budget)
-            print(f"creep done at {time.perf_counter() - start:.0f} s", flush=True)
-        if "toolchain" in wanted:
-            results["toolchain"] = toolchain(repo, args.runs, args.approve_runs, budget)
-    print()
-    print(table(results))
+        experiments = {"unchanged": lambda: unchanged(repo, args.runs, args.plain_runs),
+                        "creep": lambda: creep(repo, args.runs, args.approve_runs, budget),
+                        "toolchain": lambda: toolchain(repo, args.runs, args.approve_runs, budget)}
+        for name, experiment in experiments.items():
+            if name in wanted:
+                results[name] = experiment()
+                # Said after each experiment, so a run stopped at its time limit keeps what it measured.
+                print(f"\n{name} done at {time.perf_counter() - start:.0f} s\n\n{table(results)}", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(results, indent=1))
     print(f"\nthreshold: each suite's (2%); {time.perf_counter() - start:.0f} s wall in all")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
     return 0
 
 

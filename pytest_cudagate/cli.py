@@ -109,7 +109,7 @@ def cmd_run(args) -> int:
             if "input" in spec:
                 spec["input"] = str(base / spec["input"])
         case["expected"] = {k: str(base / v) for k, v in case.get("expected", {}).items()}
-    request["output_dir"] = args.output or tempfile.mkdtemp(prefix="cudagate-run-")
+    request["output_dir"] = str(Path(args.output).resolve()) if args.output else tempfile.mkdtemp(prefix="cudagate-run-")
     config = project_config(path, timeout_s=args.timeout)
     with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
         result = worker.client.run(request)

@@ -25,6 +25,8 @@ from pytest_cudagate.approvals import Ledger, approval_for
 from pytest_cudagate.optimize.proposers.openai import public_url
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair, load_private_key, sign_suite
+from pytest_cudagate.errors import WorkerUnavailable
+from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.worker.gpulock import GpuLock
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
@@ -342,3 +344,23 @@ def test_a_symlink_at_the_lock_path_is_not_followed(tmp_path):
                                  "https://llm.example/v1?x=1&api-key=SECRET#frag"])
 def test_the_base_url_keeps_no_query_or_fragment(url):
     assert public_url(url) == "https://llm.example/v1"
+
+
+@pytest.mark.parametrize("planted", ["numpy.py", "cudagate_harness/__init__.py", "cudagate_harness/worker.py"])
+def test_modules_in_the_checkout_never_run_as_the_worker(tmp_path, monkeypatch, planted):
+    """`python -m` puts the working folder first on sys.path: a PR's numpy.py or cudagate_harness/ at the
+    root of the checkout the gate runs in must not be what the worker imports (it would run with the
+    job's secrets). The worker starts, and says it has no GPU here, without touching them."""
+    marker = tmp_path / "ran"
+    module = tmp_path / "checkout" / planted
+    module.parent.mkdir(parents=True)
+    module.write_text(f"open({str(marker)!r}, 'w').write('the pull request ran')\n")
+    monkeypatch.chdir(module.parent if "/" not in planted else tmp_path / "checkout")
+    client = HarnessClient(timeout_s=60)
+    try:
+        client.start()
+    except WorkerUnavailable:
+        pass  # no GPU here: what matters is which code said so
+    finally:
+        client.close()
+    assert not marker.exists()

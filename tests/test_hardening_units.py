@@ -152,9 +152,10 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
 
     def spy(command, **kwargs):
         request_file = Path(command[12])
-        # what `python -m cudagate_harness REQUEST` will check, from the folder the sanitizer starts it in
-        seen.append((command, request_problems(json.loads(request_file.read_text()),
-                                               (request_file.parent, Path(kwargs["cwd"])))))
+        assert command[13::2] == ["--root"] * len(command[13::2])
+        # what `python -m cudagate_harness REQUEST --root DIR` will check, started where the sanitizer starts it
+        seen.append((command, kwargs["cwd"], request_problems(json.loads(request_file.read_text()),
+                                                               (request_file.parent, *map(Path, command[14::2])))))
         return real(command, **kwargs)
 
     monkeypatch.setattr(sanitizer.subprocess, "Popen", spy)
@@ -162,7 +163,8 @@ def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite,
     request = run_request(scale_suite, scale_suite.kernels[0], [scale_suite.case("small")], output_dir=tmp_path / "o")
     results = sanitizer.run_tools(request, ("memcheck",), exe=str(script), use_cache=False)
     assert results["memcheck"].status == "clean"
-    ((command, problems),) = seen
+    ((command, cwd, problems),) = seen
+    assert cwd == "/"  # no module of the checkout can shadow the worker's
     assert command[:8] == [str(script), "--tool", "memcheck", "--target-processes", "application-only",
                            "--error-exitcode", "99", "--log-file"]
     assert command[9:12] == [sys.executable, "-m", "cudagate_harness"]

@@ -1,9 +1,10 @@
-"""``python -m cudagate_harness [REQUEST.json]``: serve the JSON-lines protocol, or run one request.
+"""``python -m cudagate_harness [REQUEST.json [--root DIR ...]]``: serve the JSON-lines protocol, or run one request.
 
 With a request file the harness runs it in this process and prints the response lines: the raw
 runner, by hand, without the gate around it (``cudagate run`` adds the correctness verdicts).
 A request file may come from anyone: it is read with a size cap, and its data paths must stay in
-its folder; a bad one is one line on stderr and exit code 2.
+its folder, the working folder or a ``--root`` the caller names; a bad one is one line on stderr and
+exit code 2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .worker import main as serve
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
-def run_file(path: str) -> int:
+def run_file(path: str, roots: list[str] = ()) -> int:
     try:
         if not Path(path).is_file():  # a regular file only: no device or FIFO behind the name
             raise ValueError("not a regular file")
@@ -34,7 +35,7 @@ def run_file(path: str) -> int:
         print(f"cudagate_harness: {path}: cannot read the request: {str(exc)[:200]}", file=sys.stderr)
         return 2
     base = Path(path).resolve().parent
-    problems = request_problems(request, (base, Path.cwd()))
+    problems = request_problems(request, (base, Path.cwd(), *map(Path, roots)))
     if problems:
         print(f"cudagate_harness: {path}: " + "; ".join(problems[:5]), file=sys.stderr)
         return 2
@@ -43,5 +44,15 @@ def run_file(path: str) -> int:
     return serve([json.dumps(request)])
 
 
+def main(argv: list[str]) -> int:
+    if not argv:
+        return serve()
+    path, rest = argv[0], argv[1:]
+    if len(rest) % 2 or any(flag != "--root" for flag in rest[::2]):
+        print("usage: python -m cudagate_harness [REQUEST.json [--root DIR ...]]", file=sys.stderr)
+        return 2
+    return run_file(path, rest[1::2])
+
+
 if __name__ == "__main__":
-    sys.exit(run_file(sys.argv[1]) if len(sys.argv) > 1 else serve())
+    sys.exit(main(sys.argv[1:]))

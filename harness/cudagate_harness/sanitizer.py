@@ -216,14 +216,16 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
             req_path.write_text(json.dumps(one))
             log = tool_dir / "sanitizer.log"
             out = open(tool_dir / "stdout.txt", "wb")
-            # Only the worker is instrumented: the compiler's confined child makes no CUDA call.
+            # Only the worker is instrumented: the compiler's confined child makes no CUDA call. A request
+            # file may read data only below the folders it is given: the suite's, where the case data lies.
+            roots = ["--root", str(Path(request["suite"]).parent)] if request.get("suite") else []
             command = [exe, "--tool", tool, "--target-processes", "application-only", "--error-exitcode",
-                       str(ERROR_EXIT), "--log-file", str(log), sys.executable, "-m", "cudagate_harness", str(req_path)]
-            # A request file may read data only below its folder and the working directory: run it from
-            # the suite's folder, where the case data lies.
-            suite_dir = Path(request["suite"]).parent if request.get("suite") else None
+                       str(ERROR_EXIT), "--log-file", str(log), sys.executable, "-m", "cudagate_harness", str(req_path),
+                       *roots]
+            # Started in "/": `python -m` puts the working folder first on sys.path, and a pull request's
+            # checkout must not provide the modules the worker imports.
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **(env or {})}, start_new_session=True, cwd=suite_dir)
+                                    env={**os.environ, **(env or {})}, start_new_session=True, cwd="/")
             procs.append((tool, key, proc, out, log, tool_dir, time.perf_counter()))
         deadline = time.monotonic() + timeout_s
         for tool, key, proc, out, log, tool_dir, started in procs:

@@ -102,7 +102,7 @@ def profile(request: dict, entry: str, *, env: dict | None = None, timeout_s: fl
                    sys.executable, "-m", "cudagate_harness", str(path)]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                                  env={**os.environ, **(env or {})})
+                                  env={**os.environ, **(env or {})}, cwd="/")  # no module from a checkout
         except subprocess.TimeoutExpired:
             return {"error": f"ncu did not finish within {timeout_s:g} s"}
         except OSError as exc:

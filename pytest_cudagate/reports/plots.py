@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import re
 
+import numpy as np
+
 MISSING = ("timing plots need matplotlib, which is not installed here: "
            "pip install 'pytest-cudagate[report]' and re-render with `cudagate report merge`")
 COLORS = {"approved": "#6b7280", "current": "#2563eb"}
@@ -49,8 +51,6 @@ def timing_svg(samples_ms: dict[str, list[float]], uid: str, threshold: float | 
 
 
 def _histograms(ax, series: dict[str, list[float]], threshold: float | None) -> None:
-    import numpy as np
-
     everything = np.concatenate([np.asarray(v) for v in series.values()])
     low, high = np.percentile(everything, [0.5, 99.5])  # a few preempted launches would squash the rest
     if high <= low:
@@ -72,8 +72,6 @@ def _histograms(ax, series: dict[str, list[float]], threshold: float | None) -> 
 
 
 def _traces(ax, series: dict[str, list[float]]) -> None:
-    import numpy as np
-
     everything = np.concatenate([np.asarray(v) for v in series.values()])
     low, high = np.percentile(everything, [0.5, 99.5])
     for role, values in series.items():

@@ -21,13 +21,13 @@ from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.trust import gate_command
 from pytest_cudagate.trust.ledger import ledger_problems
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
+from pytest_cudagate.config import load_settings
+from pytest_cudagate.suite.loader import discover, load_suite
 
 EXIT_FAILED = 1
 
 
 def _suites(paths: list[str]) -> list:
-    from pytest_cudagate.suite.loader import discover, load_suite
-
     found = discover([Path(p) for p in paths])
     if not found:
         raise CudagateError(f"no cudagate.yaml found in {', '.join(paths)}")
@@ -35,8 +35,6 @@ def _suites(paths: list[str]) -> list:
 
 
 def _project(suite):
-    from pytest_cudagate.config import load_settings
-
     root = find_project_root(suite.root) or suite.root
     return root, load_settings(root)
 

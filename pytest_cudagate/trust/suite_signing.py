@@ -19,6 +19,7 @@ from pytest_cudagate.trust.documents import SignatureError, sign_document, verif
 from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
 from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
+from pytest_cudagate.suite.cases import check_case_data
 
 SIGNATURE_FILENAME = "cudagate.sig.json"
 SIGNATURE_FORMAT = 1
@@ -113,8 +114,6 @@ def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
     pending, when there is none; see :func:`sign_ledger`). Refuses (:class:`FileError`) when case data is
     missing, unreferenced or does not match the signature, since a signature vouches for exactly what is
     on disk."""
-    from pytest_cudagate.suite.cases import check_case_data
-
     manifest = suite_manifest(suite)
     bad = [f"case {case.name}: {p}" for case in suite.cases for p in check_case_data(suite, case)]
     if bad:

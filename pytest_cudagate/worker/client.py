@@ -98,6 +98,9 @@ class HarnessClient:
             self.command,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
             env=self.env, start_new_session=True,  # its own process group, so a kill takes children too
+            # `python -m` puts the working folder first on sys.path: started in a pull request's checkout,
+            # a numpy.py or cudagate_harness/ there would run as the worker. Requests carry absolute paths.
+            cwd="/",
         )
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()

@@ -84,6 +84,9 @@ class Ledger:
     history: list[dict] = field(default_factory=list)
     sequence: int = 0  # +1 on every signing; a signed ledger with a lower one is an older one
     pending: list[str] = field(default_factory=list)  # kernels explicitly not yet approved
+    # SHA-256 of the suite's signed manifest (cudagate.sig.json) when the ledger was signed: binds the
+    # oracle to the sequence-protected ledger, so an older signed oracle cannot come back alone.
+    oracle_sha256: str | None = None
     signature: dict | None = None  # over the whole document (trust/ledger.py)
     format: int = FORMAT  # as read; 1 = entries signed one by one, no longer trusted
     exists: bool = True  # False: no file on disk
@@ -116,11 +119,13 @@ class Ledger:
             baselines = {key: Baseline(**b) for key, b in entry.pop("baselines", {}).items()}
             approvals[name] = Approval(**entry, baselines=baselines)
         return cls(path, raw["suite"], approvals, raw.get("history", []), raw.get("sequence", 0),
-                   list(raw.get("pending", [])), raw.get("signature"), raw["format"], True, kernels)
+                   list(raw.get("pending", [])), raw.get("oracle_sha256"), raw.get("signature"), raw["format"], True,
+                   kernels)
 
     def signed_payload(self) -> dict:
         """What the maintainer's signature covers: everything in the file but the signature."""
         return {"format": FORMAT, "suite": self.suite, "sequence": self.sequence, "pending": sorted(self.pending),
+                "oracle_sha256": self.oracle_sha256,
                 "approvals": {name: a.signed_payload() for name, a in sorted(self.approvals.items())},
                 "history": self.history}
 

@@ -364,3 +364,28 @@ def test_modules_in_the_checkout_never_run_as_the_worker(tmp_path, monkeypatch, 
     finally:
         client.close()
     assert not marker.exists()
+
+
+def test_an_older_signed_oracle_cannot_come_back(repo):
+    """The base tightens a tolerance and re-signs; the PR restores the older, looser suite file with its
+    own valid signature. The ledger binds the oracle it was signed with, and an older ledger to go with
+    the older oracle is a rollback by its sequence."""
+    older = {name: (repo.suite_dir / name).read_bytes() for name in ("cudagate.yaml", "cudagate.sig.json")}
+    older_ledger = (repo.suite_dir / "cudagate.approvals.json").read_bytes()
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1e-7))
+    repo.sign("alice")
+    repo.base = repo.commit("base: a tighter tolerance, re-signed")
+    for name, data in older.items():
+        (repo.suite_dir / name).write_bytes(data)
+    refused(repo, "softmax/cudagate.approvals.json: signed for another version of the suite's signed oracle")
+    (repo.suite_dir / "cudagate.approvals.json").write_bytes(older_ledger)
+    refused(repo, "softmax/cudagate.approvals.json: sequence 2 is lower than 3 at the trusted ref")
+
+
+@pytest.mark.parametrize("options, said", [
+    (["--cuda-gate-threshold", "0.01", "--cuda-gate-threshold", "0.99"], "--cuda-gate-threshold: given twice"),
+    (["--cuda-gate-budget", "0"], "--cuda-gate-budget 0: refused under --trusted-ref: less measurement"),
+    (["--cuda-gate-fresh-seed", "1"], "--cuda-gate-fresh-seed: refused under --trusted-ref: a seed known in advance"),
+])
+def test_options_that_weaken_the_gate_are_refused(repo, options, said):
+    refused(repo, said, args=[*options, "softmax"])

@@ -25,6 +25,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root
+from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 TRUST_ROOT_OPTION = "--cuda-gate-trust-root"
 RELEASE_OPTION = "--cuda-gate-release"  # passes: judging against the previous release adds checks
@@ -32,6 +33,7 @@ RELEASE_OPTION = "--cuda-gate-release"  # passes: judging against the previous r
 WEAKENING = {
     "--cuda-gate-allow-unsigned": "it would judge suites whose oracle or approvals are not signed",
     TRUST_ROOT_OPTION: "the gate hands the trust root to the plugin itself",
+    "--cuda-gate-fresh-seed": "a seed known in advance makes the fresh inputs predictable",
 }
 WEAKENING_PREFIXES = {
     "--cuda-gate-allow-": "options that allow what the gate refuses are off under --trusted-ref",
@@ -85,12 +87,26 @@ def split_args(args: list[str]) -> tuple[list[str], list[str]]:
 
 def _weakening_problems(options: list[str], suites) -> list[str]:
     problems = []
+    seen: set[str] = set()
     for option in options:
         if not option.startswith("-"):
             continue
+        name = option.split("=", 1)[0]
         why = _refusal(option)
         if why:
-            problems.append(f"{option.split('=', 1)[0]}: refused under --trusted-ref: {why}")
+            problems.append(f"{name}: refused under --trusted-ref: {why}")
+        if name.startswith("--cuda-gate") and name in seen:
+            # pytest keeps the last value; the checks here read the first
+            problems.append(f"{name}: given twice; refused under --trusted-ref: give each option once")
+        seen.add(name)
+    budget = _option_value(options, "--cuda-gate-budget")
+    try:
+        short = budget is not None and not float(budget) >= DEFAULT_BUDGET_S
+    except ValueError:
+        short = True
+    if short:
+        problems.append(f"--cuda-gate-budget {budget}: refused under --trusted-ref: less measurement than the "
+                        f"default {DEFAULT_BUDGET_S:g} s weakens the latency verdicts")
     threshold = _option_value(options, "--cuda-gate-threshold")
     if threshold is not None:
         try:

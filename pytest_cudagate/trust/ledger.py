@@ -11,22 +11,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_cudagate import schema
+from pytest_cudagate import boundary, schema
 from pytest_cudagate.approvals import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.trust.canonical import canonical_bytes, sha256_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
 from pytest_cudagate.trust.keys import find_project_root, load_trusted_keys
 
 PURPOSE = "approvals-ledger"
 
 
+SIGNATURE_NAME = "cudagate.sig.json"
+
+
+def oracle_digest(suite_root: Path) -> str | None:
+    """SHA-256 of the signed manifest in the suite's ``cudagate.sig.json`` (None when it has none)."""
+    try:
+        document = boundary.load_json(suite_root / SIGNATURE_NAME, boundary.MAX_SIGNATURE_BYTES, "signature file")
+    except (OSError, CudagateError):
+        return None
+    manifest = document.get("manifest") if isinstance(document, dict) else None
+    return sha256_bytes(canonical_bytes(manifest)) if isinstance(manifest, dict) else None
+
+
 def sign_ledger(ledger: Ledger, key, signer: str) -> list[str]:
     """Sign ``ledger`` as a whole with ``key``: every kernel of the suite without an approval is
-    recorded as pending, and the sequence grows by one. Returns the approved kernels; the caller saves."""
+    recorded as pending, the suite's signed oracle is bound to it, and the sequence grows by one.
+    Returns the approved kernels; the caller saves."""
     ledger.pending = sorted(set(ledger.pending) | (set(ledger.kernels) - set(ledger.approvals)))
     ledger.pending = [k for k in ledger.pending if k not in ledger.approvals]
+    ledger.oracle_sha256 = oracle_digest(ledger.root)
     ledger.sequence += 1
     ledger.signature = sign_document(ledger.signed_payload(), key, signer=signer, purpose=PURPOSE)
     return sorted(ledger.approvals)
@@ -66,6 +82,9 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: i
         if name not in ledger.approvals and name not in ledger.pending:
             problems.append(f"{where}: kernel {name!r} has no entry (neither approved nor pending); was its entry "
                             "deleted?")
+    if ledger.oracle_sha256 != oracle_digest(suite.root):
+        problems.append(f"{where}: signed for another version of the suite's signed oracle ({SIGNATURE_NAME}): its "
+                        "cases, tolerances or reference were rolled back, or re-signed without this ledger")
     if base_sequence is not None and ledger.sequence < base_sequence:
         problems.append(f"{where}: sequence {ledger.sequence} is lower than {base_sequence} at the trusted ref: an "
                         "older signed ledger (rollback)")

@@ -210,9 +210,11 @@ def peers_process(mode: str, kernels: dict, storage: Path, extra: list[str]) -> 
     # PYTEST_ADDOPTS may block gpucheck for the test suite; these processes need its fixture
     code, text, _ = run(args, env={"CUDAGATE_PEERS": str(spec), "PYTEST_ADDOPTS": ""}, timeout=300)
     raw = {}
-    if bench_json.is_file():
+    try:
         for b in json.loads(bench_json.read_text())["benchmarks"]:
             raw[b["param"]] = b["stats"].get("data") or []
+    except (OSError, ValueError, KeyError) as exc:  # the row says "error"; the log says why
+        log(f"peers ({mode}): no pytest-benchmark data in {bench_json.name} ({exc!r}); exit {code}:\n{text[-2500:]}")
     verdicts = json.loads(gpucheck_out.read_text()) if gpucheck_out.is_file() else {}
     return code, text, raw, verdicts
 

@@ -258,7 +258,7 @@ def creep(repo: Repo, runs: int, approve_runs: int, budget: float) -> dict:
     base_source = source_path.read_text()
     program = load_suite(suite_path).kernels[0]
     out = tempfile.mkdtemp(prefix="cudagate-drift-")
-    steps, approve_s = [], []
+    measured = []
     with HarnessClient(timeout_s=300) as client:
         client.start()
         base = kernel_spec(program, base_source)
@@ -270,17 +270,21 @@ def creep(repo: Repo, runs: int, approve_runs: int, budget: float) -> dict:
             cycles = int(round(((1 + CREEP_STEP) ** k - 1) / per_cycle))
             source = spun(base_source, program.entry, cycles)
             current = kernel_spec(program, source)
-            step = true_ratio(client, suite_path, previous, current, out, budget)
-            total = true_ratio(client, suite_path, base, current, out, budget)
-            source_path.write_text(source)
-            code, items, _ = repo.gate(["examples/creep"])
-            pr = [i["latency"]["verdict"] for i in latency_items(items)]
-            approve_s.append(repo.cudagate("approve", str(suite_path.parent), "--runs", str(approve_runs),
-                                           "--key", str(repo.key)))
-            repo.commit(f"creep step {k}")
-            steps.append({"step": k, "cycles": cycles, "step_ratio": step, "total_ratio": total,
-                          "pr_gate": pr, "pr_exit": code})
+            measured.append((k, cycles, source, true_ratio(client, suite_path, previous, current, out, budget),
+                             true_ratio(client, suite_path, base, current, out, budget)))
             previous = current
+    # The gate runs only after this process's worker is gone: a second process on the GPU is a
+    # disturbance the gate reports (`unstable`), as it would on a shared runner.
+    steps, approve_s = [], []
+    for k, cycles, source, step, total in measured:
+        source_path.write_text(source)
+        code, items, _ = repo.gate(["examples/creep"])
+        pr = [i["latency"]["verdict"] for i in latency_items(items)]
+        approve_s.append(repo.cudagate("approve", str(suite_path.parent), "--runs", str(approve_runs),
+                                       "--key", str(repo.key)))
+        repo.commit(f"creep step {k}")
+        steps.append({"step": k, "cycles": cycles, "step_ratio": step, "total_ratio": total,
+                      "pr_gate": pr, "pr_exit": code})
     release = [repo.gate(["examples/creep"], "--cuda-gate-release") for _ in range(runs)]
     return {"steps": steps, "release": tally(release, release_verdict), "gpu_s": {"release": gpu_seconds(release)},
             "approve_s_per_case_run": sum(approve_s) / len(approve_s) / (len(DRIFT_CASES) * approve_runs)}

@@ -123,6 +123,23 @@ def xdist_suite(root: Path) -> Path:
     return path
 
 
+def _verdicts(document: dict) -> dict[str, tuple]:
+    return {i["nodeid"]: (i["status"], (i.get("latency") or {}).get("verdict")) for i in document["items"]}
+
+
+def _spent(document: dict, what: str) -> str:
+    """Where a run's time went, to tell a GPU-bound -n 2 from one whose cards disturb each other."""
+    latencies = [i["latency"] for i in document["items"] if i.get("latency")]
+    if what == "measurement s":
+        return f"{sum(lat.get('measurement_s') or 0 for lat in latencies):.1f}"
+    if what == "discarded chunks":
+        return str(sum(len(lat.get("discarded") or []) for lat in latencies))
+    counts: dict[str, int] = defaultdict(int)
+    for lat in latencies:
+        counts[lat.get("verdict")] += 1
+    return ", ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+
+
 def xdist_runs() -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cudagate-xdist-") as tmp:
@@ -145,12 +162,14 @@ def xdist_runs() -> list[tuple[str, str]]:
                     split[found.group(1)] += 1
             results[workers] = (wall, document, dict(sorted(split.items())))
         (w0, d0, _), (w2, d2, split) = results["0"], results["2"]
-        same = {i["nodeid"]: i["status"] for i in d0["items"]} == {i["nodeid"]: i["status"] for i in d2["items"]}
+        same = _verdicts(d0) == _verdicts(d2)
         rows += [("timed items in the suite", str(XDIST_KERNELS * XDIST_CASES)),
                  ("`-n 0`: wall / report items", f"{w0:.2f} s / {len(d0['items'])}"),
                  ("`-n 2`: wall / report items", f"{w2:.2f} s / {len(d2['items'])}"),
                  ("throughput `-n 2` ÷ `-n 0` (target ≥ 1.8)", f"{w0 / w2:.2f}×"),
-                 ("same items and verdicts", "yes" if same else "NO"),
+                 ("same items, statuses and latency verdicts", "yes" if same else "NO"),
+                 *((f"`-n {w}`: {what}", _spent(results[w][1], what)) for w in ("0", "2")
+                   for what in ("measurement s", "discarded chunks", "verdicts")),
                  ("`-n 2`: case items per worker (gwN runs on GPU N)",
                   ", ".join(f"{k}: {v}" for k, v in split.items()) or "none seen")]
     return rows

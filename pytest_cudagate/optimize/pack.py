@@ -2,8 +2,9 @@
 
 - ``history.json``: every attempt, per-case detail, launch, latencies, rejection reason, gate result
   (``schemas/optimize-history.schema.json``); rewritten after each attempt.
-- ``summary.json``: outcome, stop reason, best candidate per case, speedups, tokens, estimated
-  cost, GPU and wall time, device, git state and oracle hashes (``optimize-summary``).
+- ``summary.json``: outcome, stop reason, best candidate per case, speedups, what the final gate
+  said about it (per case and as a whole), tokens, estimated cost, GPU and wall time, device, git
+  state, the review branch after ``--propose``, and oracle hashes (``optimize-summary``).
 - ``model-NNN.json``: each model request and response with its usage (``optimize-model-call``).
 - ``best.cu`` and ``best-case-N.json`` (harness requests that replay the winner with ``cudagate
   run``, expected outputs and tolerances included; N counts the suite's cases from 1), when a

@@ -14,6 +14,7 @@ import pytest
 
 from report_fixtures import build_scenario, built_report
 from pytest_cudagate.reports.writer import write_report
+from test_optimize_report import MIN_CELL_H, MIN_CELL_W, autotune_pack
 
 CHROMIUM = next((p for p in (os.environ.get("CUDAGATE_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
                              shutil.which("chromium-browser"), shutil.which("google-chrome")) if p and Path(p).is_file()), None)
@@ -30,6 +31,13 @@ def report_html(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("browser")
     write_report(base / "out", built_report(build_scenario(base / "scale")))
     return base / "out" / "report.html"
+
+
+@pytest.fixture(scope="module")
+def optimize_pack(tmp_path_factory) -> tuple[Path, dict]:
+    """The report.html of a 113-attempt autotune search and its summary."""
+    pack, summary, _ = autotune_pack(tmp_path_factory.mktemp("optimize"))
+    return pack / "report.html", summary
 
 
 def artifacts(tmp_path: Path) -> Path:
@@ -69,5 +77,48 @@ def test_playwright_sees_the_page_offline_and_without_errors(report_html, tmp_pa
         finally:
             browser.close()
     assert requests == [report_html.as_uri()], requests  # nothing but the file itself
+    assert errors == []
+    assert shot.read_bytes().startswith(PNG_SIGNATURE) and shot.stat().st_size > 50_000
+
+
+def test_chromium_renders_the_optimize_report(optimize_pack, tmp_path):
+    report, _ = optimize_pack
+    shot = artifacts(tmp_path) / "optimize-report-chromium.png"
+    shot.unlink(missing_ok=True)
+    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                             f"--screenshot={shot}", "--window-size=1280,2600", report.as_uri()],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
+
+
+def test_playwright_sees_a_legible_optimize_report(optimize_pack, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (optional)")
+    report, summary = optimize_pack
+    requests, errors = [], []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 2600}, java_script_enabled=False)
+            page.on("request", lambda request: requests.append(request.url))
+            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(report.as_uri())
+            assert page.locator("header .badge").inner_text() == "WINNER"
+            assert page.locator("svg.progress circle.point").count() == summary["rounds"] + 1
+            chart = page.locator("svg.progress").bounding_box()
+            assert chart["width"] > 500 and chart["height"] > 150
+            boxes = page.locator("svg.heatmap rect.cell").evaluate_all(
+                "nodes => nodes.map(n => [n.getBoundingClientRect().width, n.getBoundingClientRect().height])")
+            assert len(boxes) == (summary["rounds"] + 1) * (len(summary["initial"]["latency_ms"]) + 1)
+            assert min(w for w, _ in boxes) >= MIN_CELL_W and min(h for _, h in boxes) >= MIN_CELL_H
+            page_width = page.evaluate("document.documentElement.scrollWidth")
+            assert page_width <= 1280  # a wide heatmap scrolls inside its box, not the page
+            shot = artifacts(tmp_path) / "optimize-report-playwright.png"
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert requests == [report.as_uri()], requests
     assert errors == []
     assert shot.read_bytes().startswith(PNG_SIGNATURE) and shot.stat().st_size > 50_000

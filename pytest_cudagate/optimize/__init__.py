@@ -9,6 +9,7 @@ attempt, model exchange and measurement lands in an audit pack, ``results/run-NN
 
 Modules: :mod:`.loop` (the rounds), :mod:`.candidate` (what a proposal is and the checks it passes
 before any GPU time), :mod:`.evaluator` (the harness and the gate), :mod:`.budgets`,
-:mod:`.proposers`, :mod:`.pack` (the audit pack), :mod:`.heatmap`, :mod:`.report`,
-:mod:`.gitpropose`, :mod:`.progress`, :mod:`.cli`.
+:mod:`.proposers`, :mod:`.pack` (the audit pack), :mod:`.charts` (SVG of the search), :mod:`.heatmap`,
+:mod:`.report`, :mod:`.gitpropose`,
+:mod:`.progress`, :mod:`.cli`.
 """

@@ -179,6 +179,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         proposal = None
         if args.propose and optimizer.winner is not None:
             proposal = propose_branch(suite, program, optimizer.winner, summary, pack.dir, branch=args.branch)
+            summary = pack.record_proposal(proposal)
         _print_summary(summary, pack, proposal, stream or sys.stdout)
         if summary["stop_reason"] == "interrupted":
             return EXIT_INTERRUPTED

@@ -1,115 +1,81 @@
-"""``heatmap.png`` / ``heatmap.svg``: latency per performance case (rows) per attempt (columns).
+"""``heatmap.svg`` / ``heatmap.png``: latency per performance case (rows, plus their geometric mean)
+per round (columns), the layout of :func:`pytest_cudagate.optimize.charts.heatmap_svg`.
 
-Colour is the latency relative to the initial kernel (green faster, red slower, log scale);
-grey columns were rejected, with the stage that rejected them. A timing history, not evidence of
-correctness: that is the gate's job (the winner's column is outlined only once it passed).
-Without matplotlib a plain SVG of the same grid is written and the PNG is skipped.
+Colour is the latency relative to the initial kernel (green faster, red slower, log scale). A timing
+history, not evidence of correctness: that is the gate's job (a column is outlined blue only once its
+attempt passed the gate). The SVG needs nothing beyond the standard library; the PNG, the same grid
+with cells of at least ``CELL_W`` × ``CELL_H`` pixels, needs matplotlib and is skipped without it.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from html import escape
 
-STAGE_MARK = {"proposal": "P", "duplicate": "=", "static": "S", "compile": "C", "correctness": "✗", "performance": "✗",
-              "skipped": "–"}
+from pytest_cudagate.optimize.charts import CELL_H, CELL_W, colour, grid, heatmap_svg, short_us, spread
 
-
-def _grid(opt) -> tuple[list[str], list, list[list[float | None]]]:
-    cases = list(opt.perf)
-    columns = [a for a in opt.attempts if a.candidate is not None]
-    values = [[a.anchored.get(case) if a.passed else None for a in columns] for case in cases]
-    return cases, columns, values
+DPI = 100
 
 
-def write_heatmaps(pack, opt) -> list[str]:
-    cases, columns, values = _grid(opt)
-    if not cases or not columns:
+def write_heatmaps(pack, summary: dict, history: dict) -> list[str]:
+    g = grid(summary, history)
+    if g is None:
         return []
+    pack.write_text("heatmap.svg", heatmap_svg(g) + "\n")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        pack.write_text("heatmap.svg", plain_svg(opt, cases, columns, values))
         return ["heatmap.svg"]
-    png, svg = _matplotlib(opt, cases, columns, values, pack.name)
-    pack.write_bytes("heatmap.png", png)
-    pack.write_text("heatmap.svg", svg)
+    pack.write_bytes("heatmap.png", _png(g))
     return ["heatmap.png", "heatmap.svg"]
 
 
-def _matplotlib(opt, cases, columns, values, uid: str) -> tuple[bytes, str]:
+def _png(g) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    import numpy as np
-    from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
-    base = [opt.base.get(c) for c in cases]
-    rel = np.array([[v / b if v and b else np.nan for v in row] for row, b in zip(values, base)], dtype=float)
-    finite = rel[np.isfinite(rel)]
-    largest = float(np.max(np.abs(np.log(finite)))) if finite.size else 0.05
-    spread = math.exp(min(max(largest, 0.05), 1.5))  # a symmetric colour range around 1
-    width = min(40.0, max(7.5, 2.5 + 0.55 * len(columns)))
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": uid, "font.size": 8}):
-        figure = Figure(figsize=(width, 1.4 + 0.45 * len(cases)), layout="constrained")
-        ax = figure.subplots()
-        cmap = matplotlib.colormaps["RdYlGn_r"].with_extremes(bad="#d1d5db")
-        image = ax.imshow(np.ma.masked_invalid(rel), aspect="auto", cmap=cmap, norm=LogNorm(1 / spread, spread))
-        for i in range(len(cases)):
-            for j, attempt in enumerate(columns):
-                v = values[i][j]
-                text = f"{v * 1000:.1f}" if v else STAGE_MARK.get(attempt.stage, "✗")
-                if len(columns) <= 60:
-                    ax.text(j, i, text, ha="center", va="center", fontsize=6.5 if v else 8, color="#111827")
-        winner = opt.winner
-        for j, attempt in enumerate(columns):
-            if winner is not None and attempt is winner:
-                ax.add_patch(Rectangle((j - 0.5, -0.5), 1, len(cases), fill=False, lw=2.2,
-                                                          edgecolor="#1d4ed8"))
-            elif attempt.validation is not None and not attempt.validation.passed:
-                ax.add_patch(Rectangle((j - 0.5, -0.5), 1, len(cases), fill=False, lw=1.6,
-                                                          edgecolor="#b91c1c", linestyle="--"))
-        ax.set_yticks(range(len(cases)), cases)
-        ax.set_xticks(range(len(columns)), [f"{a.index}\nr{a.round}" for a in columns], fontsize=6.5)
-        ax.set_xlabel("attempt (r: round) · cells: µs on the initial kernel's scale\n"
-                      "grey: rejected (C compile, ✗ wrong, S static, P unusable answer) · blue: the gated winner · "
-                      "red dashed: failed the gate", fontsize=7)
-        ax.set_title(f"{opt.suite.name} / {opt.program.name}: latency relative to the initial kernel")
-        figure.colorbar(image, ax=ax, label="latency / initial", fraction=0.03)
+    rows = [*g.cases, None]
+    half = spread(g)
+    left_px = max(96, 8 + 7 * max(len(c) for c in [*g.cases, "geomean"]))
+    width_px, height_px = max(left_px + CELL_W * len(g.columns) + 24, 640), 70 + CELL_H * len(rows) + 60
+    with matplotlib.rc_context({"font.size": 8}):
+        figure = Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)
+        ax = figure.add_axes((left_px / width_px, 60 / height_px, CELL_W * len(g.columns) / width_px,
+                              CELL_H * len(rows) / height_px))
+        ax.set_xlim(-0.5, len(g.columns) - 0.5)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        for i, row in enumerate(rows):
+            ref = g.reference(row)
+            for j, col in enumerate(g.columns):
+                value = g.value(row, col)
+                ratio = value / ref if value and ref else None
+                ax.add_patch(Rectangle((j - 0.48, i - 0.46), 0.96, 0.92, color=colour(ratio, half), lw=0))
+                text = (f"{short_us(value)} µs\n{ref / value:.2f}×" if ratio else f"none passed\n0 of {col.attempts}")
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color="#111827",
+                        fontweight="normal" if row else "bold")
+        for j, col in enumerate(g.columns):
+            if col.mark == "winner":
+                ax.add_patch(Rectangle((j - 0.48, -0.46), 0.96, len(rows) - 0.08, fill=False, lw=2.5,
+                                       edgecolor="#1d4ed8"))
+            elif col.mark == "gate-failed":
+                ax.add_patch(Rectangle((j - 0.48, -0.46), 0.96, len(rows) - 0.08, fill=False, lw=1.8,
+                                       edgecolor="#b91c1c", linestyle="--"))
+        ax.set_yticks(range(len(rows)), [r or "geomean" for r in rows])
+        ax.set_xticks(range(len(g.columns)), [("initial" if c.round == 0 else f"round {c.round}")
+                                              + (f"\n#{c.attempt['attempt']}" if c.attempt else "\n–")
+                                              for c in g.columns])
+        ax.xaxis.tick_top()
+        ax.tick_params(length=0)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        figure.text(0.01, 1 - 14 / height_px, f"{g.title}: latency per case per round (µs; colour: vs the initial "
+                    f"kernel, ±{math.exp(half):.2f}×)", fontsize=10, fontweight="bold", va="top")
+        figure.text(0.01, 10 / height_px, "a column: the round's fastest passing attempt (#N), or the gated winner in "
+                    "its round\nblue: passed the gate · red dashed: failed it · a timing history, not evidence of "
+                    "correctness", fontsize=7.5, color="#374151")
         png = io.BytesIO()
-        figure.savefig(png, format="png", dpi=130, metadata={"Software": None})
-        svg = io.StringIO()
-        figure.savefig(svg, format="svg", metadata={"Date": None})
-    return png.getvalue(), svg.getvalue()
-
-
-def plain_svg(opt, cases, columns, values) -> str:
-    """The grid without matplotlib: one rect per cell, a title per cell."""
-    cell_w, cell_h, left, top = 46, 24, 170, 30
-    width, height = left + cell_w * len(columns) + 10, top + cell_h * len(cases) + 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-             'font-size="10">', f'<text x="4" y="16">{escape(opt.suite.name)} / {escape(opt.program.name)}: latency '
-             'per case per attempt (µs)</text>']
-    for i, case in enumerate(cases):
-        y = top + i * cell_h
-        parts.append(f'<text x="4" y="{y + 16}">{escape(case)}</text>')
-        base = opt.base.get(case)
-        for j, attempt in enumerate(columns):
-            v = values[i][j]
-            x = left + j * cell_w
-            if v and base:
-                r = max(-1.0, min(1.0, math.log(v / base) / 0.7))
-                color = f"rgb({int(128 + 127 * max(r, 0))},{int(128 + 127 * max(-r, 0))},120)"
-                label = f"{v * 1000:.1f}"
-            else:
-                color, label = "#d1d5db", STAGE_MARK.get(attempt.stage, "x")
-            parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{color}">'
-                         f'<title>attempt {attempt.index}, round {attempt.round}, {escape(case)}</title></rect>'
-                         f'<text x="{x + 4}" y="{y + 15}">{escape(label)}</text>')
-    for j, attempt in enumerate(columns):
-        parts.append(f'<text x="{left + j * cell_w + 4}" y="{top + len(cases) * cell_h + 14}">{attempt.index}/r{attempt.round}</text>')
-    parts.append("</svg>")
-    return "".join(parts) + "\n"
+        figure.savefig(png, format="png", metadata={"Software": None})
+    return png.getvalue()

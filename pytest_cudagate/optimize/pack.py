@@ -2,13 +2,14 @@
 
 - ``history.json``: every attempt, per-case detail, launch, latencies, rejection reason, gate result
   (``schemas/optimize-history.schema.json``); rewritten after each attempt.
-- ``summary.json``: outcome, stop reason, best candidate per case, speedups, tokens, estimated
-  cost, GPU and wall time, device, git state and oracle hashes (``optimize-summary``).
+- ``summary.json``: outcome, stop reason, best candidate per case, speedups, what the final gate
+  said about it (per case and as a whole), tokens, estimated cost, GPU and wall time, device, git
+  state, the review branch after ``--propose``, and oracle hashes (``optimize-summary``).
 - ``model-NNN.json``: each model request and response with its usage (``optimize-model-call``).
 - ``best.cu`` and ``best-case-N.json`` (harness requests that replay the winner with ``cudagate
   run``, expected outputs and tolerances included; N counts the suite's cases from 1), when a
   candidate passed the gate.
-- ``heatmap.png`` / ``heatmap.svg`` (latency per case per attempt) and ``report.html``.
+- ``heatmap.png`` / ``heatmap.svg`` (latency per case per round) and ``report.html``.
 
 Every file is written whole, through a temporary file and a rename, so an interrupted run leaves
 each file either as it was or complete. Secrets (the API key, a signing key, anything in an
@@ -81,6 +82,8 @@ class AuditPack:
         self.on_problem = on_problem or (lambda message: None)
         self.optimizer = None
         self.git = git_state(suite.root)
+        self.summary: dict = {}
+        self.history: dict = {}
 
     @property
     def name(self) -> str:
@@ -139,16 +142,25 @@ class AuditPack:
             files.append("best.cu")
             files += self.write_replays(winner)
 
-        files += write_heatmaps(self, optimizer)
         status = "interrupted" if optimizer.stop_reason == "interrupted" else "finished"
-        self.write_json("history.json", history_doc(self, optimizer), "optimize-history")
-        summary = summary_doc(self, optimizer, status=status, files=files)
+        history = history_doc(self, optimizer)
+        self.write_json("history.json", history, "optimize-history")
+        summary = summary_doc(self, optimizer, status=status)
+        summary["files"] = files + write_heatmaps(self, summary, history)
         self.write_json("summary.json", summary, "optimize-summary")
+        self.summary, self.history = summary, history
+        return self.write_report()
 
-        self.write_text("report.html", render(summary, history_doc(self, optimizer), self.dir))
-        summary["files"] = sorted(p.name for p in self.dir.iterdir() if p.is_file() and not p.name.startswith("."))
-        self.write_json("summary.json", summary, "optimize-summary")
-        return summary
+    def record_proposal(self, proposal: dict) -> dict:
+        """After ``--propose``: the review branch goes into summary.json and report.html."""
+        self.summary["review_branch"] = {k: proposal[k] for k in ("branch", "commit", "base", "files", "launch_changed")}
+        return self.write_report()
+
+    def write_report(self) -> dict:
+        self.write_text("report.html", render(self.summary, self.history, self.dir))
+        self.summary["files"] = sorted(p.name for p in self.dir.iterdir() if p.is_file() and not p.name.startswith("."))
+        self.write_json("summary.json", self.summary, "optimize-summary")
+        return self.summary
 
     def write_replays(self, winner) -> list[str]:
         """``best-case-N.json``: ``cudagate run`` requests replaying the winner on case N (from 1)."""
@@ -219,7 +231,8 @@ def _gate_summary(case: dict) -> dict:
     """The headline figures of one gate case (:meth:`CaseOutcome.to_json`) for the summary."""
     latency = case.get("latency") or {}
     estimate = latency.get("estimate")
-    return {"passed": case["passed"], "latency_verdict": latency.get("verdict"),
+    return {"passed": case["passed"], "status": case.get("status"), "warning": case.get("warning"),
+            "latency_verdict": latency.get("verdict"),
             "ratio_vs_approved": {k: finite(estimate.get(k)) for k in ("ratio", "low", "high")}
             | {"confidence": estimate["confidence"], "n": estimate["n"]} if estimate else None,
             "approved_ms": finite((latency.get("approved") or {}).get("median")),
@@ -252,10 +265,18 @@ def _best_json(opt, attempt, pack) -> dict | None:
             "speedup_vs_initial": attempt.speedup, "speedup_vs_approved": (1.0 / g) if g else None,
             "validated": bool(attempt.validation and attempt.validation.passed),
             "source_sha256": attempt.candidate.sha256, "defines": attempt.candidate.defines,
-            **attempt.candidate.launch_json(), "cases": cases}
+            **attempt.candidate.launch_json(), "gate": _gate_overview(attempt.validation), "cases": cases}
 
 
-def summary_doc(pack: AuditPack, opt, *, status: str, files: list[str] | None = None) -> dict:
+def _gate_overview(validation) -> dict | None:
+    """What the final gate said about this candidate as a whole (its per-case figures are in ``cases``)."""
+    if validation is None:
+        return None
+    data = validation.to_json()
+    return {k: data.get(k) for k in ("passed", "rejection", "skipped", "fresh_seed", "checks", "notes", "gpu_seconds")}
+
+
+def summary_doc(pack: AuditPack, opt, *, status: str) -> dict:
     meter = opt.meter
     attempts = opt.attempts
     initial = attempts[0] if attempts else None
@@ -281,7 +302,7 @@ def summary_doc(pack: AuditPack, opt, *, status: str, files: list[str] | None = 
         "budgets": opt.budgets.to_json(),
         "device": pack.device, "git": pack.git, "trust": pack.trust, "oracle": _oracle(pack.suite),
         "stop_reasons": STOP_REASONS,
-        "files": files or [],
+        "files": [],
         "best_case_files": {f"best-case-{n}.json": c.name for n, c in enumerate(pack.suite.cases, start=1)}
         if opt.winner is not None else {},
         "schema_problems": list(pack.problems),

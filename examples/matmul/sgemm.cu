@@ -9,7 +9,9 @@
 // Its rows are ty*4 + {0..3} + c*(BM/2) for TM=8 (columns alike): a warp's float4 reads of a shared row
 // are contiguous or broadcast, and its stores of C are whole float4s of neighbouring columns.
 // Double buffering: tile t+1 is loaded from global memory into registers while tile t is multiplied
-// out of shared memory, then stored into the other shared buffer: one barrier per tile.
+// out of shared memory, then stored into the other shared buffer: one barrier per tile. (When that
+// would hold more than 32 registers a thread, with few threads and large tiles, tile t+1 is copied
+// straight to the other buffer after the multiply instead, so no point of the space spills.)
 // Global loads are float4 (A along K, B along N) when the matrix is 16-byte aligned, its row length a
 // multiple of 4 and the four elements in range; anything else (edges, odd sizes such as 31×37×29)
 // takes a scalar path with bounds checks, so every M, N, K is correct.
@@ -47,6 +49,7 @@
 #define SG_A_STEPS ((SG_A_VECS + SG_THREADS - 1) / SG_THREADS)
 #define SG_B_STEPS ((SG_B_VECS + SG_THREADS - 1) / SG_THREADS)
 #define SG_STAGE (BK * SG_LDA + BK * BN)  // floats per buffer: A tile, then B tile
+#define SG_STAGED (SG_A_STEPS + SG_B_STEPS <= 8)
 
 // Elements (row, col..col+3) of a row-major matrix with `rows` rows, `cols` columns; zero outside it.
 __device__ __forceinline__ float4 sg_load4(const float* __restrict__ p, int row, int col, int rows, int cols,
@@ -85,42 +88,59 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
     const bool vec_a = (k % 4 == 0) && sg_aligned(a);
     const bool vec_b = (n % 4 == 0) && sg_aligned(b);
 
-    float4 ra[SG_A_STEPS], rb[SG_B_STEPS];  // the next tile, on its way from global to shared memory
-
+    // Step s of a tile's copy: this thread's float4 of A (consecutive threads: consecutive k of a row)
+    // or of B (consecutive columns), read from global memory, then written to shared buffer `buffer`.
+    auto load_a = [&](int t, int s) {
+        const int i = s * SG_THREADS + tid;
+        return sg_load4(a, row0 + i / (BK / 4), t * BK + (i % (BK / 4)) * 4, m, k, vec_a);
+    };
+    auto load_b = [&](int t, int s) {
+        const int i = s * SG_THREADS + tid;
+        return sg_load4(b, t * BK + i / (BN / 4), col0 + (i % (BN / 4)) * 4, k, n, vec_b);
+    };
+    auto store_a = [&](int buffer, int s, float4 v) {
+        const int i = s * SG_THREADS + tid;
+        float* as = smem + buffer * SG_STAGE + (i % (BK / 4)) * 4 * SG_LDA + i / (BK / 4);
+        as[0] = v.x, as[SG_LDA] = v.y, as[2 * SG_LDA] = v.z, as[3 * SG_LDA] = v.w;
+    };
+    auto store_b = [&](int buffer, int s, float4 v) {
+        const int i = s * SG_THREADS + tid;
+        *reinterpret_cast<float4*>(smem + buffer * SG_STAGE + BK * SG_LDA + (i / (BN / 4)) * BN + (i % (BN / 4)) * 4) = v;
+    };
+    auto a_step = [&](int s) { return SG_A_VECS % SG_THREADS == 0 || s * SG_THREADS + tid < SG_A_VECS; };
+    auto b_step = [&](int s) { return SG_B_VECS % SG_THREADS == 0 || s * SG_THREADS + tid < SG_B_VECS; };
+    // The next tile waits in registers while this one is multiplied (SG_STAGED), unless that takes more than
+    // 32 registers a thread (few threads, large tiles): then it is copied straight through after the multiply.
+    float4 ra[SG_A_STEPS], rb[SG_B_STEPS];
     auto fetch = [&](int t) {
 #pragma unroll
-        for (int s = 0; s < SG_A_STEPS; ++s) {
-            const int i = s * SG_THREADS + tid;
-            if (SG_A_VECS % SG_THREADS == 0 || i < SG_A_VECS)  // consecutive threads: consecutive k of a row
-                ra[s] = sg_load4(a, row0 + i / (BK / 4), t * BK + (i % (BK / 4)) * 4, m, k, vec_a);
-        }
+        for (int s = 0; s < SG_A_STEPS; ++s)
+            if (a_step(s))
+                ra[s] = load_a(t, s);
 #pragma unroll
-        for (int s = 0; s < SG_B_STEPS; ++s) {
-            const int i = s * SG_THREADS + tid;
-            if (SG_B_VECS % SG_THREADS == 0 || i < SG_B_VECS)  // consecutive threads: consecutive columns
-                rb[s] = sg_load4(b, t * BK + i / (BN / 4), col0 + (i % (BN / 4)) * 4, k, n, vec_b);
-        }
+        for (int s = 0; s < SG_B_STEPS; ++s)
+            if (b_step(s))
+                rb[s] = load_b(t, s);
     };
     auto stash = [&](int buffer) {
-        float* as = smem + buffer * SG_STAGE;
-        float* bs = as + BK * SG_LDA;
 #pragma unroll
-        for (int s = 0; s < SG_A_STEPS; ++s) {
-            const int i = s * SG_THREADS + tid;
-            if (SG_A_VECS % SG_THREADS == 0 || i < SG_A_VECS) {
-                const int r = i / (BK / 4), kk = (i % (BK / 4)) * 4;
-                as[(kk + 0) * SG_LDA + r] = ra[s].x;
-                as[(kk + 1) * SG_LDA + r] = ra[s].y;
-                as[(kk + 2) * SG_LDA + r] = ra[s].z;
-                as[(kk + 3) * SG_LDA + r] = ra[s].w;
-            }
-        }
+        for (int s = 0; s < SG_A_STEPS; ++s)
+            if (a_step(s))
+                store_a(buffer, s, ra[s]);
 #pragma unroll
-        for (int s = 0; s < SG_B_STEPS; ++s) {
-            const int i = s * SG_THREADS + tid;
-            if (SG_B_VECS % SG_THREADS == 0 || i < SG_B_VECS)
-                *reinterpret_cast<float4*>(bs + (i / (BN / 4)) * BN + (i % (BN / 4)) * 4) = rb[s];
-        }
+        for (int s = 0; s < SG_B_STEPS; ++s)
+            if (b_step(s))
+                store_b(buffer, s, rb[s]);
+    };
+    auto copy = [&](int t, int buffer) {
+#pragma unroll 1
+        for (int s = 0; s < SG_A_STEPS; ++s)
+            if (a_step(s))
+                store_a(buffer, s, load_a(t, s));
+#pragma unroll 1
+        for (int s = 0; s < SG_B_STEPS; ++s)
+            if (b_step(s))
+                store_b(buffer, s, load_b(t, s));
     };
 
     float acc[TM][TN];
@@ -130,15 +150,15 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (int j = 0; j < TN; ++j)
             acc[i][j] = 0.0f;
 
-    if (tiles > 0) {
-        fetch(0);
-        stash(0);
-    }
+    if (tiles > 0)
+        copy(0, 0);
     __syncthreads();
     for (int t = 0; t < tiles; ++t) {
         const int buffer = t & 1;
-        if (t + 1 < tiles)
-            fetch(t + 1);  // in flight while this tile is multiplied
+        if constexpr (SG_STAGED) {
+            if (t + 1 < tiles)
+                fetch(t + 1);  // in flight while this tile is multiplied
+        }
         const float* as = smem + buffer * SG_STAGE;
         const float* bs = as + BK * SG_LDA;
 #pragma unroll
@@ -174,8 +194,12 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
                 for (int j = 0; j < TN; ++j)
                     acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
-        if (t + 1 < tiles)
-            stash(buffer ^ 1);  // its last readers finished before the previous barrier
+        if (t + 1 < tiles) {  // buffer ^ 1's last readers finished before the previous barrier
+            if constexpr (SG_STAGED)
+                stash(buffer ^ 1);
+            else
+                copy(t + 1, buffer ^ 1);
+        }
         __syncthreads();
     }
 

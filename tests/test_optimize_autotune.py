@@ -8,13 +8,14 @@ import itertools
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 
 import pytest
 
 from helpers import EXAMPLES, SUITE_YAML, replace_once, write_suite
-from optimize_fakes import OPT_SUITE_YAML, opt_suite
+from optimize_fakes import OPT_SUITE_YAML, FakeEvaluator, opt_suite
 from pytest_cudagate.cli import main as cli_main
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.optimize.candidate import Candidate, include_problems
@@ -22,7 +23,8 @@ from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Launch
-from test_optimize_loop import assert_pack_valid, optimize
+from test_optimize_loop import assert_pack_valid, optimize, parse
+from pytest_cudagate.optimize.cli import run_optimize
 from pytest_cudagate.trust import gate_problems
 from cudagate_harness.compiler import compile_kernel
 from pytest_cudagate.worker.build import compile_program
@@ -261,6 +263,40 @@ def test_autotune_beats_the_neighbour_walk_it_replaced_on_rugged_landscapes():
     close = sum(g <= 1.05 for g in gaps) / len(gaps)
     typical = math.exp(sum(math.log(g) for g in gaps) / len(gaps))
     assert close >= 0.70 and typical <= 1.10, (close, typical)
+
+
+def test_seven_rounds_of_the_optimizer_reach_the_landscape_optimum_through_the_fake_harness(tmp_path):
+    """The whole loop on a copy of the matmul example that starts from the smallest tiles: every candidate
+    is built from sgemm.cu and compiled by NVRTC; the fake harness answers with the SGEMM-like landscape."""
+    suite_dir = tmp_path / "matmul"
+    shutil.copytree(MATMUL.parent, suite_dir, ignore=shutil.ignore_patterns("proposals"))
+    yaml_path = suite_dir / "cudagate.yaml"
+    yaml_path.write_text(replace_once(
+        yaml_path.read_text(), "tunables: {BM: [128, 16, 32, 64], BN: [128, 16, 32, 64], BK: [8, 16, 32], TM: [8, 2, 4], "
+        "TN: [8, 2, 4],\n               PAD: [4, 0]}",
+        "tunables: {BM: [16, 32, 64, 128], BN: [16, 32, 64, 128], BK: [8, 16, 32], TM: [2, 4, 8], TN: [2, 4, 8], "
+        "PAD: [0, 4]}"))
+    tuner = AutotuneProposer(load_suite(yaml_path), load_suite(yaml_path).kernel("matmul_f32"), [])
+    optimum = min(sgemm_landscape(dict(zip(tuner.names, p))) for p in itertools.product(*tuner.axes))
+    evaluator = {}
+
+    def factory(suite, program, ledger):
+        evaluator["made"] = FakeEvaluator(suite, program, ledger, latency_fn=lambda c, case: (  # the initial: 20 µs
+            sgemm_landscape(c.defines) / 100 if c.defines else 0.020))
+        return evaluator["made"]
+
+    results = tmp_path / "results"
+    code = run_optimize(parse(yaml_path, "matmul_f32", "--proposer", "autotune", "--batch", 8, "--results", results,
+                              "--quiet", "--allow-unsigned"), evaluator_factory=factory)  # the keys stay behind
+    pack = sorted(results.glob("run-*"))[-1]
+    summary = json.loads((pack / "summary.json").read_text())
+    assert code == 0 and summary["rounds"] == 7 and summary["stop_reason"] == "max_iterations", summary["stop_detail"]
+    best = summary["best"]
+    assert sgemm_landscape(best["defines"]) <= 1.05 * optimum, best["defines"]
+    assert len(evaluator["made"].evaluated) <= 1 + 7 * 8
+    assert (pack / "best.cu").read_text().endswith((suite_dir / "sgemm.cu").read_text())
+    assert summary["proposer"]["source"] == "sgemm.cu" and summary["proposer"]["feasible"] == 834
+    assert_pack_valid(pack)
 
 
 def test_the_proposer_says_when_the_space_is_searched(tmp_path):

@@ -1,10 +1,12 @@
 """Latency of the matmul pilot's kernels after `cudagate optimize`, against cuBLAS SGEMM (H200).
 
     python benchmarks/optimize_matmul.py --autotune-pack results/run-001 --replay-pack results/run-002 [--reps 300]
+    python benchmarks/optimize_matmul.py --template BM=128,BN=128,BK=8,TM=8,TN=8,PAD=4 --template BM=64,BN=64
 
 Rows: the performance cases of examples/matmul (256³, 384×256×320) and 2048³. Columns: the initial (shipped)
 kernel, the autotune winner and the replayed winner (best.cu and the launch in each pack's summary.json),
-and cuBLAS SGEMM through PyTorch (FP32 math, TF32 off). Everything is timed the same way: cold L2 (a 2×L2
+the SGEMM template the autotune proposer searches (the kernel's tuning_source) at each ``--template`` point
+(tunables not named keep their defaults), and cuBLAS SGEMM through PyTorch (FP32 math, TF32 off). Everything is timed the same way: cold L2 (a 2×L2
 memset before every launch), a random 0-3 empty launches before each, one CUDA event pair per launch
 measured on the device, median of ``--reps`` launches. Our kernels run through the harness worker (the
 gate's own timing code); the cuBLAS call is captured once in a CUDA graph (CuPy refuses cuBLAS calls during
@@ -32,6 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from pytest_cudagate.worker.client import HarnessClient  # noqa: E402
 from pytest_cudagate.optimize.candidate import Candidate, launch_from_json  # noqa: E402
+from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer  # noqa: E402
 from pytest_cudagate.worker.requests import run_request  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 from pytest_cudagate.suite.model import Case  # noqa: E402
@@ -51,6 +54,24 @@ def winner(pack: Path, label: str) -> Candidate | None:
     return Candidate(source=(pack / "best.cu").read_text(), launch=launch_from_json(best["launch"]),
                      launch_overrides={k: launch_from_json(v) for k, v in best["launch_overrides"].items()},
                      origin=best["origin"], label=f"{label}: {best['label']}")
+
+
+def template_point(suite, spec: str) -> Candidate:
+    """The autotune candidate at ``NAME=VALUE,...`` (the other tunables at their defaults)."""
+    kernel = suite.kernel("matmul_f32")
+    tuner = AutotuneProposer(suite, kernel, [c for c in suite.cases if not c.holdout])
+    values = {name: values[0] for name, values in kernel.tunables.items()}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        if name not in values or not value.lstrip("-").isdigit():
+            raise SystemExit(f"--template {spec}: {item!r} is not NAME=INTEGER with NAME one of {', '.join(values)}")
+        values[name] = int(value)
+    point = tuple(values[n] for n in tuner.names)
+    candidate = tuner.candidate(point)
+    if candidate is None:
+        raise SystemExit(f"--template {spec}: {tuner.skipped[point]}")
+    candidate.label = f"template {candidate.label}"
+    return candidate
 
 
 def shapes(suite) -> list[Case]:
@@ -134,6 +155,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--autotune-pack", type=Path)
     parser.add_argument("--replay-pack", type=Path)
+    parser.add_argument("--template", action="append", default=[], metavar="NAME=V,...",
+                        help="also time the SGEMM template at this point of its space (repeatable)")
     parser.add_argument("--reps", type=int, default=300)
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
     args = parser.parse_args()
@@ -144,6 +167,7 @@ def main() -> int:
         found = winner(pack, label)
         if found is not None:
             kernels.append((label, found))
+    kernels += [(spec, template_point(suite, spec)) for spec in args.template]
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-") as work, HarnessClient(timeout_s=120) as client:
         client.start()

@@ -80,7 +80,7 @@ class Candidate:
     def program(self, base: Program) -> Program:
         """``base`` (the suite's kernel) with this launch; source comes as text, options stay."""
         return replace(base, launch=self.launch, launch_overrides=dict(self.launch_overrides), tunables={},
-                       tuning_launch=None, tuning_overrides={})
+                       tuning_launch=None, tuning_overrides={}, tuning_source=None)
 
     def launch_json(self) -> dict:
         return {"launch": self.launch.to_json(),

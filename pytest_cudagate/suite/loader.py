@@ -6,6 +6,7 @@ path and what is expected, because a suite author fixes them all in one edit.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -128,10 +129,17 @@ class _Checker:
         if "tuning_launch" in raw and not tunables:
             self.add(parts + ["tuning_launch"], "tuning_launch needs tunables: declare the -D constants it uses")
         tuning = self.launch(raw["tuning_launch"], parts + ["tuning_launch"], names) if "tuning_launch" in raw else None
+        entry = raw.get("entry", name)
+        tuning_source = None
+        if "tuning_source" in raw:
+            if not tunables:
+                self.add(parts + ["tuning_source"], "tuning_source needs tunables: declare the -D constants its "
+                                                    "template reads, e.g. `tunables: {TILE: [16, 8, 32]}`")
+            tuning_source = self.template(raw["tuning_source"], parts + ["tuning_source"], entry)
         return Program(
             name=name,
             source=self.source(raw["source"], parts + ["source"]),
-            entry=raw.get("entry", name),
+            entry=entry,
             options=tuple(raw.get("options", [])),
             launch=launch.with_constants(defaults),  # the kernel as shipped: each tunable at its default
             launch_overrides=overrides,
@@ -139,7 +147,20 @@ class _Checker:
             tunables=tunables,
             tuning_launch=tuning or (launch if tunables else None),
             tuning_overrides={} if tuning else (raw_overrides if tunables else {}),
+            tuning_source=tuning_source,
         )
+
+    def template(self, value: str, parts: list, entry: str) -> Path:
+        """``tuning_source``: a file like ``source`` that defines the kernel's entry (its candidates replace the kernel)."""
+        problems = len(self.problems)
+        path = self.source(value, parts)
+        if len(self.problems) == problems:
+            text = read_text(path, MAX_SOURCE_BYTES, "source file")
+            if not re.search(rf"\b{re.escape(entry)}\s*\(", text):
+                self.add(parts, f"{value} does not define the kernel's entry {entry!r}: autotune candidates built from "
+                                f"it replace the kernel, so declare `extern \"C\" __global__ void {entry}(...)` with "
+                                "the suite's signature there")
+        return path
 
     def tunables(self, raw: dict, parts: list, scalars: set[str]) -> dict[str, tuple[int, ...]]:
         """``tunables: {NAME: [default, other, ...]}``: -D constants for the autotune proposer."""

@@ -181,12 +181,14 @@ class Program:
     launch_overrides: dict[str, Launch] = field(default_factory=dict)
     arch_suffix: str = ""
     # `cudagate optimize --proposer autotune` only: -D constants and the values to search (the first
-    # is the default, which the launch above already has substituted for the name), and the launch
-    # it tunes with, whose expressions may use the tunables' names. Not signed: they change nothing
+    # is the default, which the launch above already has substituted for the name), the launch
+    # it tunes with, whose expressions may use the tunables' names, and the source it builds
+    # candidates from when that is not ``source`` (a template file). Not signed: they change nothing
     # the gate runs (trust/manifest.py signs a kernel's entry and launches only).
     tunables: dict[str, tuple[int, ...]] = field(default_factory=dict)
     tuning_launch: Launch | None = None
     tuning_overrides: dict[str, Launch] = field(default_factory=dict)
+    tuning_source: Path | None = None
 
     def launch_for(self, case: str) -> Launch:
         return self.launch_overrides.get(case, self.launch)

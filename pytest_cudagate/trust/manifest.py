@@ -6,7 +6,8 @@ sha256 of each input and expected-output file), tolerances, input distributions,
 entry and launch configuration(s), timing settings and the gate threshold.
 
 Not signed: a kernel's source and compile options (changing a kernel is what pull requests do;
-the approvals ledger pins approved kernel sources), the description, comments and formatting.
+the approvals ledger pins approved kernel sources), its autotune settings (tunables, tuning_launch,
+tuning_source: the gate never uses them), the description, comments and formatting.
 """
 
 from __future__ import annotations

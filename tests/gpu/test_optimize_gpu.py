@@ -1,6 +1,7 @@
 """`cudagate optimize` on a real GPU: a replay of recorded matmul candidates (naive → tiled → planted wrong →
 planted overfit → register-blocked) and the autotune proposer on the matmul example, each ending in the full
-gate against the approved kernel. Packs are copied to $CUDAGATE_KEEP_PACKS when it is set (benchmarks)."""
+gate against the approved kernel; the SGEMM template the autotune proposer searches, checked at points across
+its space on every signed case and on 2048³. Packs are copied to $CUDAGATE_KEEP_PACKS when it is set (benchmarks)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
+import numpy as np
+
 from gpu_support import EXAMPLES, REPO, run
 from pytest_cudagate.optimize.cli import main
+from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.suite.model import Case
+from pytest_cudagate.worker.client import HarnessClient
+from pytest_cudagate.worker.requests import run_request
 
 pytestmark = pytest.mark.gpu
 
@@ -101,13 +109,85 @@ def test_autotune_finds_a_faster_matmul(tmp_path):
     code, pack, summary, history = optimize(tmp_path, "--proposer", "autotune", "--max-iterations", "2", "--batch", "8")
     assert code == 0, summary
     best = summary["best"]
-    assert best["origin"] == "autotune" and best["validated"] and best["defines"]["MATMUL_RB"] == 1
+    assert best["origin"] == "autotune" and best["validated"] and set(best["defines"]) == {"BM", "BN", "BK", "TM", "TN", "PAD"}
     assert best["speedup_vs_initial"] > 1.05, best
     assert all(c["gate"]["passed"] for c in best["cases"])
     assert summary["usage"]["model_calls"] == 0 and summary["stop_reason"] in ("max_iterations", "proposer_exhausted")
     text = (pack / "best.cu").read_text()
-    assert "#define MATMUL_RB 1" in text and f"#define BM {best['defines']['BM']}" in text
+    assert text.endswith((MATMUL.parent / "sgemm.cu").read_text()) and f"#define BM {best['defines']['BM']}" in text
     check_pack(pack)
+
+
+# Points of the SGEMM template (examples/matmul/sgemm.cu) across its space: the default, the 128×128 tiles with
+# 8×8 and 4×4 register tiles at every BK, both paddings, narrow and tall tiles, 2×2 register tiles, and the
+# few-thread points that copy tiles straight through instead of staging them in registers.
+TEMPLATE_POINTS = [
+    {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4},
+    {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "PAD": 0},
+    {"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8, "PAD": 4},
+    {"BM": 128, "BN": 128, "BK": 16, "TM": 4, "TN": 4, "PAD": 4},
+    {"BM": 64, "BN": 128, "BK": 8, "TM": 8, "TN": 4, "PAD": 4},
+    {"BM": 128, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "PAD": 0},
+    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "PAD": 4},
+    {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "PAD": 0},
+    {"BM": 16, "BN": 128, "BK": 16, "TM": 2, "TN": 8, "PAD": 4},
+    {"BM": 16, "BN": 16, "BK": 32, "TM": 8, "TN": 8, "PAD": 4},
+    {"BM": 128, "BN": 16, "BK": 32, "TM": 8, "TN": 2, "PAD": 0},
+]
+BIG = Case("template_2048x2048x2048", "performance", {"m": 2048, "n": 2048, "k": 2048})
+
+
+@pytest.fixture(scope="module")
+def template_run(tmp_path_factory):
+    """Runs a template point on every case of the suite and on 2048³; yields (run, the 2048³ reference)."""
+    work = tmp_path_factory.mktemp("template")
+    suite = load_suite(MATMUL)
+    kernel = suite.kernel("matmul_f32")
+    tuner = AutotuneProposer(suite, kernel, [c for c in suite.cases if not c.holdout])
+    rng = np.random.default_rng(2048)
+    a = rng.uniform(-1, 1, (2048, 2048)).astype(np.float32)
+    b = rng.uniform(-1, 1, (2048, 2048)).astype(np.float32)
+    (work / "data" / BIG.name).mkdir(parents=True)
+    np.save(work / "data" / BIG.name / "a.npy", a)
+    np.save(work / "data" / BIG.name / "b.npy", b)
+    reference = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    with HarnessClient(timeout_s=120) as client:
+        client.start()
+
+        def run(point: dict) -> dict:
+            candidate = tuner.candidate(tuple(point[n] for n in tuner.names))
+            assert candidate is not None, point
+            program = candidate.program(kernel)
+            out = work / "out" / candidate.key()
+            outputs = {}
+            for cases, data_dir in ((list(suite.cases), None), ([BIG], work / "data")):
+                result = client.run(run_request(suite, program, cases, output_dir=out, source_text=candidate.text,
+                                                data_dir=data_dir))
+                assert result.compile.get("ok"), result.compile.get("log")
+                for case in cases:
+                    body = result.cases[case.name]
+                    assert body.get("status") == "ok", (point, case.name, body.get("error"))
+                    outputs[case.name] = np.load(body["outputs"]["c"]["path"])
+            return outputs
+
+        yield suite, run, reference
+
+
+@pytest.mark.parametrize("point", TEMPLATE_POINTS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_the_sgemm_template_is_correct_across_its_space(template_run, point):
+    suite, run, reference = template_run
+    outputs = run(point)
+    tolerance = suite.tolerance["c"]
+    for case in suite.cases:  # the signed cases, holdout and the 31×37×29 correctness case included
+        expected = suite.resolved(case).expected_outputs()["c"]
+        got = outputs[case.name].reshape(expected.shape)
+        bad = ~np.isclose(got, expected, atol=tolerance.atol, rtol=tolerance.rtol)
+        assert not bad.any(), (point, case.name, int(bad.sum()), np.argwhere(bad)[:3].tolist())
+    # 2048³: sums of 2048 products of magnitude ≤ 1 (|c| up to ~100) carry float32 rounding near 1e-4; a wrong
+    # index or a missed tile is off by ~1 or more
+    got = outputs[BIG.name].reshape(reference.shape)
+    worst = float(np.max(np.abs(got - reference)))
+    assert np.isfinite(got).all() and worst < 2e-3, (point, worst)
 
 
 def test_nsight_summary_of_the_shipped_kernel(tmp_path):

@@ -1,11 +1,25 @@
 """``--proposer autotune``: no model; a search over the -D constants a suite declares.
 
 The kernel's ``tunables`` (``{NAME: [default, other, ...]}``) span the space; ``tuning_launch``
-(or the kernel's launch) gives each point its launch, its expressions using the tunables' names.
-Round 1 times the defaults and their neighbours (one tunable moved one step in sorted order);
-every later round the unvisited neighbours of the best points so far, topped up with random
-points. A point whose launch breaks a hardware limit on a visible case is skipped without costing
-an attempt. The source is the suite's own kernel: nothing here is written by a model.
+(or the kernel's launch) gives each point its launch, its expressions using the tunables' names;
+``tuning_source`` (or the kernel's source) is the file every candidate is built from. A point is
+feasible when its launch resolves on every visible case within the hardware's limits (threads and
+block dimensions, shared memory, whole numbers: ``BN / TN`` with TN not dividing BN is refused).
+
+The search is successive halving around a model, so a handful of rounds find the good region of
+a space of hundreds of points:
+
+- round 1 times the default and a space-filling sample of the feasible set (each next point the
+  one farthest from those already chosen);
+- every later round keeps the best measured points (the batch's half in round 2, halving each
+  round, at least three), gathers the unmeasured feasible points near them (one or two tunables
+  moved one step, and mixtures of two of them), ranks those by an additive model of log latency
+  fitted to every measurement so far, and times the best-ranked ones; one point per round (of a
+  batch of four or more) still goes to the farthest unmeasured point, so a wrong model cannot trap
+  the search.
+
+Ties are broken by a random generator seeded by ``--seed``: the same seed and the same timings
+give the same candidates. The source is the suite's own file: nothing here is written by a model.
 """
 
 from __future__ import annotations
@@ -14,13 +28,17 @@ import itertools
 import math
 import random
 
+import numpy as np
+
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.optimize.candidate import Candidate, launch_problems
 from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 
 DEFAULT_BATCH = 8
-ENUMERATE_LIMIT = 200_000
+ENUMERATE_LIMIT = 20_000  # larger spaces are searched through a random pool of feasible points
+POOL_SIZE = 4096
+RIDGE = 0.1  # keeps the fit defined with fewer measurements than coefficients
 
 
 class AutotuneProposer:
@@ -40,20 +58,30 @@ class AutotuneProposer:
         self.default = tuple(values[0] for values in program.tunables.values())
         self.axes = [sorted(values) for values in program.tunables.values()]
         self.size = math.prod(len(a) for a in self.axes)
-        self.source = program.source.read_text(encoding="utf-8")
+        self.source_path = program.tuning_source or program.source
+        self.source = self.source_path.read_text(encoding="utf-8")
         self.launch = program.tuning_launch or program.launch
         self.overrides = dict(program.tuning_overrides)
         self.seen: set[tuple] = set()
         self.skipped: dict[tuple, str] = {}
+        self._made: dict[tuple, Candidate | None] = {}
+        self._feasible: list[tuple] | None = None
 
     def describe(self) -> dict:
         return {"tunables": {n: list(v) for n, v in self.program.tunables.items()}, "space": self.size,
-                "launch": self.launch.to_json(), "batch": self.batch}
+                "feasible": len(self.feasible()), "source": self.source_path.name, "launch": self.launch.to_json(),
+                "batch": self.batch, "strategy": "successive halving around an additive model of log latency"}
+
+    # -- the space ------------------------------------------------------------------------------------
 
     def candidate(self, point: tuple) -> Candidate | None:
+        """The candidate at ``point``, or None when its launch breaks a limit on a visible case."""
+        if point in self._made:
+            return self._made[point]
         values = dict(zip(self.names, point))
         launch = self.launch.with_constants(values)
         overrides = {case: l.with_constants(values) for case, l in self.overrides.items()}
+        made = None
         for case in self.visible:
             try:
                 problems = launch_problems(overrides.get(case.name, launch), case)
@@ -61,53 +89,131 @@ class AutotuneProposer:
                 problems = [str(exc)]
             if problems:
                 self.skipped[point] = problems[0]
-                return None
-        label = " ".join(f"{n}={v}" for n, v in values.items() if len(self.program.tunables[n]) > 1) or "defaults"
-        return Candidate(source=self.source, launch=launch, launch_overrides=overrides, defines=values,
-                         origin="autotune", label=label, notes=f"tunables {values}")
+                break
+        else:
+            label = " ".join(f"{n}={v}" for n, v in values.items() if len(self.program.tunables[n]) > 1) or "defaults"
+            made = Candidate(source=self.source, launch=launch, launch_overrides=overrides, defines=values,
+                             origin="autotune", label=label, notes=f"tunables {values}")
+        self._made[point] = made
+        return made
 
-    def _neighbours(self, point: tuple) -> list[tuple]:
-        found = []
-        for axis, values in enumerate(self.axes):
-            index = values.index(point[axis])
-            for step in (-1, 1):
-                if 0 <= index + step < len(values):
-                    found.append(point[:axis] + (values[index + step],) + point[axis + 1:])
-        self.rng.shuffle(found)
-        return found
+    def feasible(self) -> list[tuple]:
+        """Every feasible point (or, for a huge space, a fixed random pool of them), in a fixed order."""
+        if self._feasible is None:
+            if self.size <= ENUMERATE_LIMIT:
+                points = itertools.product(*self.axes)
+            else:
+                points = sorted({tuple(self.rng.choice(a) for a in self.axes) for _ in range(POOL_SIZE)})
+            self._feasible = [p for p in points if self.candidate(p) is not None]
+        return self._feasible
 
-    def _random(self) -> list[tuple]:
-        if self.size <= ENUMERATE_LIMIT:
-            rest = [p for p in itertools.product(*self.axes) if p not in self.seen]
-            self.rng.shuffle(rest)
-            return rest
-        return [tuple(self.rng.choice(a) for a in self.axes) for _ in range(self.batch * 20)]
+    def _coords(self, point: tuple) -> tuple[float, ...]:
+        """Each value's position on its axis, scaled to 0..1 (axes are sorted, so steps are neighbours)."""
+        return tuple(values.index(v) / max(1, len(values) - 1) for v, values in zip(point, self.axes))
 
-    def propose(self, context: RoundContext) -> list[Candidate]:
+    def _farthest(self, chosen: list[tuple], count: int) -> list[tuple]:
+        """Up to ``count`` unmeasured feasible points, each the farthest from ``chosen`` and those before it."""
+        rest = [p for p in self.feasible() if p not in self.seen and p not in chosen]
+        self.rng.shuffle(rest)  # ties go to a seeded draw, not to the enumeration order
+        if not rest:
+            return []
+        coords = np.array([self._coords(p) for p in rest])
+        anchors = [self._coords(p) for p in chosen]
+        nearest = (np.min([np.abs(coords - np.array(a)).sum(axis=1) for a in anchors], axis=0) if anchors
+                   else np.full(len(rest), np.inf))
+        picked = []
+        for _ in range(min(count, len(rest))):
+            index = int(np.argmax(nearest))
+            picked.append(rest[index])
+            nearest = np.minimum(nearest, np.abs(coords - coords[index]).sum(axis=1))
+            nearest[index] = -1.0
+        return picked
+
+    def _near(self, elite: list[tuple]) -> list[tuple]:
+        """Unmeasured feasible points one or two steps from an elite point, or mixing two of them."""
+        feasible = set(self.feasible())
+        found: dict[tuple, None] = {}
+        for point in elite:
+            index = [values.index(v) for v, values in zip(point, self.axes)]
+            moves = [(axis, step) for axis in range(len(self.axes)) for step in (-1, 1)
+                     if 0 <= index[axis] + step < len(self.axes[axis])]
+            for chosen in itertools.chain(((m,) for m in moves), itertools.combinations(moves, 2)):
+                if len({axis for axis, _ in chosen}) != len(chosen):
+                    continue
+                moved = list(point)
+                for axis, step in chosen:
+                    moved[axis] = self.axes[axis][index[axis] + step]
+                found[tuple(moved)] = None
+        for first, second in itertools.combinations(elite, 2):
+            differ = [axis for axis in range(len(self.axes)) if first[axis] != second[axis]]
+            for pick in itertools.product((0, 1), repeat=min(len(differ), 10)):
+                mixed = list(first)
+                for axis, side in zip(differ, pick):
+                    if side:
+                        mixed[axis] = second[axis]
+                found[tuple(mixed)] = None
+        return [p for p in found if p in feasible and p not in self.seen]
+
+    def _model(self, scores: dict[tuple, float]):
+        """An additive model of log latency over the tunables' values (ridge least squares), as a predictor."""
+        columns = {(axis, v): i for i, (axis, v) in
+                   enumerate((axis, v) for axis, values in enumerate(self.axes) for v in values)}
+
+        def features(points):
+            rows = np.zeros((len(points), len(columns)))
+            for r, point in enumerate(points):
+                for axis, v in enumerate(point):
+                    rows[r, columns[(axis, v)]] = 1.0
+            return rows
+
+        points = list(scores)
+        x = features(points)
+        y = np.log([scores[p] for p in points])
+        mean = float(y.mean())
+        weights = np.linalg.solve(x.T @ x + RIDGE * np.eye(len(columns)), x.T @ (y - mean))
+        return lambda candidates: features(candidates) @ weights + mean
+
+    # -- the rounds -----------------------------------------------------------------------------------
+
+    def _scores(self, history) -> dict[tuple, float]:
+        """Geometric-mean latency per measured point; inf where it failed."""
         scores: dict[tuple, float] = {}
-        for attempt in context.history:
+        for attempt in history:
             cand = attempt.candidate
-            if cand.origin == "autotune" and cand.defines:
+            if cand is not None and cand.origin == "autotune" and cand.defines:
                 point = tuple(cand.defines.get(n) for n in self.names)
                 scores[point] = attempt.geomean_ms if attempt.passed and attempt.geomean_ms else math.inf
-        ranked = [p for p, s in sorted(scores.items(), key=lambda kv: kv[1]) if math.isfinite(s)]
-        order = [self.default] if self.default not in self.seen else []
-        for point in ranked[:3] or [self.default]:
-            order += self._neighbours(point)
+        return scores
+
+    def _plan(self, context: RoundContext) -> list[tuple]:
+        scores = self._scores(context.history)
+        measured = {p: s for p, s in scores.items() if math.isfinite(s)}
+        if not measured:  # round 1, or nothing has passed yet: cover the space
+            start = [self.default] if self.default not in self.seen and self.candidate(self.default) else []
+            return start + self._farthest(start or list(self.seen), self.batch - len(start))
+        keep = max(3, self.batch >> max(0, context.round - 1))
+        elite = sorted(measured, key=lambda p: (measured[p], p))[:keep]
+        explore = 1 if self.batch >= 4 else 0
+        near = self._near(elite)
+        self.rng.shuffle(near)
+        if near:
+            predicted = self._model(measured)(near)
+            near = [near[i] for i in np.argsort(predicted, kind="stable")]
+        order = near[:self.batch - explore]
+        return order + self._farthest(list(scores) + order, self.batch - len(order))
+
+    def propose(self, context: RoundContext) -> list[Candidate]:
         batch: list[Candidate] = []
-        for source in (order, None):
-            for point in source if source is not None else self._random():
-                if len(batch) >= self.batch:
-                    break
-                if point in self.seen:
-                    continue
-                self.seen.add(point)
-                made = self.candidate(point)
-                if made is not None:
-                    batch.append(made)
+        for point in self._plan(context):
+            if point in self.seen:
+                continue
+            self.seen.add(point)
+            made = self.candidate(point)
+            if made is not None:
+                batch.append(made)
         if not batch:
-            raise ProposerExhausted(f"all {self.size} points of the tunable space were tried or skipped "
-                                    f"({len(self.skipped)} break a launch limit)")
+            raise ProposerExhausted(f"all {len(self.feasible())} feasible points of the tunable space "
+                                    f"({self.size} in all, {len(self.skipped)} break a launch limit) were tried")
         return batch
 
     def close(self) -> None:

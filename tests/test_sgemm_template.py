@@ -1,0 +1,73 @@
+"""The matmul example's SGEMM template (examples/matmul/sgemm.cu, the kernel's tuning_source): every part
+of the space the autotune proposer may propose compiles to an sm_90 cubin that can be launched as declared.
+
+The space has 834 feasible points; compiling all of them takes minutes, so this compiles its corners
+(every tunable at its smallest or largest value) and a fixed sample of 50 more. Correctness and speed on a
+GPU: tests/gpu/test_optimize_gpu.py and benchmarks/optimize_matmul.py --template."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from helpers import EXAMPLES
+from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.build import compile_program
+
+MATMUL = EXAMPLES / "matmul" / "cudagate.yaml"
+REGISTERS_PER_SM = 65536
+SAMPLE = 50
+
+
+def proposer() -> AutotuneProposer:
+    suite = load_suite(MATMUL)
+    return AutotuneProposer(suite, suite.kernel("matmul_f32"), [c for c in suite.cases if not c.holdout])
+
+
+def points() -> list[tuple]:
+    tuner = proposer()
+    feasible = tuner.feasible()
+    corners = [p for p in itertools.product(*[(min(a), max(a)) for a in tuner.axes]) if p in set(feasible)]
+    rest = sorted(set(feasible) - set(corners))
+    return corners + random.Random(16).sample(rest, SAMPLE)
+
+
+def label(point: tuple) -> str:
+    return "-".join(f"{n}{v}" for n, v in zip(proposer().names, point))
+
+
+POINTS = points()
+
+
+def test_the_space_holds_the_fast_sgemm_shapes():
+    tuner = proposer()
+    feasible = [dict(zip(tuner.names, p)) for p in tuner.feasible()]
+    assert {"BM": 128, "BN": 128, "TM": 8, "TN": 8} in [{k: d[k] for k in ("BM", "BN", "TM", "TN")} for d in feasible]
+    assert {(d["TM"], d["TN"]) for d in feasible} >= {(4, 4), (4, 8), (8, 4), (8, 8)}
+    assert {d["BM"] for d in feasible} >= {64, 128} and {d["PAD"] for d in feasible} == {0, 4}
+    assert len(POINTS) >= SAMPLE + 40 and len(set(POINTS)) == len(POINTS)
+
+
+@pytest.mark.parametrize("point", POINTS, ids=label)
+def test_every_sampled_point_compiles_for_sm_90_and_fits_its_launch(point):
+    tuner = proposer()
+    candidate = tuner.candidate(point)
+    assert candidate is not None
+    kernel = tuner.program
+    result = compile_program(candidate.program(kernel), "sm_90", candidate.text)
+    assert result.ok, result.log
+    assert result.cubin[:4] == b"\x7fELF" and result.arch == "sm_90"
+    resources = result.resources
+    # Compiled in full once (834 points, 4 minutes on 2 cores), every point compiled and none spilled more than
+    # 8 bytes (4 points: 80 registers and an 8-byte stack slot, a ptxas choice); a tile that needs a stack is a bug.
+    assert resources.get("spill_store_bytes", 0) <= 8 and resources.get("stack_frame_bytes", 0) <= 8, resources
+    values = dict(zip(tuner.names, point))
+    for case in tuner.visible:
+        launch = candidate.launch.resolve(case.scalars)
+        threads = launch["block"][0] * launch["block"][1]
+        assert threads == (values["BM"] // values["TM"]) * (values["BN"] // values["TN"])
+        assert threads * resources["registers"] <= REGISTERS_PER_SM  # the block can be resident at all
+        assert launch["shared_bytes"] == 2 * values["BK"] * (values["BM"] + values["PAD"] + values["BN"]) * 4

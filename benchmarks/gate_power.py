@@ -551,7 +551,7 @@ def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> st
         cards, sessions = len({card_of(r) for r in aa}), len({r["session"] for r in aa})
         out += ["", "### A/A false alarms per card", "", *above, *aa_cards(aa, metas),
                 f"\nA/A: cudagate said `regressed` in {k} of {len(aa)} comparisons, each in a fresh process, on "
-                f"{cards} distinct card(s) (each counted as its own machine) over {sessions} session(s); 95 % upper "
+                f"{cards} distinct card(s) over {sessions} session(s) (the cards of one host share it); 95 % upper "
                 f"bound on the false-alarm rate {upper95(k, len(aa)):.1%}."]
 
     rule_cols = ("median:2%", "median:5%", "MWU p<.05 & >=1.1 (gpucheck, one-sided)", "MWU p<.002 & >1.1 (asv)")

@@ -133,6 +133,16 @@ def has_runs(ledger: Path) -> bool:
     return bool(cases) and all(len(c.get("run_p10_ms") or []) >= 2 for c in cases)
 
 
+def approving_cards(suites: list[str]) -> dict[str, list[str]]:
+    """The cards (UUIDs) whose runs the shipped ledgers' baselines hold, per suite."""
+    cards = {}
+    for name in suites:
+        raw = json.loads((ROOT / "examples" / name / "cudagate.approvals.json").read_text())
+        cards[name] = sorted({(b.get("fingerprint") or {}).get("uuid") or "unknown"
+                              for a in raw["approvals"].values() for b in a["baselines"].values()})
+    return cards
+
+
 def build_repo(tmp: Path, approve_runs: int, gpu: bool = True) -> tuple[Repo, list[str]]:
     """The repository, tagged v1.0.0, and the suites approved here (not with the shipped ledger)."""
     root, keys = tmp / "repo", tmp / "keys"
@@ -335,8 +345,11 @@ def table(results: dict) -> str:
 
     if "unchanged" in results:
         u = results["unchanged"]
-        elsewhere = [s for s in SUITES if s not in results.get("approved_here", [])]
-        where = f"approved elsewhere: {', '.join(elsewhere)}" if elsewhere else "all approved on this machine"
+        shipped = [s for s in SUITES if s not in results.get("approved_here", [])]
+        cards = results.get("cards") or {}
+        same = any(cards.get("measuring") in v for v in (cards.get("approving") or {}).values())
+        where = (f"shipped approvals of {', '.join(shipped)}, measured on {'this' if same else 'another'} card"
+                 if shipped else "all approved on this machine")
         row(f"unchanged ({where}), release gate vs v1.0.0", u["release"], u["gpu_s"]["release"])
         row("unchanged, plain gate", u["plain"], u["gpu_s"]["plain"])
     if "creep" in results:
@@ -382,7 +395,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cudagate-release-drift-") as tmp:
         try:
             with HarnessClient(timeout_s=60) as probe:
-                probe.start()
+                card = probe.start()["device"].get("uuid") or "unknown"
             gpu = True
         except WorkerUnavailable:
             gpu = False
@@ -390,8 +403,13 @@ def main() -> int:
         if not gpu:
             return without_gpu(repo)
         results["approved_here"] = approved_here
+        # "Another machine than the one that approved" is checked, not assumed: the ledgers name their cards.
+        shipped = {k: v for k, v in approving_cards(SUITES).items() if k not in approved_here}
+        results["cards"] = {"measuring": card, "approving": shipped}
         print(f"repository ready in {time.perf_counter() - start:.0f} s; approved on this machine: "
-              f"{', '.join(approved_here) or 'none'}", flush=True)
+              f"{', '.join(approved_here) or 'none'}\nmeasuring on card {card}; the shipped approvals' runs were "
+              f"measured on {', '.join(sorted({c for v in shipped.values() for c in v})) or 'no shipped ledger'} "
+              f"({'the same card' if any(card in v for v in shipped.values()) else 'other cards'})", flush=True)
         experiments = {"unchanged": lambda: unchanged(repo, args.runs, args.plain_runs),
                         "creep": lambda: creep(repo, args.runs, args.approve_runs, budget),
                         "toolchain": lambda: toolchain(repo, args.runs, args.approve_runs, budget)}

@@ -95,8 +95,8 @@ def test_a_a_summary_counts_cards_and_sessions_with_per_card_false_alarms():
     rows, metas = synthetic_run()
     text = gate_power.tables(rows, metas)
     summary = next(line for line in text.splitlines() if line.startswith("A/A:"))
-    assert ("`regressed` in 1 of 6 comparisons, each in a fresh process, on 3 distinct card(s) (each counted as "
-            "its own machine) over 2 session(s)") in summary
+    assert ("`regressed` in 1 of 6 comparisons, each in a fresh process, on 3 distinct card(s) over 2 session(s) "
+            "(the cards of one host share it)") in summary
     assert summary.endswith(f"{gate_power.upper95(1, 6):.1%}.")
     assert table_line(text, f"| `{CARDS[0].uuid}`") == [f"`{CARDS[0].uuid}`", "NVIDIA H200", "1", "2", "1", "0"]
     assert table_line(text, f"| `{CARDS[1].uuid}`")[3:] == ["2", "0", "0"]

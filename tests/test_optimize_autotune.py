@@ -102,12 +102,15 @@ def test_autotune_candidates_come_from_the_tuning_source_and_the_gate_builds_the
     ("    tuning_source: ../outside.cu\n", "kernels[0].tuning_source: '../outside.cu' lies outside the suite folder"),
     ("    tuning_source: other.cu\n", "other.cu does not define the kernel's entry 'scale2'"),
     ("    tuning_source: [a.cu]\n", "tuning_source"),
+    ("    tuning_source: sub/t.cu\n", "sub/t.cu is not in the folder of source"),
 ])
 def test_a_bad_tuning_source_is_reported_with_the_field_and_the_fix(tmp_path, capsys, edit, message):
     yaml_text = replace_once(OPT_SUITE_YAML, "    tunables: {BLOCK:", edit + "    tunables: {BLOCK:")
     path = write_suite(tmp_path / "s", yaml_text=yaml_text, data=False)
     (path.parent / "other.cu").write_text('extern "C" __global__ void scale3(const float* x, float* y, int rows, int cols) {}\n')
     (tmp_path / "outside.cu").write_text("// not the suite's\n")
+    (path.parent / "sub").mkdir()
+    (path.parent / "sub" / "t.cu").write_text('extern "C" __global__ void scale2(const float* x, float* y, int rows, int cols) {}\n')
     with pytest.raises(FileError, match=re.escape(message)):
         load_suite(path)
     assert cli_main(["check", str(path)]) == 2

@@ -232,3 +232,18 @@ def test_the_review_branch_is_in_the_report(tmp_path):
     assert f"review branch <code>{branch['branch']}</code> at <code>{branch['commit'][:12]}</code>" in row
     assert "kernels/scale/cudagate.yaml, kernels/scale/scale.cu" in row and "cudagate sign" in row
     assert f'commit <code title="{repo.head.commit.hexsha}">' in row and "clean working tree" in row
+
+
+def test_markup_in_a_pack_is_shown_as_text(long_search, tmp_path):
+    """A pack is a file anyone can edit and carries model-written text: nothing in it becomes markup,
+    and a latency that is not a finite number draws no point rather than breaking the page."""
+    pack, summary, history = long_search
+    payload = '<script>alert(1)</script><img src=x onerror="y">'
+    hostile = json.loads(json.dumps(summary))
+    hostile["outcome"], hostile["best"]["attempt"], hostile["best"]["label"] = payload, payload, payload
+    attempts = json.loads(json.dumps(history))
+    for attempt in attempts["attempts"][:5]:
+        attempt["attempt"], attempt["label"], attempt["reason"] = payload, payload, payload
+    attempts["attempts"][0]["geomean_ms"] = float("nan")
+    html = render(hostile, attempts, tmp_path)
+    assert "<script" not in html and "<img" not in html and "&lt;script&gt;" in html

@@ -78,7 +78,9 @@ def _round_count(summary: dict, history: dict) -> int:
 
 
 def _timed(attempts: list[dict]) -> list[dict]:
-    return [a for a in attempts if a["status"] == "passed" and a.get("geomean_ms")]
+    """Attempts with a usable latency (a hand-edited pack may hold NaN or infinity)."""
+    return [a for a in attempts if a["status"] == "passed" and isinstance(a.get("geomean_ms"), (int, float))
+            and math.isfinite(a["geomean_ms"]) and a["geomean_ms"] > 0]
 
 
 def rounds(summary: dict, history: dict) -> list[RoundPoint]:
@@ -147,10 +149,15 @@ def _text(x: float, y: float, text: str, *, size: int = 11, anchor: str = "start
             f'fill="{fill}"{extra}>{escape(text)}</text>')
 
 
+def label_margin(g: Grid) -> int:
+    """Pixels left of the cells: room for the longest row label."""
+    return max(96, 8 + 7 * max(len(c) for c in [*g.cases, "geomean"]))
+
+
 def heatmap_svg(g: Grid, *, title: bool = True) -> str:
     """The grid as one ``<svg>`` with its pixel size fixed (cells ≥ ``CELL_W`` × ``CELL_H``)."""
     rows: list[str | None] = [*g.cases, None]
-    left = max(96, 8 + 7 * max(len(c) for c in [*g.cases, "geomean"]))
+    left = label_margin(g)
     top = 30 + (24 if title else 0)
     width = max(left + CELL_W * len(g.columns) + 16, LEGEND_W)
     height = top + CELL_H * len(rows) + 110

@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import math
 
-from pytest_cudagate.optimize.charts import CELL_H, CELL_W, colour, grid, heatmap_svg, short_us, spread
+from pytest_cudagate.optimize.charts import CELL_H, CELL_W, colour, grid, heatmap_svg, label_margin, short_us, spread
 
 DPI = 100
 
@@ -39,7 +39,7 @@ def _png(g) -> bytes:
 
     rows = [*g.cases, None]
     half = spread(g)
-    left_px = max(96, 8 + 7 * max(len(c) for c in [*g.cases, "geomean"]))
+    left_px = label_margin(g)
     width_px, height_px = max(left_px + CELL_W * len(g.columns) + 24, 640), 70 + CELL_H * len(rows) + 60
     with matplotlib.rc_context({"font.size": 8}):
         figure = Figure(figsize=(width_px / DPI, height_px / DPI), dpi=DPI)

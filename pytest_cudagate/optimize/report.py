@@ -232,13 +232,13 @@ def gate_html(summary: dict, history: dict) -> str:
     best = summary.get("best")
     if not best:
         rejected = summary.get("rejected_by_gate") or []
-        lines = [f"attempt {r.get('attempt')} ({e(r.get('label'))}): "
+        lines = [f"attempt {e(r.get('attempt'))} ({e(r.get('label'))}): "
                  f"{e(((r.get('reason') or '').splitlines() or [''])[0][:200])}" for r in rejected]
         text = e(note) if note else ("not run" if summary.get("outcome") in ("running", "initial_failed") else DASH)
         return text + ("<ul>" + "".join(f"<li>{line}</li>" for line in lines) + "</ul>" if lines else "")
     overview = _overview(best, history)
     passed = overview.get("passed", best.get("validated"))
-    head = (f"{pill('passed' if passed else 'failed', 'passed' if passed else 'failed')} attempt {best['attempt']} "
+    head = (f"{pill('passed' if passed else 'failed', 'passed' if passed else 'failed')} attempt {e(best['attempt'])} "
             f"against the approved kernel on every case, holdout included")
     if overview.get("gpu_seconds") is not None:
         head += f" · {overview['gpu_seconds']:.1f} s of GPU time"
@@ -298,6 +298,8 @@ def charts_html(summary: dict, history: dict) -> str:
     heatmap = (f'<div class="scroll">{charts.heatmap_svg(grid, title=False)}</div>' if grid
                else '<p class="note">no heatmap: no performance case was timed</p>')
     return (f"<h2>Best so far per round (geometric mean over the visible performance cases)</h2>"
+            '<p class="note">the search\'s own timing, before the gate: a point may be an attempt the gate '
+            'later rejected; the ringed point is the winner that passed it</p>'
             f"<figure>{charts.progress_svg(points, summary.get('best'))}</figure>"
             f"<h2>Latency per case per round</h2>{heatmap}")
 
@@ -311,7 +313,7 @@ def attempts_html(history: dict) -> str:
         gate_text = DASH if not gate else ("passed" if gate.get("passed") else "FAILED")
         reason = (a.get("rejection") or (gate or {}).get("rejection") or "").strip()
         cls = "" if a.get("status") == "passed" else ' class="bad"'
-        rows.append(f"<tr><td class=num>{a['attempt']}</td><td class=num>{e(a.get('round'))}</td>"
+        rows.append(f"<tr><td class=num>{e(a['attempt'])}</td><td class=num>{e(a.get('round'))}</td>"
                     f"<td class=num>{e(a.get('repair'))}</td><td>{e(a.get('origin'))}</td><td>{e(a.get('label'))}</td>"
                     f"<td{cls}>{e(a.get('status'))} ({e(a.get('stage'))})</td>"
                     f"<td class=num>{us(a.get('geomean_ms'))}</td><td class=num>{x(a.get('speedup_vs_initial'))}</td>"
@@ -322,7 +324,7 @@ def attempts_html(history: dict) -> str:
 
 def render(summary: dict, history: dict, folder: Path) -> str:
     outcome = summary.get("outcome") or "running"
-    badge, cls = BADGES.get(outcome, (outcome.upper(), "warn"))
+    badge, cls = BADGES.get(outcome, (e(outcome).upper(), "warn"))
     usage = summary.get("usage") or {}
     device = summary.get("device") or {}
     facts = table_kv([

@@ -130,15 +130,20 @@ class _Checker:
             self.add(parts + ["tuning_launch"], "tuning_launch needs tunables: declare the -D constants it uses")
         tuning = self.launch(raw["tuning_launch"], parts + ["tuning_launch"], names) if "tuning_launch" in raw else None
         entry = raw.get("entry", name)
+        source = self.source(raw["source"], parts + ["source"])
         tuning_source = None
         if "tuning_source" in raw:
             if not tunables:
                 self.add(parts + ["tuning_source"], "tuning_source needs tunables: declare the -D constants its "
                                                     "template reads, e.g. `tunables: {TILE: [16, 8, 32]}`")
             tuning_source = self.template(raw["tuning_source"], parts + ["tuning_source"], entry)
+            if tuning_source.parent != source.parent:  # a candidate's quoted #includes resolve beside `source`
+                self.add(parts + ["tuning_source"], f"{raw['tuning_source']} is not in the folder of source "
+                                                    f"{raw['source']}: candidates are built where the kernel is, so "
+                                                    "put the template next to it")
         return Program(
             name=name,
-            source=self.source(raw["source"], parts + ["source"]),
+            source=source,
             entry=entry,
             options=tuple(raw.get("options", [])),
             launch=launch.with_constants(defaults),  # the kernel as shipped: each tunable at its default

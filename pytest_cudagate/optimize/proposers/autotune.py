@@ -30,6 +30,7 @@ import random
 
 import numpy as np
 
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.optimize.candidate import Candidate, launch_problems
@@ -59,7 +60,7 @@ class AutotuneProposer:
         self.axes = [sorted(values) for values in program.tunables.values()]
         self.size = math.prod(len(a) for a in self.axes)
         self.source_path = program.tuning_source or program.source
-        self.source = self.source_path.read_text(encoding="utf-8")
+        self.source = read_text(self.source_path, MAX_SOURCE_BYTES, "tuning source")
         self.launch = program.tuning_launch or program.launch
         self.overrides = dict(program.tuning_overrides)
         self.seen: set[tuple] = set()

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailable
@@ -144,8 +145,12 @@ class GateRuntime:
         """Why the suite's oracle or approvals cannot be trusted ([] when they can), checked once."""
         key = str(suite.path)
         if key not in self._distrust:
+            try:
+                ledger = self.ledger(suite)  # read once: the ledger verified is the ledger the gate uses
+            except CudagateError:
+                ledger = None  # gate_problems reads it and says why it cannot
             self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned,
-                                                trust_root=self.trust_root)
+                                                trust_root=self.trust_root, ledger=ledger)
             self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
                                "verified" if not self._distrust[key] else "NOT TRUSTED: " + self._distrust[key][0])
         return self._distrust[key]

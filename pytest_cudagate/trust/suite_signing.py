@@ -193,13 +193,14 @@ def _pyc_problems(suite: Suite) -> list[str]:
 
 
 def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_unsigned: bool = False,
-                  trust_root=None) -> list[str]:
+                  trust_root=None, ledger: Ledger | None = None) -> list[str]:
     """What stops the gate from trusting ``suite``: ``[]`` when its signature verifies (or when
     ``allow_unsigned``; the caller then prints :data:`UNSIGNED_WARNING`). Otherwise the problems,
     each naming a file or field, with the fix as the last line.
 
     ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger
     sequence come from the trusted ref instead of the working tree, and unsigned is never allowed.
+    ``ledger``: the suite's ledger as the caller read it, so that the ledger verified is the one used.
     """
     if allow_unsigned and trust_root is None:
         return []
@@ -219,10 +220,11 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
     base_sequence = trust_root.ledger_sequence(suite) if trust_root is not None else None
-    try:
-        ledger = Ledger.for_suite(suite)
-    except CudagateError as exc:
-        return problems + [str(exc)]
+    if ledger is None:
+        try:
+            ledger = Ledger.for_suite(suite)
+        except CudagateError as exc:
+            return problems + [str(exc)]
     return problems + ledger_problems(ledger, keys, suite, base_sequence)
 
 

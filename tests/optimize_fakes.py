@@ -48,6 +48,18 @@ def opt_suite(folder: Path) -> Path:
     return write_suite(folder, yaml_text=OPT_SUITE_YAML)
 
 
+def committed_project(root: Path, git):
+    """A git repository at ``root`` whose first commit holds the optimize suite under kernels/scale."""
+    opt_suite(root / "kernels" / "scale")
+    repo = git.Repo.init(root)
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "Kernel Author")
+        config.set_value("user", "email", "author@example.com")
+    repo.git.add(all=True)
+    repo.index.commit("a suite")
+    return repo
+
+
 def fake_source(marker: str = "", body: str = KERNEL_CU) -> str:
     return (f"// fake: {marker}\n" if marker else "") + body
 

@@ -7,7 +7,7 @@ import pytest
 
 git = pytest.importorskip("git")
 
-from optimize_fakes import fake_source, opt_suite, write_proposals  # noqa: E402
+from optimize_fakes import committed_project, fake_source, write_proposals  # noqa: E402
 from pytest_cudagate.errors import CudagateError  # noqa: E402
 from pytest_cudagate.optimize.gitpropose import rewrite_launch  # noqa: E402
 from pytest_cudagate.optimize.nsight import describe, parse_csv  # noqa: E402
@@ -17,15 +17,7 @@ from test_optimize_loop import optimize  # noqa: E402
 
 @pytest.fixture
 def repo(tmp_path):
-    root = tmp_path / "project"
-    opt_suite(root / "kernels" / "scale")
-    repo = git.Repo.init(root)
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "Kernel Author")
-        config.set_value("user", "email", "author@example.com")
-    repo.git.add(all=True)
-    repo.index.commit("a suite")
-    return repo
+    return committed_project(tmp_path / "project", git)
 
 
 def test_propose_commits_the_winner_on_a_new_branch(tmp_path, repo):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import replace_once, write_suite
-from optimize_fakes import BASE_MS, OPT_SUITE_YAML, FakeEvaluator, opt_suite, write_proposals
+from optimize_fakes import BASE_MS, OPT_SUITE_YAML, FakeEvaluator, committed_project, opt_suite, write_proposals
 from pytest_cudagate.optimize.cli import run_optimize
 from pytest_cudagate.optimize.evaluator import Evaluation, Validation
 from pytest_cudagate.optimize.report import render
@@ -211,15 +211,8 @@ def test_an_initial_kernel_that_fails_gives_no_chart(tmp_path):
 
 
 def test_the_review_branch_is_in_the_report(tmp_path):
-    git = pytest.importorskip("git")
-    root = tmp_path / "project"
-    suite = opt_suite(root / "kernels" / "scale")
-    repo = git.Repo.init(root)
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "Kernel Author")
-        config.set_value("user", "email", "author@example.com")
-    repo.git.add(all=True)
-    repo.index.commit("a suite")
+    repo = committed_project(tmp_path / "project", pytest.importorskip("git"))
+    suite = tmp_path / "project" / "kernels" / "scale" / "cudagate.yaml"
     props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010", "launch": {"grid": ["rows"],
                                                                                          "block": ["256"]}}])
     code, pack, summary, history = run_pack(tmp_path, suite, "--proposer", f"replay:{props}", "--propose")

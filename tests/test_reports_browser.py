@@ -5,6 +5,7 @@ Screenshots go to $CUDAGATE_ARTIFACTS when set (CI keeps them), else to the test
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -57,28 +58,35 @@ def test_chromium_renders_a_screenshot(report_html, tmp_path):
     assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000  # a blank page compresses to a few KB
 
 
-def test_playwright_sees_the_page_offline_and_without_errors(report_html, tmp_path):
+@contextlib.contextmanager
+def offline_page(html: Path, shot: Path, height: int):
+    """``html`` opened in Chromium without JavaScript; on leaving, a full-page screenshot is taken and the
+    page must have fetched nothing but itself and logged no error."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (optional)")
     requests, errors = [], []
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 2000}, java_script_enabled=False)
+            page = browser.new_page(viewport={"width": 1280, "height": height}, java_script_enabled=False)
             page.on("request", lambda request: requests.append(request.url))
             page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
             page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(report_html.as_uri())
-            assert page.locator("header .badge").inner_text() == "FAIL"
-            assert page.title().startswith("cudagate FAIL: 2 failed")
-            widths = page.locator("svg.plot").evaluate_all("nodes => nodes.map(n => n.getBoundingClientRect().width)")
-            assert len(widths) == 3 and min(widths) > 500
-            shot = artifacts(tmp_path) / "report-playwright.png"
+            page.goto(html.as_uri())
+            yield page
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
-    assert requests == [report_html.as_uri()], requests  # nothing but the file itself
+    assert requests == [html.as_uri()], requests  # nothing but the file itself
     assert errors == []
     assert shot.read_bytes().startswith(PNG_SIGNATURE) and shot.stat().st_size > 50_000
+
+
+def test_playwright_sees_the_page_offline_and_without_errors(report_html, tmp_path):
+    with offline_page(report_html, artifacts(tmp_path) / "report-playwright.png", 2000) as page:
+        assert page.locator("header .badge").inner_text() == "FAIL"
+        assert page.title().startswith("cudagate FAIL: 2 failed")
+        widths = page.locator("svg.plot").evaluate_all("nodes => nodes.map(n => n.getBoundingClientRect().width)")
+        assert len(widths) == 3 and min(widths) > 500
 
 
 def test_chromium_renders_the_optimize_report(optimize_pack, tmp_path):
@@ -94,31 +102,15 @@ def test_chromium_renders_the_optimize_report(optimize_pack, tmp_path):
 
 
 def test_playwright_sees_a_legible_optimize_report(optimize_pack, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (optional)")
     report, summary = optimize_pack
-    requests, errors = [], []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 2600}, java_script_enabled=False)
-            page.on("request", lambda request: requests.append(request.url))
-            page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(report.as_uri())
-            assert page.locator("header .badge").inner_text() == "WINNER"
-            assert page.locator("svg.progress circle.point").count() == summary["rounds"] + 1
-            chart = page.locator("svg.progress").bounding_box()
-            assert chart["width"] > 500 and chart["height"] > 150
-            boxes = page.locator("svg.heatmap rect.cell").evaluate_all(
-                "nodes => nodes.map(n => [n.getBoundingClientRect().width, n.getBoundingClientRect().height])")
-            assert len(boxes) == (summary["rounds"] + 1) * (len(summary["initial"]["latency_ms"]) + 1)
-            assert min(w for w, _ in boxes) >= MIN_CELL_W and min(h for _, h in boxes) >= MIN_CELL_H
-            page_width = page.evaluate("document.documentElement.scrollWidth")
-            assert page_width <= 1280  # a wide heatmap scrolls inside its box, not the page
-            shot = artifacts(tmp_path) / "optimize-report-playwright.png"
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
-    assert requests == [report.as_uri()], requests
-    assert errors == []
-    assert shot.read_bytes().startswith(PNG_SIGNATURE) and shot.stat().st_size > 50_000
+    with offline_page(report, artifacts(tmp_path) / "optimize-report-playwright.png", 2600) as page:
+        assert page.locator("header .badge").inner_text() == "WINNER"
+        assert page.locator("svg.progress circle.point").count() == summary["rounds"] + 1
+        chart = page.locator("svg.progress").bounding_box()
+        assert chart["width"] > 500 and chart["height"] > 150
+        boxes = page.locator("svg.heatmap rect.cell").evaluate_all(
+            "nodes => nodes.map(n => [n.getBoundingClientRect().width, n.getBoundingClientRect().height])")
+        assert len(boxes) == (summary["rounds"] + 1) * (len(summary["initial"]["latency_ms"]) + 1)
+        assert min(w for w, _ in boxes) >= MIN_CELL_W and min(h for _, h in boxes) >= MIN_CELL_H
+        page_width = page.evaluate("document.documentElement.scrollWidth")
+        assert page_width <= 1280  # a wide heatmap scrolls inside its box, not the page

@@ -47,15 +47,18 @@ def artifacts(tmp_path: Path) -> Path:
     return folder
 
 
-def test_chromium_renders_a_screenshot(report_html, tmp_path):
-    shot = artifacts(tmp_path) / "report-chromium.png"
+def assert_screenshot(html: Path, shot: Path, height: int, profile: Path) -> None:
+    """Headless Chromium's own screenshot of ``html``: it renders, and not as a blank page."""
     shot.unlink(missing_ok=True)
-    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                             f"--screenshot={shot}", "--window-size=1280,2000", report_html.as_uri()],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
+                             f"--window-size=1280,{height}", html.as_uri()], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000  # a blank page compresses to a few KB
+
+
+def test_chromium_renders_a_screenshot(report_html, tmp_path):
+    assert_screenshot(report_html, artifacts(tmp_path) / "report-chromium.png", 2000, tmp_path / "profile")
 
 
 @contextlib.contextmanager
@@ -91,14 +94,7 @@ def test_playwright_sees_the_page_offline_and_without_errors(report_html, tmp_pa
 
 def test_chromium_renders_the_optimize_report(optimize_pack, tmp_path):
     report, _ = optimize_pack
-    shot = artifacts(tmp_path) / "optimize-report-chromium.png"
-    shot.unlink(missing_ok=True)
-    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                             f"--screenshot={shot}", "--window-size=1280,2600", report.as_uri()],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000
+    assert_screenshot(report, artifacts(tmp_path) / "optimize-report-chromium.png", 2600, tmp_path / "profile")
 
 
 def test_playwright_sees_a_legible_optimize_report(optimize_pack, tmp_path):

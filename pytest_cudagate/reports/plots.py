@@ -92,29 +92,31 @@ def _frame(x0: float, x1: float, title: str, x_label: str, y_label: str) -> list
                   extra=f' transform="rotate(-90 {x0 - 42:.1f} {middle:.1f})"')]
 
 
-def _axis_x(ticks: tuple[list[float], int], px) -> list[str]:
+def _axis_x(ticks: tuple[list[float], int], px) -> str:
     values, decimals = ticks
-    return [f'<line x1="{px(v):.1f}" y1="{BOTTOM}" x2="{px(v):.1f}" y2="{BOTTOM + 4}" stroke="#6b7280"/>'
-            + _text(px(v), BOTTOM + 15, f"{v:.{decimals}f}", size=9, anchor="middle") for v in values]
+    return '<g class="x-ticks">' + "".join(
+        f'<line x1="{px(v):.1f}" y1="{BOTTOM}" x2="{px(v):.1f}" y2="{BOTTOM + 4}" stroke="#6b7280"/>'
+        + _text(px(v), BOTTOM + 15, f"{v:.{decimals}f}", size=9, anchor="middle") for v in values) + "</g>"
 
 
-def _axis_y(x0: float, ticks: tuple[list[float], int], py) -> list[str]:
+def _axis_y(x0: float, ticks: tuple[list[float], int], py) -> str:
     values, decimals = ticks
-    return [f'<line x1="{x0 - 4}" y1="{py(v):.1f}" x2="{x0}" y2="{py(v):.1f}" stroke="#6b7280"/>'
-            + _text(x0 - 6, py(v) + 3, f"{v:.{decimals}f}", size=9, anchor="end") for v in values]
+    return '<g class="y-ticks">' + "".join(
+        f'<line x1="{x0 - 4}" y1="{py(v):.1f}" x2="{x0}" y2="{py(v):.1f}" stroke="#6b7280"/>'
+        + _text(x0 - 6, py(v) + 3, f"{v:.{decimals}f}", size=9, anchor="end") for v in values) + "</g>"
 
 
 def _legend(x1: float, entries: list[tuple[str, str]]) -> list[str]:
     """Entries (label, swatch markup at the origin) stacked in the panel's top right corner, on a
     translucent backing so the lines under them stay visible but do not cross the text."""
     width = 40 + 5.2 * max(len(label) for label, _ in entries)
-    parts = [f'<rect x="{x1 - width:.1f}" y="{TOP + 2}" width="{width - 2:.1f}" height="{13 * len(entries) + 4}" '
-             'fill="#ffffff" fill-opacity="0.85"/>']
+    parts = ['<g class="legend">', f'<rect x="{x1 - width:.1f}" y="{TOP + 2}" width="{width - 2:.1f}" '
+             f'height="{13 * len(entries) + 4}" fill="#ffffff" fill-opacity="0.85"/>']
     for k, (label, swatch) in enumerate(entries):
         y = TOP + 12 + 13 * k
         parts.append(f'<g transform="translate({x1 - 26:.1f} {y - 3:.1f})">{swatch}</g>')
         parts.append(_text(x1 - 30, y + 1, label, size=9, anchor="end"))
-    return parts
+    return parts + ["</g>"]
 
 
 def _line_swatch(color: str) -> str:
@@ -134,7 +136,8 @@ def _histograms(series: dict[str, np.ndarray], medians: dict[str, float], low: f
     counts = {role: np.histogram(np.clip(values, low, high), bins=edges)[0] for role, values in series.items()}
     top = max(int(c.max()) for c in counts.values()) * 1.08
     px, py = _scale(low, high, x0, x1), _scale(0, top, BOTTOM, TOP)
-    parts = _frame(x0, x1, "distribution (dashed: medians)", "latency (µs)", "launches")
+    parts = ['<g class="panel distribution">',
+             *_frame(x0, x1, "distribution (dashed: medians)", "latency (µs)", "launches")]
     band = []
     if threshold and "approved" in series:
         centre = medians["approved"]
@@ -142,8 +145,8 @@ def _histograms(series: dict[str, np.ndarray], medians: dict[str, float], low: f
         parts.append(f'<rect class="band" x="{left:.1f}" y="{TOP}" width="{right - left:.1f}" '
                      f'height="{BOTTOM - TOP}" fill="{BAND}" fill-opacity="0.14"/>')
         band.append((f"±{threshold * 100:g}% of approved median",
-                        f'<rect x="0" y="-4" width="18" height="8" fill="{BAND}" fill-opacity="0.3"/>'))
-    parts += _axis_x(_ticks(low, high), px) + _axis_y(x0, _ticks(0, top, whole=True), py)
+                     f'<rect x="0" y="-4" width="18" height="8" fill="{BAND}" fill-opacity="0.3"/>'))
+    parts += [_axis_x(_ticks(low, high), px), _axis_y(x0, _ticks(0, top, whole=True), py)]
     xs = px(edges)
     for role, values in series.items():
         color = COLORS.get(role, OTHER)
@@ -159,7 +162,7 @@ def _histograms(series: dict[str, np.ndarray], medians: dict[str, float], low: f
                      f'y2="{BOTTOM}" stroke="{color}" stroke-dasharray="4 3"/>')
     entries = [(f"{role} (n={values.size})", _line_swatch(COLORS.get(role, OTHER)))
                for role, values in series.items()]
-    return parts + _legend(x1, entries + band)
+    return parts + _legend(x1, entries + band) + ["</g>"]
 
 
 def _downsample(values: np.ndarray, columns: int) -> np.ndarray:
@@ -182,10 +185,10 @@ def _traces(series: dict[str, np.ndarray], low: float, high: float) -> list[str]
     px = _scale(1, length, x0, x1) if length > 1 else _scale(0, 2, x0, x1)  # one launch: in the middle
     py = _scale(y_low, y_high, BOTTOM, TOP)
     interleaved = len(series) > 1
-    parts = _frame(x0, x1, "per round (interleaved)" if interleaved else "per launch",
-                   "round" if interleaved else "launch", "latency (µs)")
-    parts += _axis_x(_ticks(1, length, whole=True) if length > 1 else ([1], 0), px)
-    parts += _axis_y(x0, _ticks(y_low, y_high), py)
+    parts = ['<g class="panel rounds">', *_frame(x0, x1, "per round (interleaved)" if interleaved else "per launch",
+                                                 "round" if interleaved else "launch", "latency (µs)"),
+             _axis_x(_ticks(1, length, whole=True) if length > 1 else ([1], 0), px),
+             _axis_y(x0, _ticks(y_low, y_high), py)]
     for role, values in series.items():
         keep = _downsample(values, int(x1 - x0))
         xs, ys = px(keep + 1.0), py(np.clip(values[keep], y_low, y_high))
@@ -195,4 +198,4 @@ def _traces(series: dict[str, np.ndarray], low: float, high: float) -> list[str]
             continue
         parts.append(f'<polyline class="trace" data-role="{escape(role)}" points="{_points(xs, ys)}" fill="none" '
                      f'stroke="{COLORS.get(role, OTHER)}" stroke-width="0.8" stroke-linejoin="round"/>')
-    return parts + _legend(x1, [(role, _line_swatch(COLORS.get(role, OTHER))) for role in series])
+    return parts + _legend(x1, [(role, _line_swatch(COLORS.get(role, OTHER))) for role in series]) + ["</g>"]

@@ -114,13 +114,8 @@ def latency(item: dict) -> str:
 
 
 def plot(item: dict, uid: str) -> str:
-    samples = item.get("samples_ms") or {}
-    if not samples:
-        return ""
-    svg = plots.timing_svg(samples, uid, (item.get("latency") or {}).get("threshold"))
-    if svg is None:
-        return f'<p class="note">{e(plots.MISSING)}</p>'
-    return f"<figure>{svg}</figure>"
+    svg = plots.timing_svg(item.get("samples_ms") or {}, uid, (item.get("latency") or {}).get("threshold"))
+    return f"<figure>{svg}</figure>" if svg else ""
 
 
 def _span(values: list) -> str:

@@ -104,7 +104,7 @@ class GateRuntime:
     _gate: Gate | None = None
     _unavailable: str | None = None
     _output_dir: Path | None = None
-    _ledgers: dict[Path, Ledger] = field(default_factory=dict)
+    _ledgers: dict[Path, Ledger | CudagateError] = field(default_factory=dict)
     _distrust: dict[str, list[str]] = field(default_factory=dict)
     _release: ReleaseSource | None = None
 
@@ -147,8 +147,8 @@ class GateRuntime:
         if key not in self._distrust:
             try:
                 ledger = self.ledger(suite)  # read once: the ledger verified is the ledger the gate uses
-            except CudagateError:
-                ledger = None  # gate_problems reads it and says why it cannot
+            except CudagateError as exc:
+                ledger = exc
             self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned,
                                                 trust_root=self.trust_root, ledger=ledger)
             self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
@@ -156,9 +156,16 @@ class GateRuntime:
         return self._distrust[key]
 
     def ledger(self, suite: Suite) -> Ledger:
+        """The suite's ledger, read once per session (an unreadable one raises the same error each time)."""
         if suite.path not in self._ledgers:
-            self._ledgers[suite.path] = Ledger.for_suite(suite)
-        return self._ledgers[suite.path]
+            try:
+                self._ledgers[suite.path] = Ledger.for_suite(suite)
+            except CudagateError as exc:
+                self._ledgers[suite.path] = exc
+        found = self._ledgers[suite.path]
+        if isinstance(found, CudagateError):
+            raise found
+        return found
 
     def arch(self) -> str:
         client = self.client()

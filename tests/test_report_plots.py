@@ -205,3 +205,14 @@ def test_long_traces_are_thinned_per_pixel_column_keeping_the_extremes():
     assert value_at(slow[1]) == pytest.approx(21.1, abs=0.01) and slow[0] == pytest.approx(x_of(61_235), abs=0.1)
     assert value_at(fast[1]) == pytest.approx(18.9, abs=0.01) and fast[0] == pytest.approx(x_of(7_002), abs=0.1)
     assert len(points) <= 2 * 406
+
+
+@pytest.mark.parametrize("samples", [[1e-3] * 300 + [1.79e305], [1e-3, 1.79e305], [1.0, float(np.nextafter(1.0, 2.0))],
+                                     [0.0100001] * 10])
+def test_absurd_or_nearly_identical_values_still_draw_valid_finite_svg(samples):
+    """report.json only asks for positive numbers; a merged or hand-edited one may hold anything else."""
+    svg = timing_svg({"approved": [0.01] * 10, "current": samples}, "u", 0.02)
+    ET.fromstring(svg)
+    assert "inf" not in svg and "nan" not in svg.lower()
+    labels = re.findall(r">(-?[\d.]+)</text>", svg)
+    assert labels and max(len(label) for label in labels) <= 20

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.errors import FileError
+from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.trust import (SIGNATURE_FILENAME, SignatureError, canonical_bytes, gate_problems, key_id,
                                    load_signature_file, sign_document, verify_document)
 from trust_project import clean_env, project, write_npy  # noqa: F401 (fixtures)
@@ -198,3 +200,28 @@ def test_gate_problems_without_any_trusted_key(project):
     assert problems and "no trusted signing keys" in problems[0] and "cudagate keygen" in problems[-1]
 
 
+
+
+@pytest.mark.parametrize("readable", [True, False])
+def test_the_gate_reads_a_ledger_once_and_judges_with_the_copy_it_verified(project, monkeypatch, readable):
+    """Trust and replay share one read of the ledger: no second read for a swapped file to slip into,
+    and a ledger that could not be read is reported by both in the same words."""
+    suite = project.load()
+    real, reads = Ledger.for_suite.__func__, []
+
+    def counted(cls, s):
+        reads.append(s.path)
+        if not readable:
+            raise FileError(s.root / "cudagate.approvals.json", ["cannot read the approvals ledger (test)"])
+        return real(cls, s)
+
+    monkeypatch.setattr(Ledger, "for_suite", classmethod(counted))
+    runtime = GateRuntime()
+    problems = runtime.trust_problems(suite)
+    if readable:
+        assert problems == [] and runtime.ledger(suite) is runtime.ledger(suite)
+    else:
+        assert any("cannot read the approvals ledger (test)" in p for p in problems)
+        with pytest.raises(FileError, match=r"cannot read the approvals ledger \(test\)"):
+            runtime.ledger(suite)
+    assert len(reads) == 1

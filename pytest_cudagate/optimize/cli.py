@@ -109,7 +109,8 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         raise CudagateError(f"no cudagate.yaml found at {args.suite}")
     suite = load_suite(paths[0])
     program = suite.kernel(args.kernel)
-    problems = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned)
+    ledger = Ledger.for_suite(suite)  # one read: the ledger verified is the ledger judged with
+    problems = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned, ledger=ledger)
     if problems:
         raise CudagateError("the suite's oracle is not trusted, so nothing can be judged against it:\n  "
                             + "\n  ".join(problems) + "\n(--allow-unsigned for a local experiment)")
@@ -139,8 +140,6 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
     if args.allow_unsigned and not args.quiet:
         print(f"cudagate optimize: {UNSIGNED_WARNING}", file=stream or sys.stderr)
 
-
-    ledger = Ledger.for_suite(suite)
     budgets = _budgets(args)
     progress = Progress(quiet=args.quiet, stream=stream)
     resources = []

@@ -32,7 +32,8 @@ def timing_svg(samples_ms: dict[str, list[float]], uid: str, threshold: float | 
     series = {}
     for role, values in samples_ms.items():
         finite = np.asarray(values, dtype=float) * 1000.0  # µs
-        finite = finite[np.isfinite(finite)]  # a hand-edited report may hold NaN; it cannot be drawn
+        # A hand-edited report may hold NaN or absurd values; a launch lasts between a picosecond and an hour.
+        finite = finite[np.isfinite(finite) & (finite >= 1e-6) & (finite <= 3.6e9)]
         if finite.size:
             series[str(role)] = finite
     if not series:
@@ -50,8 +51,8 @@ def timing_svg(samples_ms: dict[str, list[float]], uid: str, threshold: float | 
 
 def _window(everything: np.ndarray) -> tuple[float, float]:
     low, high = (float(v) for v in np.percentile(everything, [0.5, 99.5]))
-    if high <= low:  # identical samples: a window of ±1 % (or a small constant around zero)
-        pad = abs(low) * 0.01 or 1e-3
+    if high - low <= 1e-9 * abs(high):  # (nearly) identical samples: a window of ±1 %
+        pad = abs(low) * 0.01
         low, high = low - pad, high + pad
     return low, high
 
@@ -72,7 +73,7 @@ def _ticks(low: float, high: float, *, whole: bool = False, count: int = 5) -> t
     if whole:
         step = max(1, round(step))
     first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    decimals = min(9, max(0, -math.floor(math.log10(step) + 1e-9)))
     if abs(round(step, decimals) - step) > step * 1e-6:  # 0.25, 2.5e-3
         decimals += 1
     return [k * step for k in range(first, last + 1)], decimals

@@ -193,14 +193,15 @@ def _pyc_problems(suite: Suite) -> list[str]:
 
 
 def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_unsigned: bool = False,
-                  trust_root=None, ledger: Ledger | None = None) -> list[str]:
+                  trust_root=None, ledger: Ledger | CudagateError | None = None) -> list[str]:
     """What stops the gate from trusting ``suite``: ``[]`` when its signature verifies (or when
     ``allow_unsigned``; the caller then prints :data:`UNSIGNED_WARNING`). Otherwise the problems,
     each naming a file or field, with the fix as the last line.
 
     ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger
     sequence come from the trusted ref instead of the working tree, and unsigned is never allowed.
-    ``ledger``: the suite's ledger as the caller read it, so that the ledger verified is the one used.
+    ``ledger``: the suite's ledger as the caller read it (or why it could not), so that the ledger
+    verified is the one used; None reads it here.
     """
     if allow_unsigned and trust_root is None:
         return []
@@ -224,7 +225,9 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
         try:
             ledger = Ledger.for_suite(suite)
         except CudagateError as exc:
-            return problems + [str(exc)]
+            ledger = exc
+    if isinstance(ledger, CudagateError):
+        return problems + [str(ledger)]
     return problems + ledger_problems(ledger, keys, suite, base_sequence)
 
 

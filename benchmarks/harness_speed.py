@@ -2,7 +2,7 @@
 
     python benchmarks/harness_speed.py
 
-Measures: an NVRTC compile cold and from the on-disk cache; the worker's start; a worker restart
+Measures: an NVRTC compile cold and from the on-disk cache; the report's timing plot of one case; the worker's start; a worker restart
 after a faulting kernel; and `pytest --cuda-gate examples` with the compile cache warm, split into
 the kernel time of its timed launches and everything else. Needs a GPU for all but the compiles.
 """
@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cudagate_harness.compiler import compile_kernel
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.plugin import RUNTIME
+from pytest_cudagate.reports.plots import timing_svg
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
@@ -91,6 +93,18 @@ class _Capture:
         self.runtime = config.stash.get(RUNTIME, None)
 
 
+def report_costs(rows):
+    """The HTML report's timing plot of one case: two series of 1000 launches (CPU)."""
+    rng = np.random.default_rng(7)
+    samples = {"approved": list(rng.gamma(50, 0.0002, 1000) + 0.010), "current": list(rng.gamma(50, 0.0002, 1000) + 0.0106)}
+    times = []
+    for k in range(20):
+        t0 = time.perf_counter()
+        timing_svg(samples, f"case{k}", 0.02)
+        times.append(time.perf_counter() - t0)
+    rows.append(("report timing plot, one case of 2 × 1000 launches (median of 20)", ms(statistics.median(times)), ""))
+
+
 def gate_costs(rows):
     args = ["--cuda-gate", str(ROOT / "examples"), "-q", "-p", "no:cacheprovider", "--cuda-gate-require-gpu"]
     pytest.main(args + ["--co"])  # fill the compile cache through the compile items' path
@@ -117,6 +131,7 @@ def gate_costs(rows):
 def main() -> int:
     rows = []
     compile_costs(rows)
+    report_costs(rows)
     if worker_costs(rows):
         gate_costs(rows)
     width = max(len(r[0]) for r in rows)

@@ -2,7 +2,7 @@
 
     python benchmarks/harness_speed.py
 
-Measures: an NVRTC compile cold and from the on-disk cache; the report's timing plot of one case; the worker's start; a worker restart
+Measures: an NVRTC compile cold and from the on-disk cache; the report's timing plot of one case; fir's largest fresh inputs; the worker's start; a worker restart
 after a faulting kernel; and `pytest --cuda-gate examples` with the compile cache warm, split into
 the kernel time of its timed launches and everything else. Needs a GPU for all but the compiles.
 """
@@ -23,6 +23,7 @@ from cudagate_harness.compiler import compile_kernel
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.plugin import RUNTIME
 from pytest_cudagate.reports.plots import timing_svg
+from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
@@ -105,6 +106,21 @@ def report_costs(rows):
     rows.append(("report timing plot, one case of 2 × 1000 launches (median of 20)", ms(statistics.median(times)), ""))
 
 
+def fresh_input_costs(rows):
+    """The largest fresh-input cost of the examples: fir's 131072 x 32768 case, both sets with their
+    reference outputs (CPU)."""
+    suite = load_suite(ROOT / "examples/fir/cudagate.yaml")
+    case = suite.case("perf_131072x32768")
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(3):
+            t0 = time.perf_counter()
+            make_sets(suite, case, count=2, adversarial=True, seed=k, root=Path(tmp) / str(k))
+            times.append(time.perf_counter() - t0)
+    rows.append(("fresh inputs of fir perf_131072x32768, 2 sets with the reference (median of 3)",
+                 ms(statistics.median(times)), ""))
+
+
 def gate_costs(rows):
     args = ["--cuda-gate", str(ROOT / "examples"), "-q", "-p", "no:cacheprovider", "--cuda-gate-require-gpu"]
     pytest.main(args + ["--co"])  # fill the compile cache through the compile items' path
@@ -132,6 +148,7 @@ def main() -> int:
     rows = []
     compile_costs(rows)
     report_costs(rows)
+    fresh_input_costs(rows)
     if worker_costs(rows):
         gate_costs(rows)
     width = max(len(r[0]) for r in rows)

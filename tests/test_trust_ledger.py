@@ -101,33 +101,31 @@ def test_every_write_of_the_signature_bumps_the_sequence(signed, tmp_path):
     assert Ledger.for_suite(suite).sequence == before + 1
 
 
-def test_a_deleted_entry_is_named(signed):
-    suite, trusted = signed
-    path = suite.root / "cudagate.approvals.json"
-    raw = json.loads(path.read_text())
+def _drop_entry(raw):
     del raw["approvals"]["softmax_rows"]
-    path.write_text(json.dumps(raw))
-    found = problems(suite, trusted)
-    assert "kernel 'softmax_rows' has no entry" in found[0], found
 
 
-def test_a_swapped_entry_is_named(signed):
-    suite, trusted = signed
-    path = suite.root / "cudagate.approvals.json"
-    raw = json.loads(path.read_text())
+def _swap_entry(raw):
     raw["approvals"]["softmax_rows"]["kernel"] = "other"
-    path.write_text(json.dumps(raw))
-    found = problems(suite, trusted)
-    assert "the entry of kernel 'softmax_rows' holds the approval of kernel 'other'" in found[0], found
 
 
-def test_another_suites_ledger_is_refused(signed):
+def _other_suite(raw):
+    raw["suite"] = "matmul"
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (_drop_entry, "kernel 'softmax_rows' has no entry"),
+    (_swap_entry, "the entry of kernel 'softmax_rows' holds the approval of kernel 'other'"),
+    (_other_suite, "belongs to suite 'matmul', not 'softmax'"),
+], ids=["deleted entry", "swapped entry", "another suite's ledger"])
+def test_an_edited_ledger_is_refused_naming_what_changed(signed, edit, expected):
     suite, trusted = signed
     path = suite.root / "cudagate.approvals.json"
     raw = json.loads(path.read_text())
-    raw["suite"] = "matmul"
+    edit(raw)
     path.write_text(json.dumps(raw))
-    assert "belongs to suite 'matmul', not 'softmax'" in problems(suite, trusted)[0]
+    found = problems(suite, trusted)
+    assert expected in found[0], found
 
 
 def test_a_rollback_below_the_trusted_sequence_is_refused(signed):

@@ -145,8 +145,9 @@ def cmd_cases_generate(args) -> int:
             config = project_config(suite, timeout_s=args.timeout)
             with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
                 folders = generate(suite, cases, client=worker.client)
-        for folder in folders:
-            print(f"wrote {folder}")
+        for case, folder in zip(cases, folders):
+            print(f"wrote {folder}" + (" (generated.json and the output sample; the arrays are drawn at run time)"
+                                       if case.generated else ""))
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
     return 0
@@ -212,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_optimize(sub)
     cases = sub.add_parser("cases", help="manage case data")
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
-    gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference")
+    gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference "
+                                                "(a generated case: its input digests and output sample only)")
     gen.add_argument("suites", nargs="+", metavar="SUITE")
     gen.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     gen.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)

@@ -34,6 +34,7 @@ from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
+from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate import phases
 
 
@@ -90,6 +91,8 @@ class Gate:
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
         outcome, extra = self._begin(suite, program, case)
+        if outcome.failed:
+            return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         approval = ledger.approvals.get(program.name)
         out = self.output_dir / program.name
@@ -121,6 +124,8 @@ class Gate:
         alone for :attr:`Timing.baseline_rounds` launches (no comparison: it is to become the
         approved version). Its samples are ``outcome.correctness.samples_ms``."""
         outcome, extra = self._begin(suite, program, case)
+        if outcome.failed:
+            return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         out = self.output_dir / program.name
         if case.kind != "performance":
@@ -131,11 +136,29 @@ class Gate:
         return self._judge(outcome, suite, program, case, body, compile_info, extra, None)
 
     def _begin(self, suite: Suite, program: Program, case: Case) -> tuple[CaseOutcome, dict]:
-        outcome = CaseOutcome(suite.name, program.name, case.name, case.kind)
+        """A new outcome and the case's checks and fresh inputs; a failed outcome when a generated
+        case cannot be rebuilt as signed (nothing is run then)."""
+        outcome = CaseOutcome(suite.name, program.name, case.name, case.kind, shape_class=case.shape_class)
         checks, notes = effective_checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
+            problem = self._materialise(suite, case)
+            if problem:
+                outcome.failed, outcome.message = True, problem
+                return outcome, {}
             return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
+
+    def _materialise(self, suite: Suite, case: Case) -> str | None:
+        """Why a generated case's arrays cannot be rebuilt here (None: they are, or the case stores them).
+        They are drawn and checked once per suite and run, in this run's folder, as fresh sets are."""
+        if not case.generated:
+            return None
+        tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
+        try:
+            materialise(suite, case, client=self.client, root=self.output_dir / "generated" / f"{suite.name}-{tag}")
+        except (CudagateError, OSError) as exc:
+            return f"bad case data: {exc}"
+        return None
 
     def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""

@@ -52,6 +52,7 @@ class GateSession:
         self.suites_collected = 0
         self._starting: threading.Thread | None = None
         self.worker_start_s: float | None = None  # how long the first item still waited for the worker
+        self.classes: dict[tuple[str, str], str] = {}  # (suite, case) -> shape class, for the table's skipped rows
 
     @classmethod
     def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None) -> GateSession:
@@ -87,6 +88,23 @@ class GateSession:
             self._starting.join()
             self._starting = None
             self.worker_start_s = time.perf_counter() - waited
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        """``--cuda-gate-class``: deselect the performance cases of the other classes."""
+        wanted = config.getoption("cuda_gate_class")
+        cases = [item for item in items if isinstance(item, CaseItem)]
+        if not wanted or not cases:
+            return
+        known = {item.case.shape_class for item in cases}
+        unknown = sorted(set(wanted) - known)
+        if unknown:
+            raise pytest.UsageError(f"--cuda-gate-class {', '.join(unknown)}: no collected case has that class "
+                                    f"(classes: {', '.join(sorted(known))}); set `class:` on the cases in the suite, "
+                                    "or name one of those")
+        dropped = [item for item in cases if item.case.kind == "performance" and item.case.shape_class not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in set(dropped)]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
@@ -132,7 +150,7 @@ class GateSession:
             terminalreporter.write_line(f"fingerprint {runtime.fingerprint_text}")
         if runtime.release() is not None:
             terminalreporter.write_line(runtime.release().describe())
-        for line in render_table(runtime.outcomes, runtime.skipped):
+        for line in render_table(runtime.outcomes, runtime.skipped, self.classes):
             terminalreporter.write_line(line)
         count = config.getoption("cuda_gate_durations")
         if count is not None and runtime.outcomes:
@@ -232,6 +250,8 @@ class CaseItem(GateItem):
     def __init__(self, *, case: Case, **kwargs):
         super().__init__(**kwargs)
         self.case = case
+        self.extra_keyword_matches.add(case.shape_class)  # `-k large` selects a class
+        self.config.pluginmanager.get_plugin(PLUGIN_NAME).classes[(self.parent.suite.name, case.name)] = case.shape_class
         self.outcome: CaseOutcome | None = None  # what this item judged (an xdist worker sends it on)
         self.skipped_entry: tuple[str, str, str, str] | None = None
 
@@ -247,13 +267,13 @@ class CaseItem(GateItem):
         distrust = runtime.trust_problems(suite)
         if distrust:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
-                                                message="suite not trusted"))
+                                     message="suite not trusted", shape_class=case.shape_class))
             raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
                               + "\n".join(f"  - {p}" for p in distrust))
         problem = case_data_problem(suite, case)
         if problem:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
-                                     message="bad case data"))
+                                     message="bad case data", shape_class=case.shape_class))
             raise GateFailure(problem)
         waited = time.perf_counter()
         if runtime.client() is None:

@@ -60,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--cuda-gate-durations", type=int, default=None, metavar="N",
                     help="list the N slowest cases with their time split by phase (compile, worker start, checks, "
                          "fresh inputs, warm-up, timing, sanitizer, statistics, IPC); 0 lists all")
+    group.addoption("--cuda-gate-class", action="append", default=None, metavar="NAME",
+                    help="run only the performance cases of shape class NAME (a case's `class:`), repeatable; "
+                         "compile items and correctness cases always run")
     group.addoption("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
                     help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
     # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.

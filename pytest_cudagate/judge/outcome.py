@@ -35,6 +35,7 @@ class CaseOutcome:
     notes: list[str] = field(default_factory=list)  # relaxed or skipped checks: shown with the outcome
     worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
+    shape_class: str = "default"  # the case's `class:` in the suite
 
     @property
     def outcome(self) -> str:
@@ -79,7 +80,7 @@ class CaseOutcome:
 
     def to_json(self) -> dict:
         return {
-            "suite": self.suite, "kernel": self.kernel, "case": self.case, "kind": self.kind,
+            "suite": self.suite, "kernel": self.kernel, "case": self.case, "kind": self.kind, "class": self.shape_class,
             "status": self.status, "passed": not self.failed, "category": self.category(),
             "headline": self.headline(), "message": self.message, "warning": self.warning,
             "notes": list(dict.fromkeys(self.notes)),

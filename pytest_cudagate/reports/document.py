@@ -18,6 +18,7 @@ from pytest_cudagate.judge.outcome import CaseOutcome, plain
 from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
 from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
+from pytest_cudagate.suite.model import DEFAULT_CLASS
 
 REPORT_FORMAT = "cudagate-report"
 REPORT_VERSION = 1
@@ -102,7 +103,7 @@ def _skipped_item(entry: tuple[str, str, str, str], info: ItemInfo, run: int, ro
     suite, kernel, case, kind = entry
     return {
         "nodeid": info.nodeid, "suite": suite, "kernel": kernel, "case": case, "kind": kind,
-        "status": "skipped", "category": None, "run": run, "headline": "not replayed: no CUDA device",
+        "class": getattr(info.case, "shape_class", DEFAULT_CLASS), "status": "skipped", "category": None, "run": run, "headline": "not replayed: no CUDA device",
         "message": "not replayed: no CUDA device", "warning": None,
         "suite_path": relative(info.suite_path, root) if info.suite_path else None,
         "source": relative(info.source, root) if info.source else None,

@@ -172,7 +172,8 @@ def provenance(item: dict, run: dict, signature: str | None) -> str:
 
 def article(item: dict, anchor: str, run: dict, signature: str | None) -> str:
     status = item["status"]
-    sub = " · ".join(x for x in (item["suite"], item["kind"], item.get("category")) if x)
+    sub = " · ".join(x for x in (item["suite"], item["kind"], item.get("class") and f"class {item['class']}",
+                                  item.get("category")) if x)
     message = item.get("message") or item.get("warning")
     parts = [
         f'<article class="item {e(status)}" id="{e(anchor)}">',

@@ -30,7 +30,7 @@ def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
         current = (item.get("correctness") or {}).get("median_ms")
     detail = item.get("headline") or ""
     cells = [(pill(item["status"]), ""), (f'<a href="#{anchor}">{e(fmt.item_title(item))}</a>', ""),
-             (e(item["suite"]), ""), (e(item.get("category") or item["kind"]), "")]
+             (e(item["suite"]), ""), (e(item.get("category") or " · ".join(filter(None, (item["kind"], item.get("class"))))), "")]
     if several_runs:
         cells.append((e(_run_label(doc, item["run"])), ""))
     cells += [(e(fmt.us(approved)), "num"), (e(fmt.us(current)), "num"), (e(fmt.ratio(est)), "num"),
@@ -43,7 +43,7 @@ def results_table(doc: dict, items: list[tuple[dict, str]]) -> str:
     several = len(doc["runs"]) > 1
     levels = {((i.get("latency") or {}).get("estimate") or {}).get("confidence") for i, _ in items} - {None}
     interval = f"interval ({levels.pop():.0%})" if len(levels) == 1 else "interval"
-    head = ["result", "kernel × case", "suite", "problem / kind"] + (["GPU"] if several else []) + [
+    head = ["result", "kernel × case", "suite", "problem / kind · class"] + (["GPU"] if several else []) + [
         "approved median", "current median", "ratio", interval, "latency", "detail"]
     body = "".join(_result_row(doc, item, anchor, several) for item, anchor in items)
     return f"<div class=scroll><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table></div>"

@@ -20,16 +20,21 @@ def row(o: CaseOutcome) -> tuple[str, ...]:
     verdict = lat.verdict.value if lat else "-"
     if lat is not None and lat.release is not None:
         verdict += f" / release {lat.release.verdict.value}"
-    return (o.suite, o.kernel, o.case, o.kind, o.outcome, f"{rel:.1e}" if rel is not None else "-",
+    return (o.suite, o.kernel, o.case, o.kind, o.shape_class, o.outcome, f"{rel:.1e}" if rel is not None else "-",
             _micros(approved), _micros(current), ratio, verdict, detail[:70])
 
 
-def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str, str]] = ()) -> list[str]:
-    rows = [("suite", "kernel", "case", "kind", "result", "rel. error", "approved µs", "current µs",
+def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str, str]] = (),
+                 classes: dict[tuple[str, str], str] | None = None) -> list[str]:
+    """``classes``: the shape class of each skipped ``(suite, case)`` this process collected ("-" when
+    unknown: an xdist controller collects no items)."""
+    classes = classes or {}
+    rows = [("suite", "kernel", "case", "kind", "class", "result", "rel. error", "approved µs", "current µs",
              "ratio [99% CI]", "latency", "detail")]
     ordered = sorted(outcomes, key=lambda o: (not o.failed, o.warning is None, o.suite, o.kernel, o.case))
     rows += [row(o) for o in ordered]
-    rows += [(s, k, c, kind, "skipped", "-", "-", "-", "-", "-", "no CUDA device") for s, k, c, kind in sorted(skipped)]
+    rows += [(s, k, c, kind, classes.get((s, c), "-"), "skipped", "-", "-", "-", "-", "-", "no CUDA device")
+             for s, k, c, kind in sorted(skipped)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

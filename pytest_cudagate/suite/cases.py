@@ -1,78 +1,46 @@
-"""Case data: ``<data>/<case>/<input>.npy`` and ``<data>/<case>/expected/<output>.npy``.
+"""Case data: ``<data>/<case>/<input>.npy`` and ``<data>/<case>/expected/<output>.npy``, or for a
+generated case ``<data>/<case>/generated.json`` and its output sample (suite/generated.py).
 
-Inputs come from a seeded generator with real variation (never all zeros or ones, which hide
-unwritten outputs and wrong indexing); expected outputs come from the suite's trusted reference.
+Inputs are drawn from the case's seed (suite/draw.py); expected outputs come from the suite's
+trusted reference.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
+from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
+from pytest_cudagate.suite.draw import case_seed, draw, draw_inputs, write_case
+from pytest_cudagate.suite.generated import check_generated, write_generated
+from pytest_cudagate.suite.model import Case, Param, Suite
+
+__all__ = ["CaseDataError", "case_seed", "draw", "draw_inputs", "write_case", "generate", "case_data_fix",
+           "check_case_data"]
 
 
 class CaseDataError(CudagateError):
     pass
 
 
-def case_seed(suite: Suite, case: Case) -> int:
-    if case.seed is not None:
-        return case.seed
-    digest = hashlib.sha256(f"{suite.name}/{case.name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: np.random.Generator) -> np.ndarray:
-    dtype = numpy_dtype(param.dtype)
-    dist = dist or Distribution(distribution="uniform" if param.dtype in FLOAT_DTYPES else "integers",
-                                low=-1.0 if param.dtype in FLOAT_DTYPES else (0 if param.dtype.startswith("u") else -100),
-                                high=1.0 if param.dtype in FLOAT_DTYPES else 100)
-    if dist.distribution == "normal":
-        values = rng.normal(dist.mean, dist.std, size=shape)
-    elif dist.distribution == "integers":
-        values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True)
-    else:
-        values = rng.uniform(dist.low, dist.high, size=shape)
-    return values.astype(dtype)
-
-
-def draw_inputs(suite: Suite, case: Case, seed: int) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    shapes = suite.resolved(case).shapes
-    return {p.name: draw(p, shapes[p.name], suite.inputs.get(p.name), rng)
-            for p in suite.buffers if p.is_input}
-
-
-def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected: dict[str, np.ndarray],
-               data_dir: Path | None = None) -> Path:
-    folder = (data_dir or suite.data_dir) / case.name
-    (folder / "expected").mkdir(parents=True, exist_ok=True)
-    for name, array in inputs.items():
-        np.save(folder / f"{name}.npy", array)
-    for name, array in expected.items():
-        np.save(folder / "expected" / f"{name}.npy", array)
-    return folder
-
-
 def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data_dir: Path | None = None,
              seed_offset: int = 0) -> list[Path]:
     """Write inputs and expected outputs for ``cases`` (default: all). Returns the case folders.
 
+    A generated case gets its ``generated.json`` and output sample instead of its arrays.
     ``seed_offset`` draws different values from the same distributions (fresh inputs).
     """
     cases = list(cases or suite.cases)
     data_dir = data_dir or suite.data_dir
+    seeds = {c.name: case_seed(suite, c) + seed_offset for c in cases}
     try:
-        inputs = {c.name: draw_inputs(suite, c, case_seed(suite, c) + seed_offset) for c in cases}
+        inputs = {c.name: draw_inputs(suite, c, seeds[c.name]) for c in cases}
     except MemoryError:
         raise CaseDataError(f"{suite.path}: not enough memory to draw the inputs of {len(cases)} case(s); "
                             "check the buffer sizes") from None
@@ -81,7 +49,8 @@ def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data
             if array.size > 1 and np.all(array == array.reshape(-1)[0]):
                 raise CaseDataError(f"case {case.name!r}: input {name!r} came out constant; widen its distribution in `inputs`")
     expected = ReferenceRunner(suite, client).expected(cases, inputs)  # checked before anything is written
-    return [write_case(suite, c, inputs[c.name], expected[c.name], data_dir) for c in cases]
+    return [write_generated(suite, c, seeds[c.name], inputs[c.name], expected[c.name], data_dir / c.name)
+            if c.generated else write_case(suite, c, inputs[c.name], expected[c.name], data_dir) for c in cases]
 
 
 def case_data_fix(suite: Suite) -> str:
@@ -90,6 +59,8 @@ def case_data_fix(suite: Suite) -> str:
 
 def check_case_data(suite: Suite, case: Case) -> list[str]:
     """Problems with a case's files against the signature; empty when sound (fix: case_data_fix)."""
+    if case.generated:
+        return check_generated(suite, case)
     problems = []
     counts = suite.counts(case)
     for param in suite.buffers:

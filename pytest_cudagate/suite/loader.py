@@ -19,9 +19,10 @@ from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_fini
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
-from pytest_cudagate.suite.model import Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
+from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
 
 SUITE_FILENAME = "cudagate.yaml"
+CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
@@ -200,8 +201,9 @@ class _Checker:
         if not outputs:
             self.add(["signature"], "no buffer has intent out or inout: there would be nothing to check")
 
-        cases = [Case(c["name"], c["kind"], dict(c["scalars"]), bool(c.get("holdout", False)), c.get("seed"))
-                 for c in raw["cases"]]
+        cases = [Case(c["name"], c["kind"], dict(c["scalars"]), bool(c.get("holdout", False)), c.get("seed"),
+                      self.shape_class(c.get("class", DEFAULT_CLASS), ["cases", i, "class"]), bool(c.get("generated", False)))
+                 for i, c in enumerate(raw["cases"])]
         case_names = {c.name for c in cases}
         self.unique([c.name for c in cases], ["cases"], "case")
         if not any(c.kind == "performance" and not c.holdout for c in cases):
@@ -283,6 +285,13 @@ class _Checker:
             tools = values["sanitizer"]
             values["sanitizer"] = () if tools is False or tools == "off" else tuple(dict.fromkeys(tools))
         return Checks(**values)
+
+    def shape_class(self, value: str, parts: list) -> str:
+        """A case's ``class:``: one word, since it is typed after ``--cuda-gate-class`` and ``-k``."""
+        if not CLASS_NAME.fullmatch(value):
+            self.add(parts, f"{value!r} is not a class name; write one word of letters, digits, '_' or '-' "
+                            f"starting with a letter (e.g. small, large), or leave `class` out for {DEFAULT_CLASS!r}")
+        return value
 
     def unique(self, names: list[str], parts: list, what: str) -> None:
         seen = set()

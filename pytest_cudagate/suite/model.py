@@ -200,6 +200,9 @@ class Reference:
     python: str | None = None  # FILE.py:FUNCTION relative to the suite
 
 
+DEFAULT_CLASS = "default"
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -207,6 +210,8 @@ class Case:
     scalars: dict
     holdout: bool = False
     seed: int | None = None
+    shape_class: str = DEFAULT_CLASS  # `class:` in the suite: selects cases (--cuda-gate-class, -k)
+    generated: bool = False  # no stored arrays: drawn and computed at run time (suite/generated.py)
 
 
 @dataclass(frozen=True)
@@ -257,13 +262,26 @@ class Suite:
         return (evaluate(param.size, case.scalars),)
 
     def case_dir(self, case: Case) -> Path:
+        """The case's signed folder (a generated case keeps only its digests and sample there)."""
         return self.data_dir / case.name
 
+    def arrays_dir(self, case: Case) -> Path:
+        """Where the case's input and expected-output arrays are: its signed folder, or for a
+        generated case the folder it was materialised into this run (see :meth:`use_arrays`)."""
+        if case.generated:
+            return self.__dict__.get("_arrays", {}).get(case.name, self.case_dir(case))
+        return self.case_dir(case)
+
+    def use_arrays(self, case: Case, folder: Path) -> None:
+        """Point a generated case at the folder its verified arrays were written to."""
+        self.__dict__.setdefault("_arrays", {})[case.name] = folder  # not a field: the manifest signs fields
+        self.__dict__.get("_resolved", {}).pop(case.name, None)
+
     def input_path(self, case: Case, param: Param) -> Path:
-        return self.case_dir(case) / f"{param.name}.npy"
+        return self.arrays_dir(case) / f"{param.name}.npy"
 
     def expected_path(self, case: Case, param: Param) -> Path:
-        return self.case_dir(case) / "expected" / f"{param.name}.npy"
+        return self.arrays_dir(case) / "expected" / f"{param.name}.npy"
 
     def resolved(self, case: Case) -> ResolvedCase:
         """``case`` with every expression evaluated, built once per case of this suite."""

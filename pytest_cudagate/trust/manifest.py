@@ -1,8 +1,9 @@
 """The canonical manifest of a suite: everything that defines what "correct" means.
 
 Signed: suite name, the ordered parameter signature, the reference (its source or Python file hash,
-the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, the
-sha256 of each input and expected-output file), tolerances, input distributions, each kernel's
+the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, class
+and generated where set, the sha256 of each input and expected-output file, or for a generated
+case of its generated.json and output samples), tolerances, input distributions, each kernel's
 entry and launch configuration(s), timing settings and the gate threshold.
 
 Not signed: a kernel's source and compile options (changing a kernel is what pull requests do;
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.suite.model import Launch, Program, Suite, manifest_entry
+from pytest_cudagate.suite.generated import generated_files
+from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
 
 MANIFEST_FORMAT = 1
@@ -116,11 +118,27 @@ def _reference(suite: Suite, problems: list[str]) -> dict:
     return {"cuda": entry}
 
 
-def case_files(suite: Suite, case) -> list[Path]:
-    """The data files a case uses: one input per in/inout buffer, one expected output per out/inout."""
+def case_files(suite: Suite, case: Case) -> list[Path]:
+    """The data files a case uses: one input per in/inout buffer, one expected output per out/inout;
+    for a generated case, its generated.json and one output sample per out/inout."""
+    if case.generated:
+        return generated_files(suite, case)
     files = [suite.input_path(case, p) for p in suite.buffers if p.is_input]
     files += [suite.expected_path(case, p) for p in suite.buffers if p.is_output]
     return files
+
+
+def _case_entry(case: Case, root: Path) -> dict:
+    """A case's fields; ``class`` and ``generated`` only where set, so suites signed before they
+    existed keep their signatures."""
+    entry = _plain(case, root)
+    entry.pop("name")
+    shape_class, generated = entry.pop("shape_class"), entry.pop("generated")
+    if shape_class != DEFAULT_CLASS:
+        entry["class"] = shape_class
+    if generated:
+        entry["generated"] = True
+    return entry
 
 
 def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
@@ -140,8 +158,7 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
             except OSError:
                 files[rel] = None
                 problems.append(f"{rel}: missing (case {case.name} needs it)")
-        entry = _plain(case, root)
-        entry.pop("name")
+        entry = _case_entry(case, root)
         entry["files"] = files
         cases[case.name] = entry
     if suite.data_dir.is_dir():

@@ -41,7 +41,7 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
               data_dir: Path | None = None) -> dict:
     """One case of a request. ``data_dir`` replaces the suite's case folder (fresh inputs)."""
     resolved = suite.resolved(case)
-    folder = (data_dir or suite.data_dir) / case.name
+    folder = data_dir / case.name if data_dir else suite.arrays_dir(case)
     spec = {
         "name": case.name,
         "scalars": dict(case.scalars),

@@ -1,0 +1,57 @@
+"""Seeded case arrays: the inputs drawn for a case, and where a case's arrays are written.
+
+Inputs come from a seeded generator with real variation (never all zeros or ones, which hide
+unwritten outputs and wrong indexing). Stored cases (suite/cases.py), generated cases
+(suite/generated.py) and fresh inputs (defences/fresh_inputs.py) all draw through here, so a
+generated case's inputs are bit for bit what ``cudagate cases generate`` would have stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
+
+from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
+
+
+def case_seed(suite: Suite, case: Case) -> int:
+    if case.seed is not None:
+        return case.seed
+    digest = hashlib.sha256(f"{suite.name}/{case.name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: np.random.Generator) -> np.ndarray:
+    dtype = numpy_dtype(param.dtype)
+    dist = dist or Distribution(distribution="uniform" if param.dtype in FLOAT_DTYPES else "integers",
+                                low=-1.0 if param.dtype in FLOAT_DTYPES else (0 if param.dtype.startswith("u") else -100),
+                                high=1.0 if param.dtype in FLOAT_DTYPES else 100)
+    if dist.distribution == "normal":
+        values = rng.normal(dist.mean, dist.std, size=shape)
+    elif dist.distribution == "integers":
+        values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True)
+    else:
+        values = rng.uniform(dist.low, dist.high, size=shape)
+    return values.astype(dtype)
+
+
+def draw_inputs(suite: Suite, case: Case, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shapes = suite.resolved(case).shapes
+    return {p.name: draw(p, shapes[p.name], suite.inputs.get(p.name), rng)
+            for p in suite.buffers if p.is_input}
+
+
+def write_case(suite: Suite, case: Case, inputs: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+               data_dir: Path | None = None) -> Path:
+    folder = (data_dir or suite.data_dir) / case.name
+    (folder / "expected").mkdir(parents=True, exist_ok=True)
+    for name, array in inputs.items():
+        np.save(folder / f"{name}.npy", array)
+    for name, array in expected.items():
+        np.save(folder / "expected" / f"{name}.npy", array)
+    return folder

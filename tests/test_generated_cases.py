@@ -1,0 +1,211 @@
+"""Shape classes and generated cases: `class:` and `generated: true` in a suite, `cudagate cases generate`
+writing digests and a sample, the gate rebuilding and verifying the arrays (fake worker), the signature
+over them, and `--cuda-gate-class` / `-k` selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fake_worker import install, scale_kernels
+from helpers import EXAMPLES, SUITE_YAML, replace_once, write_suite
+from pytest_cudagate import schema
+from pytest_cudagate.cli import main
+from pytest_cudagate.errors import FileError
+from pytest_cudagate.suite.cases import check_case_data, draw_inputs, case_seed
+from pytest_cudagate.suite.generated import SAMPLE_SIZE, array_sha256, sample_indices
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.trust.manifest import suite_manifest
+from trust_project import clean_env, project  # noqa: F401 (fixtures)
+
+pytest_plugins = ["pytester"]
+
+# `scale` with classes and a generated case of 64 × 200 = 12800 elements (more than the sample holds).
+CLASSED_YAML = replace_once(
+    SUITE_YAML, "  - {name: perf, kind: performance, scalars: {rows: 64, cols: 256}}\n",
+    "  - {name: perf, kind: performance, class: small, scalars: {rows: 64, cols: 256}}\n"
+    "  - {name: big, kind: performance, class: large, generated: true, scalars: {rows: 64, cols: 200}}\n")
+
+
+def classed_suite(folder: Path) -> Path:
+    return write_suite(folder, yaml_text=CLASSED_YAML)
+
+
+def outcomes(result) -> dict:
+    return {k: v for k, v in result.parseoutcomes().items() if k in ("passed", "failed", "skipped", "deselected")}
+
+
+def reports_by_case(run) -> dict:
+    return {r.nodeid.rsplit("::", 1)[-1]: r for r in run.getreports("pytest_runtest_logreport") if r.when == "call"}
+
+
+# -- the suite file -------------------------------------------------------------------------------
+
+
+def test_class_and_generated_load_with_their_defaults(tmp_path):
+    suite = load_suite(classed_suite(tmp_path / "s"))
+    assert [(c.name, c.shape_class, c.generated) for c in suite.cases] == [
+        ("small", "default", False), ("perf", "small", False), ("big", "large", True)]
+
+
+def test_a_bad_class_names_the_file_the_field_and_the_fix(tmp_path):
+    text = replace_once(CLASSED_YAML, "class: large", "class: 'very large'")
+    with pytest.raises(FileError) as info:
+        load_suite(write_suite(tmp_path / "s", yaml_text=text, data=False))
+    message = str(info.value)
+    assert "cudagate.yaml" in message and "line 19: cases[2].class: 'very large' is not a class name" in message
+    assert "write one word of letters, digits" in message
+
+
+def test_a_suite_signed_before_classes_keeps_its_manifest():
+    manifest = suite_manifest(load_suite(EXAMPLES / "softmax" / "cudagate.yaml"))
+    signed = json.loads((EXAMPLES / "softmax" / "cudagate.sig.json").read_text())["manifest"]
+    assert manifest == signed
+    assert all("class" not in c and "generated" not in c for c in manifest["cases"].values())
+
+
+# -- cudagate cases generate ----------------------------------------------------------------------
+
+
+def test_cases_generate_writes_digests_and_a_sample_never_the_arrays(tmp_path, capsys):
+    path = classed_suite(tmp_path / "s")
+    assert main(["cases", "generate", str(path), "--case", "big"]) == 0
+    assert "(generated.json and the output sample; the arrays are drawn at run time)" in capsys.readouterr().out
+    folder = path.parent / "cases" / "big"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == [
+        "generated.json", "sample/y.npy"]
+    record = json.loads((folder / "generated.json").read_text())
+    assert schema.problems(record, "generated-case") == []
+    suite = load_suite(path)
+    case = suite.case("big")
+    x = draw_inputs(suite, case, case_seed(suite, case))["x"]
+    assert record["seed"] == case_seed(suite, case) and record["inputs"]["x"]["sha256"] == array_sha256(x)
+    assert record["inputs"]["x"]["shape"] == [64, 200] and record["sample"]["y"]["count"] == SAMPLE_SIZE
+    indices = sample_indices(record["seed"], "y", x.size)
+    assert len(set(indices.tolist())) == SAMPLE_SIZE
+    np.testing.assert_array_equal(np.load(folder / "sample" / "y.npy"), (2 * x.astype(np.float64)).astype(np.float32).reshape(-1)[indices])
+    assert check_case_data(suite, case) == []
+    files = suite_manifest(suite)["cases"]["big"]["files"]
+    assert sorted(files) == ["cases/big/generated.json", "cases/big/sample/y.npy"]
+
+
+def test_a_damaged_generated_json_is_a_case_data_problem(tmp_path, capsys):
+    path = classed_suite(tmp_path / "s")
+    record = path.parent / "cases" / "big" / "generated.json"
+    data = json.loads(record.read_text())
+    data["inputs"]["x"]["shape"] = [200, 64]
+    record.write_text(json.dumps(data))
+    assert main(["check", str(path), "--allow-unsigned"]) == 2
+    out = capsys.readouterr().out
+    assert ("cases/big/generated.json: inputs.x: float32 [200, 64], but the signature says float32 [64, 200] in case "
+            "'big'; re-run `cudagate cases generate") in out
+    record.write_bytes(b"[" * 100_000)
+    assert main(["check", str(path), "--allow-unsigned"]) == 2
+    assert "over the 65536-byte limit" in capsys.readouterr().out
+
+
+# -- the signature --------------------------------------------------------------------------------
+
+
+def test_a_tampered_generated_json_is_refused_by_the_signature_check(project):
+    project.edit(lambda raw: raw["cases"].append(
+        {"name": "large_512x512", "kind": "performance", "class": "large", "generated": True,
+         "scalars": {"rows": 512, "cols": 512}}))
+    assert main(["cases", "generate", str(project.suite_file), "--case", "large_512x512"]) == 0
+    project.sign()
+    assert project.verify().ok
+    record = project.suite_dir / "cases" / "large_512x512" / "generated.json"
+    data = json.loads(record.read_text())
+    data["inputs"]["x"]["sha256"] = "0" * 64  # e.g. to match inputs a kernel was fitted to
+    record.write_text(json.dumps(data))
+    result = project.verify()
+    assert not result.ok
+    assert any("cases/large_512x512/generated.json: sha256 changed" in p for p in result.problems), result.problems
+
+
+# -- the gate (fake worker) -----------------------------------------------------------------------
+
+
+def test_the_gate_rebuilds_a_generated_case_and_judges_it(pytester, monkeypatch):
+    path = classed_suite(pytester.path / "s")
+    install(monkeypatch, pytester.path, scale_kernels())
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent),
+                              "--cuda-gate-report", str(pytester.path / "report"), "-p", "no:cacheprovider")
+    calls = reports_by_case(run)
+    assert sorted(calls) == ["big", "compile", "perf", "small"] and all(r.passed for r in calls.values())
+    items = {i["case"]: i for i in json.loads((pytester.path / "report" / "report.json").read_text())["items"]}
+    assert {name: item["class"] for name, item in items.items()} == {"small": "default", "perf": "small", "big": "large"}
+    assert items["big"]["correctness"]["passed"]
+    # the arrays went to the run's folder, never beside the suite
+    assert sorted(p.name for p in (path.parent / "cases" / "big").iterdir()) == ["generated.json", "sample"]
+    assert "large" in (pytester.path / "report" / "report.html").read_text()
+
+
+def test_a_drawn_input_that_does_not_match_its_digest_fails_the_case(pytester, monkeypatch):
+    path = classed_suite(pytester.path / "s")
+    record = path.parent / "cases" / "big" / "generated.json"
+    data = json.loads(record.read_text())
+    data["inputs"]["x"]["sha256"] = "f" * 64
+    record.write_text(json.dumps(data))
+    install(monkeypatch, pytester.path, scale_kernels())
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent), "-p", "no:cacheprovider")
+    calls = reports_by_case(run)
+    assert calls["big"].failed and calls["perf"].passed
+    assert ("generated case big: input 'x' drawn from seed" in calls["big"].longreprtext
+            and "signs ffffffffffffffff…: numpy's generator changed or the case was edited; re-run `cudagate cases "
+                "generate" in calls["big"].longreprtext and "--case big` and re-sign" in calls["big"].longreprtext)
+
+
+def test_a_reference_that_disagrees_with_the_signed_sample_fails_the_case(pytester, monkeypatch):
+    path = classed_suite(pytester.path / "s")
+    suite = load_suite(path)
+    changed = int(sample_indices(case_seed(suite, suite.case("big")), "y", 64 * 200)[100])  # a sampled element
+    reference = path.parent / "reference.py"
+    reference.write_text(replace_once(reference.read_text(), "* 2)",
+                                      f"* 2 + (np.arange(rows * cols).reshape(rows, cols) == {changed}))"))
+    install(monkeypatch, pytester.path, scale_kernels())
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent), "-p", "no:cacheprovider")
+    report = reports_by_case(run)["big"]
+    assert report.failed
+    assert ("generated case big: the reference's output 'y' disagrees with the signed sample at 1 of 4096 sampled "
+            f"indices; worst at index {list(divmod(changed, 200))}") in report.longreprtext
+    assert "the reference changed behaviour or is nondeterministic" in report.longreprtext
+
+
+# -- selection ------------------------------------------------------------------------------------
+
+
+def collected(pytester, *args) -> list[str]:
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--collect-only", "-q", *args)
+    return [line.split("::", 1)[1] for line in result.stdout.lines if "::" in line]
+
+
+@pytest.mark.parametrize("args, ids", [
+    ((), ["scale2::compile", "scale2::small", "scale2::perf", "scale2::big"]),
+    (("--cuda-gate-class", "large"), ["scale2::compile", "scale2::small", "scale2::big"]),
+    (("--cuda-gate-class", "small"), ["scale2::compile", "scale2::small", "scale2::perf"]),
+    (("--cuda-gate-class", "small", "--cuda-gate-class", "large"),
+     ["scale2::compile", "scale2::small", "scale2::perf", "scale2::big"]),
+    (("-k", "large"), ["scale2::big"]),
+])
+def test_cuda_gate_class_keeps_compile_items_and_correctness_cases(pytester, args, ids):
+    write_suite(pytester.path, yaml_text=CLASSED_YAML, data=False)
+    assert collected(pytester, *args) == ids
+
+
+def test_an_unknown_class_is_a_usage_error(pytester):
+    write_suite(pytester.path, yaml_text=CLASSED_YAML, data=False)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-class", "larg")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cuda-gate-class larg: no collected case has that class (classes: default, "
+                                 "large, small)*"])
+
+
+def test_the_terminal_table_shows_the_class(pytester):
+    write_suite(pytester.path, yaml_text=CLASSED_YAML)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
+    result.stdout.fnmatch_lines(["*suite*kernel*case*kind*class*result*"])
+    result.stdout.fnmatch_lines(["*scale*scale2*big*performance*large*skipped*"])

@@ -30,7 +30,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def test_check_the_examples(capsys):
     code, out, err = run(capsys, "check", EXAMPLES)
     assert code == 0, out + err
-    assert "suite 'matmul' is valid (1 kernel(s), 4 case(s))" in out
+    assert "suite 'matmul' is valid (1 kernel(s), 5 case(s))" in out
     assert "suite 'softmax' is valid (1 kernel(s), 5 case(s))" in out
     assert "suite 'fir' is valid (1 kernel(s), 9 case(s))" in out
     assert "matmul_f32: compiles for sm_90" in out

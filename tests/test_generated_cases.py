@@ -10,15 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fake_worker import install, scale_kernels
+from fake_worker import FakeWorker, install, scale_kernels
 from helpers import EXAMPLES, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate import schema
 from pytest_cudagate.cli import main
+from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.errors import FileError
+from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.optimize.candidate import Candidate
+from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.suite.cases import check_case_data, draw_inputs, case_seed
 from pytest_cudagate.suite.generated import SAMPLE_SIZE, array_sha256, sample_indices
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust.manifest import suite_manifest
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from trust_project import clean_env, project  # noqa: F401 (fixtures)
 
 pytest_plugins = ["pytester"]
@@ -209,3 +214,14 @@ def test_the_terminal_table_shows_the_class(pytester):
     result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
     result.stdout.fnmatch_lines(["*suite*kernel*case*kind*class*result*"])
     result.stdout.fnmatch_lines(["*scale*scale2*big*performance*large*skipped*"])
+
+
+def test_the_optimizer_rebuilds_a_generated_case_once_for_every_candidate(tmp_path):
+    suite = load_suite(classed_suite(tmp_path / "s"))
+    program = suite.kernel("scale2")
+    client = FakeWorker(scale_kernels())
+    evaluator = HarnessEvaluator(suite, program, Ledger.for_suite(suite), client, Fingerprint.from_hello(client.start()),
+                                 gate_options=GateOptions(budget_s=0.2, fresh_seed=7), work_dir=tmp_path / "work")
+    assert suite.arrays_dir(suite.case("big")) == tmp_path / "work" / "generated" / "big"
+    evaluation = evaluator.evaluate(Candidate.initial(program))
+    assert evaluation.passed and evaluation.case("big").latency_ms is not None

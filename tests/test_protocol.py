@@ -243,6 +243,8 @@ def test_requests_built_from_the_examples_validate(name, expected, tmp_path):
         assert [c["name"] for c in request["cases"]] == [c.name for c in suite.cases]
         for case in request["cases"]:
             assert all(v >= 1 for v in case["launch"]["grid"] + case["launch"]["block"])
+            if suite.case(case["name"]).generated:  # its arrays exist once the gate has rebuilt them
+                continue
             for spec in case["buffers"].values():
                 if "input" in spec:
                     assert Path(spec["input"]).is_file()

@@ -30,6 +30,7 @@ from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
+from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
 from pytest_cudagate.defences import sanitizer
@@ -137,6 +138,9 @@ class HarnessEvaluator:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.initial = Candidate.initial(program)
         self.visible = [c for c in suite.cases if not c.holdout]
+        for case in suite.cases:  # a generated case's arrays are drawn, verified and written once, for every candidate
+            if case.generated:
+                materialise(suite, case, client=client, root=self.work_dir / "generated")
         self.arch = client.device.get("arch", "sm_90")
         self._seed = 0
 

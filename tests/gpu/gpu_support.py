@@ -43,9 +43,16 @@ def gpu_required(config) -> bool:
 
 
 def copy_suite(name: str, dest: Path) -> Path:
-    """A private copy of an example suite (source, case data), so a test may edit it freely."""
+    """A private copy of an example suite (source, case data), so a test may edit it freely. Generated
+    cases (matmul's 2048³) are left out: each adds seconds to every approval and gate run, and the tests
+    that copy a suite are about something else (test_large_case_gpu.py judges that case)."""
     target = dest / name
     shutil.copytree(EXAMPLES / name, target, ignore=shutil.ignore_patterns("approved", "cudagate.approvals.json"))
+    path = target / "cudagate.yaml"
+    raw = yaml.safe_load(path.read_text())
+    kept = [case for case in raw["cases"] if not case.get("generated")]
+    if len(kept) != len(raw["cases"]):
+        path.write_text(suite_yaml({**raw, "cases": kept}))
     return target
 
 

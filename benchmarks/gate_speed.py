@@ -3,12 +3,15 @@
     python benchmarks/gate_speed.py                 # plugin-off cost (CPU) + warm gate on examples/ (GPU)
     python benchmarks/gate_speed.py --plugin-only   # the CPU part alone
     python benchmarks/gate_speed.py --xdist         # -n 2 against -n 0 on a host with two GPUs
+    python benchmarks/gate_speed.py --no-gpu        # the gate's host side on a machine without one
 
 1. Plugin off: a one-test project, run in fresh processes alternately with cudagate loaded and with
    `-p no:cudagate`; the medians of each and their difference (target: ≤ 30 ms).
 2. `pytest --cuda-gate examples` in fresh processes, first run with an empty compile cache and then
-   warm: wall time of the whole command, and the per-phase split every case records in report.json
-   (summed over the cases, then the phases summed over the run).
+   warm: wall time of the whole command, the per-phase split every case records in report.json
+   (summed over the cases), and beside it the run's phases that `--cuda-gate-durations` prints
+   (process start to the summary; the rest of the wall time is teardown and exit). ``--no-gpu``:
+   the same without a GPU, where the cases skip: startup, imports, suites, trust, compiles, reports.
 3. ``--xdist``: a generated suite of 4 kernels × 12 timed cases (48 items) in a temp folder, run
    with `-n 0` and with `-n 2` in fresh processes: wall time, throughput ratio, the report's item
    count, whether the verdicts agree, and how many items each worker (GPU) ran.
@@ -56,17 +59,37 @@ def plugin_off(repeats: int) -> list[tuple[str, str]]:
     ]
 
 
-def gate_runs(repeats: int) -> list[tuple[str, str]]:
+RUN_TITLE = "cudagate run phases: seconds of this process's wall time until this summary"
+RUN_ROW = re.compile(r"^\s*(\d+\.\d{3})  (\w+)\s")
+
+
+def run_phases(stdout: str) -> dict[str, float]:
+    """The run phases `--cuda-gate-durations` printed (without the total)."""
+    lines = stdout.splitlines()
+    found: dict[str, float] = {}
+    for line in lines[lines.index(RUN_TITLE) + 1:] if RUN_TITLE in lines else []:
+        row = RUN_ROW.match(line)
+        if not row or row.group(2) == "total":
+            break
+        found[row.group(2)] = float(row.group(1))
+    return found
+
+
+def gate_runs(repeats: int, gpu: bool = True) -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cudagate-speed-") as tmp:
         env = {**os.environ, "CUDAGATE_CACHE_DIR": str(Path(tmp) / "cache")}
-        walls, phases = [], []
+        walls, phases, runs = [], [], []
         for i in range(repeats + 1):
             report = Path(tmp) / f"report-{i}"
-            wall, code = _wall(["--cuda-gate", "examples", "-q", "-p", "no:cacheprovider", "--cuda-gate-require-gpu",
-                                "--cuda-gate-report", str(report)], ROOT, env)
-            if code not in (0, 1):
-                rows.append((f"run {i}", f"exit {code}: the gate did not run"))
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", "examples", "-q", "-p",
+                                   "no:cacheprovider", *(["--cuda-gate-require-gpu"] if gpu else []),
+                                   "--cuda-gate-durations", "0", "--cuda-gate-report", str(report)],
+                                  cwd=ROOT, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if done.returncode not in (0, 1):
+                rows.append((f"run {i}", f"exit {done.returncode}: the gate did not run"))
                 return rows
             document = json.loads((report / "report.json").read_text())
             split: dict[str, float] = defaultdict(float)
@@ -75,12 +98,18 @@ def gate_runs(repeats: int) -> list[tuple[str, str]]:
                     split[phase] += seconds
             walls.append(wall)
             phases.append(split)
+            run = run_phases(done.stdout)
+            run["after the summary: teardown, exit"] = max(0.0, wall - sum(run.values()))
+            runs.append(run)
     rows.append(("first run, empty compile cache: wall", f"{walls[0]:.2f} s"))
     rows.append((f"warm runs: wall, median of {repeats}", f"{statistics.median(walls[1:]):.2f} s"))
     names = sorted({name for split in phases for name in split}, key=lambda n: -phases[-1].get(n, 0))
     for name in names:
         rows.append((f"  warm, phase `{name}` summed over cases (median)",
                      f"{statistics.median(split.get(name, 0.0) for split in phases[1:]):.3f} s"))
+    for name in runs[-1]:  # the order the run meets them
+        rows.append((f"  warm, run phase `{name}` (median)",
+                     f"{statistics.median(run.get(name, 0.0) for run in runs[1:]):.3f} s"))
     return rows
 
 
@@ -186,6 +215,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plugin-only", action="store_true", help="only the CPU measurement of the plugin when off")
     parser.add_argument("--xdist", action="store_true", help="only -n 2 against -n 0 (a host with two GPUs)")
+    parser.add_argument("--no-gpu", action="store_true",
+                        help="the examples without a GPU (cases skip): the host's share of a gate run")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     if args.xdist:
@@ -193,7 +224,8 @@ def main() -> int:
         return 0
     table("Plugin off", plugin_off(args.repeats))
     if not args.plugin_only:
-        table("`pytest --cuda-gate examples`", gate_runs(max(args.repeats // 2, 3)))
+        table("`pytest --cuda-gate examples`" + (" without a GPU" if args.no_gpu else ""),
+              gate_runs(max(args.repeats // 2, 3), gpu=not args.no_gpu))
     return 0
 
 

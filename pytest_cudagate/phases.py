@@ -1,4 +1,7 @@
-"""Where a case's wall time goes: one clock per phase, kept in :attr:`CaseOutcome.phases`.
+"""Where a gate run's wall time goes: per case (:attr:`CaseOutcome.phases`) and for the whole run
+(:class:`RunClock`).
+
+A case: one clock per phase, kept in :attr:`CaseOutcome.phases`.
 
 The worker reports its own time per step (``seconds``, ``step_seconds`` and each compile line's
 ``seconds``); the host clocks what it does itself (fresh inputs and the reference, the comparison
@@ -9,9 +12,11 @@ any worker restart, so the phases add up to the item's wall time (``other`` take
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -20,6 +25,10 @@ if TYPE_CHECKING:
 # In pipeline order; the durations table and report.json use these names.
 PHASES = ("worker_start", "compile", "fresh_inputs", "checks", "warm_up", "timing", "sanitizer", "statistics",
           "ipc", "other")
+# A run's phases, in the order a run meets them; --cuda-gate-durations and report.json use these names.
+RUN_PHASES = ("startup", "configure", "collection", "suites", "trust", "worker_wait", "compile", "release", "cases",
+              "other_tests", "pytest", "report_build", "report_requests", "plots", "report_html", "report_json",
+              "benchmark_json", "github", "worker_shutdown")
 HOST_IN_CALL = ("statistics",)  # host phases that can run while a request is in flight (compare's decide)
 
 
@@ -96,3 +105,73 @@ def finish(outcome: CaseOutcome, wall: float) -> None:
     claimed = sum(v for k, v in outcome.phases.items() if k != "other")
     add(outcome, "other", wall - claimed)
     outcome.phases = {p: round(outcome.phases[p], 6) for p in PHASES if p in outcome.phases}
+
+
+class RunClock:
+    """A run's wall time by phase, exclusive: entering a phase pauses the one it interrupts, so the
+    phases never overlap and add up to the time since the clock started (plus ``startup``, which
+    is measured before it). Time no phase claims is pytest's own (``base``)."""
+
+    def __init__(self, base: str = "pytest"):
+        self.seconds: dict[str, float] = {}
+        self._stack = [base]
+        self._mark = time.perf_counter()
+
+    def _charge(self) -> None:
+        now = time.perf_counter()
+        self.add(self._stack[-1], now - self._mark)
+        self._mark = now
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + max(0.0, seconds)
+
+    def transfer(self, source: str, target: str, seconds: float) -> None:
+        """Move time a hook measured inside ``source`` (at most what it holds) to ``target``."""
+        self._charge()
+        moved = min(max(0.0, seconds), self.seconds.get(source, 0.0))
+        self.seconds[source] = self.seconds.get(source, 0.0) - moved
+        self.add(target, moved)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self._charge()
+        self._stack.append(name)
+        try:
+            yield
+        finally:
+            self._charge()
+            self._stack.pop()
+
+    def snapshot(self) -> dict[str, float]:
+        """The phases so far, in :data:`RUN_PHASES` order, rounded to the microsecond."""
+        self._charge()
+        return {p: round(self.seconds[p], 6) for p in RUN_PHASES if p in self.seconds}
+
+
+# The run's clock, for code deep in a run (trust checks, report writers) to charge its phase
+# without passing the clock down. A context variable: a thread started by the run (the worker's
+# start) begins with an empty context, so work overlapped with the run never claims its time.
+RUN: ContextVar[RunClock | None] = ContextVar("cudagate_run_clock", default=None)
+
+
+@contextmanager
+def run_phase(name: str) -> Iterator[None]:
+    """Charge the time inside to the run's phase ``name``; nothing outside a clocked run."""
+    clock = RUN.get()
+    if clock is None:
+        yield
+        return
+    with clock.phase(name):
+        yield
+
+
+def process_age() -> float | None:
+    """Seconds since this process started: its start time in /proc/self/stat (clock ticks since
+    boot, 10 ms steps) against CLOCK_BOOTTIME. None where /proc is missing (not Linux)."""
+    try:
+        fields = open("/proc/self/stat", encoding="ascii").read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of proc(5); fields[0] is field 3
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return age if age >= 0 else None

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pytest_cudagate import phases
 from pytest_cudagate.config import (DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, OptionError, load_settings,
                                     resolve)
 from pytest_cudagate.errors import FileError
 
 if TYPE_CHECKING:
+    from pytest_cudagate.items import GateSession
     from pytest_cudagate.session import GateRuntime
 
 RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
@@ -86,6 +88,22 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 "--cuda-gate-require-gpu does nothing without --cuda-gate"), stacklevel=2)
         return
+    clock = phases.RunClock()  # the run's phases (--cuda-gate-durations, report.json), from here on
+    clock.add("startup", phases.process_age() or 0.0)
+    token = phases.RUN.set(clock)
+    try:
+        with clock.phase("configure"):
+            session = _start_gate(config)
+            from pytest_cudagate.run_phases import RunPhases  # lazy, as in _start_gate
+
+            config.pluginmanager.register(RunPhases(clock, token, session), "cudagate-run-phases")
+    except BaseException:
+        phases.RUN.reset(token)
+        raise
+
+
+def _start_gate(config: pytest.Config) -> GateSession:
+    """Settings and options resolved, the session registered; a bad setting is one usage error."""
     # The one lazy import point (see the module docstring): suites, the worker, the judge and trust.
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
 
@@ -109,3 +127,4 @@ def pytest_configure(config: pytest.Config) -> None:
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(Path(config.rootpath) / s) for s in settings.suites]
+    return session

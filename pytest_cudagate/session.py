@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_cudagate import phases
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
@@ -107,15 +109,18 @@ class GateRuntime:
     _ledgers: dict[Path, Ledger | CudagateError] = field(default_factory=dict)
     _distrust: dict[str, list[str]] = field(default_factory=dict)
     _release: ReleaseSource | None = None
+    _closed: bool = False  # the run is over (close_worker): no worker starts again
+    _starting: threading.Lock = field(default_factory=threading.Lock)  # the start may run in a thread
 
     def client(self) -> Worker | None:
         """The worker, or None with :attr:`unavailable_reason` set when there is no GPU."""
-        if self._worker is None and self._unavailable is None:
-            try:  # held for the whole run: the GPU's lock with it
-                self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s)
-                self.fingerprint = self._worker.fingerprint
-            except WorkerUnavailable as exc:
-                self._unavailable = str(exc)
+        with self._starting:
+            if self._worker is None and self._unavailable is None and not self._closed:
+                try:  # held for the whole run: the GPU's lock with it
+                    self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s)
+                    self.fingerprint = self._worker.fingerprint
+                except WorkerUnavailable as exc:
+                    self._unavailable = str(exc)
         return self._worker.client if self._worker is not None else None
 
     @property
@@ -149,8 +154,9 @@ class GateRuntime:
                 ledger = self.ledger(suite)  # read once: the ledger verified is the ledger the gate uses
             except CudagateError as exc:
                 ledger = exc
-            self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned,
-                                                trust_root=self.trust_root, ledger=ledger)
+            with phases.run_phase("trust"):
+                self._distrust[key] = gate_problems(suite, None, None, allow_unsigned=self.allow_unsigned,
+                                                    trust_root=self.trust_root, ledger=ledger)
             self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
                                "verified" if not self._distrust[key] else "NOT TRUSTED: " + self._distrust[key][0])
         return self._distrust[key]
@@ -159,7 +165,8 @@ class GateRuntime:
         """The suite's ledger, read once per session (an unreadable one raises the same error each time)."""
         if suite.path not in self._ledgers:
             try:
-                self._ledgers[suite.path] = Ledger.for_suite(suite)
+                with phases.run_phase("trust"):
+                    self._ledgers[suite.path] = Ledger.for_suite(suite)
             except CudagateError as exc:
                 self._ledgers[suite.path] = exc
         found = self._ledgers[suite.path]
@@ -177,9 +184,16 @@ class GateRuntime:
             self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix="cudagate-run-"))
         return self._output_dir
 
+    def close_worker(self) -> None:
+        """End the worker and release its GPU once the items are done (the reports need neither);
+        waits for a start still in progress. Later :meth:`client` calls start none."""
+        with self._starting:
+            self._closed = True
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        self.close_worker()
         if self._output_dir is not None and self.keep_outputs is None:
             shutil.rmtree(self._output_dir, ignore_errors=True)

@@ -4,6 +4,9 @@ import sys
 from pathlib import Path
 
 import pytest
+# pytester's in-process runs drop the modules first imported inside them, and numpy's FFT extension
+# (which scipy.special pulls in) refuses to load twice in one process: import it once, here.
+import scipy.special  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "gpu")]  # so tests can `import helpers` and `import gpu_support`

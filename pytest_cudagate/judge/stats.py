@@ -31,7 +31,8 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.stats import t as _student_t
+# Student's t quantile from scipy.special: scipy.stats would add ~0.45 s to every gate run's start.
+from scipy.special import stdtrit
 
 __all__ = [
     "SampleSummary",
@@ -436,7 +437,7 @@ def run_level(samples: Samples) -> float:
 
 def prediction_half_width(spread: float, n: int, confidence: float) -> float:
     """Half-width (log space) of the prediction interval for one more run, from n runs' spread."""
-    return float(_student_t.ppf(0.5 + confidence / 2, n - 1)) * spread * math.sqrt(1 + 1 / n)
+    return float(stdtrit(n - 1, 0.5 + confidence / 2)) * spread * math.sqrt(1 + 1 / n)
 
 
 @dataclass(frozen=True)

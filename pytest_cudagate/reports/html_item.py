@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from pytest_cudagate.phases import run_phase
 from pytest_cudagate.reports import fmt, plots
 
 TELEMETRY_COLUMNS = (("sm_clock_mhz", "SM MHz"), ("mem_clock_mhz", "mem MHz"), ("temperature_c", "°C"),
@@ -114,7 +115,8 @@ def latency(item: dict) -> str:
 
 
 def plot(item: dict, uid: str) -> str:
-    svg = plots.timing_svg(item.get("samples_ms") or {}, uid, (item.get("latency") or {}).get("threshold"))
+    with run_phase("plots"):
+        svg = plots.timing_svg(item.get("samples_ms") or {}, uid, (item.get("latency") or {}).get("threshold"))
     return f"<figure>{svg}</figure>" if svg else ""
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_cudagate import phases
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.reports import github
@@ -61,14 +62,18 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     if not (report_dir or benchmark_file or github.in_actions()):
         return
     scrubber = Scrubber()
-    built = build(config, runtime, exitstatus, report_dir)
-    document = scrubber.data(built.document)
+    with phases.run_phase("report_build"):
+        built = build(config, runtime, exitstatus, report_dir)
+        document = scrubber.data(built.document)
+    clock = phases.RUN.get()
     try:
         if report_dir:
-            write_report(Path(report_dir), built, scrubber)
+            write_report(Path(report_dir), built, scrubber, clock.snapshot if clock is not None else None)
             _say(config, f"cudagate report: {display_path(Path(report_dir) / REPORT_HTML)}")
         if benchmark_file:
-            write_text(Path(benchmark_file), dumps(benchmark_document(document, Path(config.rootpath))), scrubber)
+            with phases.run_phase("benchmark_json"):
+                write_text(Path(benchmark_file), dumps(benchmark_document(document, Path(config.rootpath))),
+                           scrubber)
             _say(config, f"cudagate timings (pytest-benchmark JSON): {display_path(benchmark_file)}")
     except (CudagateError, OSError) as exc:
         # A report that cannot be written must not pass unseen: say why and fail the session.
@@ -77,4 +82,5 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
         if session is not None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     if github.in_actions():
-        _publish_to_github(config, document, scrubber)
+        with phases.run_phase("github"):
+            _publish_to_github(config, document, scrubber)

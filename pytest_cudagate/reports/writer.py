@@ -6,9 +6,11 @@ Everything passes through the scrubber twice: as data before rendering, and as f
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.phases import run_phase
 from pytest_cudagate.schema import validate
 from pytest_cudagate.reports.document import Built
 from pytest_cudagate.reports.html_page import render
@@ -29,19 +31,31 @@ def write_text(path: Path, text: str, scrubber: Scrubber) -> None:
     path.write_text(scrubber.text(text), encoding="utf-8")
 
 
-def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None) -> Path:
-    """Validate, scrub and write; returns the path of report.json."""
+def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
+                 run_phases: Callable[[], dict[str, float]] | None = None) -> Path:
+    """Validate, scrub and write; returns the path of report.json. Nothing is written unless every
+    file is valid. ``run_phases``: the live run's phases so far, read just before report.json is
+    checked, so that it carries the time spent on everything before it (the HTML included)."""
     scrubber = scrubber or Scrubber()
     out_dir = Path(out_dir)
     document = scrubber.data(built.document)
-    validate(document, "report", out_dir / REPORT_JSON)
-    requests = {name: scrubber.data(request) for name, request in built.requests.items()}
-    for name, request in requests.items():
-        validate(request, "harness-request", out_dir / REQUESTS_DIR / name)
-    for name, request in requests.items():
-        write_text(out_dir / REQUESTS_DIR / name, dumps(request), scrubber)
-    write_text(out_dir / REPORT_HTML, render(document), scrubber)
-    write_text(out_dir / REPORT_JSON, dumps(document), scrubber)
+    with run_phase("report_requests"):
+        requests = {name: scrubber.data(request) for name, request in built.requests.items()}
+        for name, request in requests.items():
+            validate(request, "harness-request", out_dir / REQUESTS_DIR / name)
+    with run_phase("report_html"):
+        html = render(document)
+    with run_phase("report_json"):
+        if run_phases is not None:
+            document["runs"][-1]["phases"] = run_phases()
+        validate(document, "report", out_dir / REPORT_JSON)
+    with run_phase("report_requests"):
+        for name, request in requests.items():
+            write_text(out_dir / REQUESTS_DIR / name, dumps(request), scrubber)
+    with run_phase("report_html"):
+        write_text(out_dir / REPORT_HTML, html, scrubber)
+    with run_phase("report_json"):
+        write_text(out_dir / REPORT_JSON, dumps(document), scrubber)
     return out_dir / REPORT_JSON
 
 

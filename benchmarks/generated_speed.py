@@ -1,0 +1,121 @@
+"""Host-side cost of a generated case on CPU: its rebuild, its fresh input sets and the judging.
+
+    python benchmarks/generated_speed.py [--size 2048] [--repeats 3]
+
+A suite shaped like the matmul example's 2048³ case (two float32 inputs and one float32 output of
+SIZE × SIZE elements) but elementwise (c = a·b) with a numpy reference, so the reference itself
+costs little and what is left is the gate's own work: drawing, hashing, .npy files, the fresh sets
+and the checks. The worker's output is stood in for by the expected arrays (a correct kernel). The
+per-user cache lives in a temporary folder (CUDAGATE_CACHE_DIR). Prints one markdown table of
+medians over the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pytest_cudagate.cli import main as cudagate
+from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.suite.loader import load_suite
+
+SUITE = """\
+suite: mul
+description: c = a * b elementwise, as large as the matmul example's generated case
+signature:
+  - {{name: a, buffer: float32, intent: in, size: m*n, shape: [m, n]}}
+  - {{name: b, buffer: float32, intent: in, size: m*n, shape: [m, n]}}
+  - {{name: c, buffer: float32, intent: out, size: m*n, shape: [m, n]}}
+  - {{name: m, scalar: int32}}
+  - {{name: n, scalar: int32}}
+reference:
+  python: reference.py:mul
+inputs:
+  a: {{distribution: uniform, low: -1, high: 1}}
+  b: {{distribution: uniform, low: -1, high: 1}}
+tolerance:
+  c: {{atol: 1.0e-6, rtol: 1.0e-5, nan: fail}}
+kernels:
+  - name: mul
+    source: mul.cu
+    launch: {{grid: ["cdiv(m*n, 256)"], block: [256]}}
+cases:
+  - {{name: large, kind: performance, class: large, generated: true, scalars: {{m: {size}, n: {size}}}}}
+"""
+REFERENCE = "import numpy as np\n\n\ndef mul(a, b, m, n):\n    return (a.astype(np.float64) * b).astype(np.float32)\n"
+KERNEL = ('extern "C" __global__ void mul(const float* a, const float* b, float* c, int m, int n)\n'
+          '{ const long i = blockIdx.x * 256L + threadIdx.x; if (i < (long)m * n) c[i] = a[i] * b[i]; }\n')
+
+
+def write_suite(folder: Path, size: int) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "cudagate.yaml").write_text(SUITE.format(size=size))
+    (folder / "reference.py").write_text(REFERENCE)
+    (folder / "mul.cu").write_text(KERNEL)
+    if cudagate(["cases", "generate", str(folder / "cudagate.yaml")]) != 0:
+        raise SystemExit("cudagate cases generate failed")
+    return folder / "cudagate.yaml"
+
+
+def timed(function) -> tuple[float, object]:
+    start = time.perf_counter()
+    value = function()
+    return time.perf_counter() - start, value
+
+
+def one_run(path: Path, work: Path, seed: int) -> dict[str, float]:
+    """One gate run's host work on the generated case, in a new run folder (as a new pytest run has)."""
+    suite = load_suite(path)
+    case = suite.case("large")
+    seconds = {}
+    seconds["rebuild"], _ = timed(lambda: materialise(suite, case, client=None, root=work / "generated"))
+    seconds["fresh"], (sets, notes) = timed(lambda: make_sets(suite, case, count=2, adversarial=True, seed=seed,
+                                                              root=work / "fresh"))
+    assert len(sets) == 2, notes
+    resolved = suite.resolved(case)
+    expected = resolved.expected_outputs()
+    body = {"status": "ok", "outputs": {"c": {"path": str(resolved.expected["c"])}},
+            "fresh": [{**s.spec(suite, case), "outputs": {"c": {"path": s.spec(suite, case)["expected"]["c"]}}}
+                      for s in sets]}
+    seconds["checks"], verdict = timed(lambda: judge_case("mul", "large", body, expected, suite.tolerance,
+                                                          resolved.shapes, checks=suite.checks))
+    assert verdict.passed, verdict.describe()
+    return seconds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=2048, help="rows and columns of each array (default 2048)")
+    parser.add_argument("--repeats", type=int, default=3, help="warm runs measured (default 3)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="cudagate-bench-") as tmp:
+        root = Path(tmp)
+        os.environ["CUDAGATE_CACHE_DIR"] = str(root / "cache" / "nvrtc")
+        path = write_suite(root / "suite", args.size)
+        first = one_run(path, root / "run-0", seed=0)
+        warm = [one_run(path, root / f"run-{i + 1}", seed=i + 1) for i in range(args.repeats)]
+    mb = 3 * args.size * args.size * 4 / 1e6
+    print(f"\n{args.size}×{args.size} float32, two inputs and one output ({mb:.0f} MB per set), numpy "
+          f"{np.__version__}, {os.cpu_count()} CPUs; warm: median of {args.repeats}\n")
+    print("| step | first run | warm run |")
+    print("|---|---|---|")
+    labels = {"rebuild": "rebuild the generated case (draw, digests, reference, sample, files)",
+              "fresh": "2 fresh input sets (resampled, adversarial) and their reference",
+              "checks": "judging: the signed output and 2 fresh sets"}
+    for key, label in labels.items():
+        print(f"| {label} | {first[key]:.3f} s | {statistics.median(w[key] for w in warm):.3f} s |")
+    total = statistics.median(sum(w.values()) for w in warm)
+    print(f"| **total** | **{sum(first.values()):.3f} s** | **{total:.3f} s** |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,6 +22,7 @@ run (``CUDAGATE_FRESH_SEED`` fixes it) and is printed with any failure, so a fai
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,14 +69,22 @@ def _rng(seed: int, suite: Suite, case: Case, index: int) -> np.random.Generator
     return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(f"{suite.name}/{case.name}".encode()), index])
 
 
-def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator) -> tuple[dict[str, np.ndarray], bool]:
+def signed_inputs(suite: Suite, case: Case) -> dict[str, np.ndarray]:
+    """The case's signed input arrays in their signature shapes (read once for all its fresh sets)."""
+    shapes = suite.resolved(case).shapes
+    return {p.name: np.load(suite.resolved(case).inputs[p.name], allow_pickle=False).reshape(shapes[p.name])
+            for p in suite.buffers if p.is_input}
+
+
+def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator,
+                     signed_arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], bool]:
     """New input values like the signed ones; and whether any value actually changed."""
     inputs, changed = {}, False
     for param in suite.buffers:
         if not param.is_input:
             continue
         shape = suite.resolved(case).shapes[param.name]
-        signed = np.load(suite.resolved(case).inputs[param.name], allow_pickle=False).reshape(shape)
+        signed = signed_arrays[param.name]
         if param.name in suite.inputs:
             values = draw(param, shape, suite.inputs[param.name], rng)
         elif param.dtype in FLOAT_DTYPES:
@@ -83,7 +92,7 @@ def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator) -> tupl
         else:
             values = signed.copy()
         changed |= not np.array_equal(values, signed)
-        inputs[param.name] = values.astype(numpy_dtype(param.dtype))
+        inputs[param.name] = values.astype(numpy_dtype(param.dtype), copy=False)
     return inputs, changed
 
 
@@ -98,11 +107,13 @@ def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator
             out[param.name] = x
             continue
         bits = SPREAD_BITS[param.dtype]
-        values = x.astype(np.float64) * np.exp2(rng.uniform(-bits, bits, size=x.shape))
+        factors = rng.uniform(-bits, bits, size=x.shape)
+        values = np.exp2(factors, out=factors)  # in place: these arrays are as large as the case
+        values *= x
         if values.size >= 4 and (values < 0).any() and (values > 0).any():
             where = rng.random(x.shape) < ZERO_FRACTION
             negative = rng.random(x.shape) < 0.5
-            values = np.where(where, np.where(negative, -0.0, 0.0), values)
+            np.copyto(values, np.where(negative, -0.0, 0.0), where=where)
             zeros += int(np.count_nonzero(where))
         out[param.name] = values
     return out, zeros
@@ -120,6 +131,25 @@ def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[
     if not most or most <= 0:
         return [0]
     return list(dict.fromkeys(int(round(most * j / SCALE_STEPS)) for j in range(SCALE_STEPS, -1, -1)))
+
+
+class Scaled(Sequence):
+    """The adversarial candidates, one per exponent, each built when first read: a Python reference
+    stops at the first usable one, so the rest (each as large as the case) are never built."""
+
+    def __init__(self, suite: Suite, spread_inputs: dict[str, np.ndarray], exponents: list[int]):
+        self.suite, self.spread_inputs, self.exponents = suite, spread_inputs, exponents
+        self._built: dict[int, dict[str, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return len(self.exponents)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index not in self._built:
+            self._built[index] = scaled(self.suite, self.spread_inputs, self.exponents[index])
+        return self._built[index]
 
 
 def scaled(suite: Suite, spread_inputs: dict[str, np.ndarray], exponent: int) -> dict[str, np.ndarray]:
@@ -144,11 +174,11 @@ def usable(suite: Suite, outputs: dict | None) -> bool:
         if value is None:
             return False
         if param.dtype in FLOAT_DTYPES:
-            v = np.asarray(value, dtype=np.float64)
+            v = np.asarray(value)  # finiteness and the largest magnitude are exact in the output's own dtype
             if not np.all(np.isfinite(v)):
                 return False
             limit = float(np.finfo(numpy_dtype(param.dtype)).max) * 2.0 ** -HEADROOM_BITS[param.dtype]
-            if np.max(np.abs(v), initial=0.0) > limit:
+            if float(np.max(np.abs(v), initial=0)) > limit:
                 return False
     return True
 
@@ -168,17 +198,18 @@ def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: 
         return sets, notes
     root.mkdir(parents=True, exist_ok=True)
     runner = ReferenceRunner(suite, client, root)
-    signed = suite.resolved(case).expected_outputs()
+    signed_rms = {name: _rms(values) for name, values in suite.resolved(case).expected_outputs().items()}
+    signed_arrays = signed_inputs(suite, case)
     for index, label in enumerate(labels(count, adversarial)):
         rng = _rng(seed, suite, case, index)
-        inputs, changed = resampled_inputs(suite, case, rng)
+        inputs, changed = resampled_inputs(suite, case, rng, signed_arrays)
         if not changed:
             notes.append(f"fresh inputs on case {case.name}: every input is integer data without a distribution "
                          "under `inputs:`, so fresh sets repeat the signed values")
         if label.startswith("adversarial"):
             wide, zeros = spread(suite, inputs, rng)
             exponents = scale_exponents(suite, wide)
-            candidates = [scaled(suite, wide, e) for e in exponents]
+            candidates = Scaled(suite, wide, exponents)
             outputs = runner.outputs(case, candidates, first_usable=True, usable=usable)
             chosen = next((i for i, out in enumerate(outputs) if usable(suite, out)), None)
             if chosen is None:
@@ -199,7 +230,7 @@ def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: 
         write_case(suite, case, inputs, expected, folder)
         scale = {}
         for name, values in expected.items():
-            base, now = _rms(signed.get(name, [])), _rms(values)
+            base, now = signed_rms.get(name, 0.0), _rms(values)
             scale[name] = now / base if base > 0 and now > 0 else 1.0
         sets.append(FreshSet(label, folder, scale, description))
     return sets, notes

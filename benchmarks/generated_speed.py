@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cudagate-bench-") as tmp:
         root = Path(tmp)
-        os.environ["CUDAGATE_CACHE_DIR"] = str(root / "cache" / "nvrtc")
+        os.environ["CUDAGATE_CACHE_DIR"] = str(root / "cache")
         path = write_suite(root / "suite", args.size)
         first = one_run(path, root / "run-0", seed=0)
         warm = [one_run(path, root / f"run-{i + 1}", seed=i + 1) for i in range(args.repeats)]

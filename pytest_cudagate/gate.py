@@ -142,20 +142,22 @@ class Gate:
         checks, notes = effective_checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
-            problem = self._materialise(suite, case)
+            problem = self._materialise(suite, case, outcome.notes)
             if problem:
                 outcome.failed, outcome.message = True, problem
                 return outcome, {}
             return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
 
-    def _materialise(self, suite: Suite, case: Case) -> str | None:
+    def _materialise(self, suite: Suite, case: Case, notes: list[str]) -> str | None:
         """Why a generated case's arrays cannot be rebuilt here (None: they are, or the case stores them).
-        They are drawn and checked once per suite and run, in this run's folder, as fresh sets are."""
+        They are checked once per suite and run, in this run's folder, as fresh sets are, drawn
+        there or taken from the per-user cache (a discarded cache entry is noted in ``notes``)."""
         if not case.generated:
             return None
         tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
         try:
-            materialise(suite, case, client=self.client, root=self.output_dir / "generated" / f"{suite.name}-{tag}")
+            materialise(suite, case, client=self.client, root=self.output_dir / "generated" / f"{suite.name}-{tag}",
+                        notes=notes)
         except (CudagateError, OSError) as exc:
             return f"bad case data: {exc}"
         return None

@@ -225,3 +225,131 @@ def test_the_optimizer_rebuilds_a_generated_case_once_for_every_candidate(tmp_pa
     assert suite.arrays_dir(suite.case("big")) == tmp_path / "work" / "generated" / "big"
     evaluation = evaluator.evaluate(Candidate.initial(program))
     assert evaluation.passed and evaluation.case("big").latency_ms is not None
+
+
+# -- the per-user cache of rebuilt cases ----------------------------------------------------------
+
+# The reference logs the SHA-256 of every input it is given, so a test can tell whether the gate
+# ran it on the generated case's drawn inputs (a rebuild) or took them from the cache.
+LOGGING_REFERENCE = """\
+import hashlib
+import os
+
+import numpy as np
+
+
+def scale_rows(x, rows, cols):
+    with open(os.environ["REFERENCE_LOG"], "a") as log:
+        log.write(hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest() + "\\n")
+    return (x.astype(np.float64).reshape(rows, cols) * 2).astype(np.float32)
+"""
+
+
+@pytest.fixture
+def cached_suite(pytester, monkeypatch):
+    """The classed suite with a logging reference, its own generated-case cache and the fake worker;
+    returns (suite path, run the gate -> report.json items, was the big case rebuilt in the last run)."""
+    path = classed_suite(pytester.path / "s")
+    (path.parent / "reference.py").write_text(LOGGING_REFERENCE)
+    log = pytester.path / "reference.log"
+    monkeypatch.setenv("REFERENCE_LOG", str(log))
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "cache"))
+    install(monkeypatch, pytester.path, scale_kernels())
+    drawn = json.loads((path.parent / "cases" / "big" / "generated.json").read_text())["inputs"]["x"]["sha256"]
+    runs = []
+
+    def gate() -> dict:
+        log.write_text("")
+        report = pytester.path / f"report-{len(runs)}"
+        run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent),
+                                  "--cuda-gate-report", str(report), "-p", "no:cacheprovider")
+        runs.append(run)
+        assert all(r.passed for r in reports_by_case(run).values())
+        return {i["case"]: i for i in json.loads((report / "report.json").read_text())["items"]}
+
+    def rebuilt() -> bool:
+        return drawn in log.read_text().split()
+
+    return path, gate, rebuilt
+
+
+def cache_entries(pytester) -> list[Path]:
+    return sorted(p for p in (pytester.path / "cache" / "generated").iterdir() if not p.name.startswith("."))
+
+
+def test_a_warm_run_takes_the_generated_case_from_the_cache(cached_suite, pytester):
+    path, gate, rebuilt = cached_suite
+    first = gate()
+    assert rebuilt() and len(cache_entries(pytester)) == 1
+    second = gate()
+    assert not rebuilt()  # the drawn inputs never reached the reference: they came from the cache
+    assert second["big"]["correctness"]["passed"] and first["big"]["notes"] == second["big"]["notes"]
+    entry = cache_entries(pytester)[0]
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file()) == [
+        "entry.json", "expected/y.npy", "x.npy"]
+    assert schema.problems(json.loads((entry / "entry.json").read_text()), "generated-cache-entry") == []
+
+
+def corrupt_input(entry: Path) -> None:
+    data = bytearray((entry / "x.npy").read_bytes())
+    data[-1] ^= 1  # one bit of the last element
+    (entry / "x.npy").write_bytes(bytes(data))
+
+
+def corrupt_unsampled_output(entry: Path) -> None:
+    # an element the signed sample does not cover: only the digest recorded with the entry finds it
+    suite = load_suite(entry.parents[2] / "s" / "cudagate.yaml")
+    sampled = set(sample_indices(case_seed(suite, suite.case("big")), "y", 64 * 200).tolist())
+    index = next(i for i in range(64 * 200) if i not in sampled)
+    expected = np.load(entry / "expected" / "y.npy")
+    expected.reshape(-1)[index] += 1
+    (entry / "expected" / "y.npy").unlink()  # a new file: the run folder's link keeps the old one
+    np.save(entry / "expected" / "y.npy", expected)
+
+
+def corrupt_record(entry: Path) -> None:
+    (entry / "entry.json").write_text("{not json")
+
+
+def remove_input(entry: Path) -> None:
+    (entry / "x.npy").unlink()
+
+
+@pytest.mark.parametrize("corrupt, noted", [
+    (corrupt_input, "input 'x' does not match its signed sha256"),
+    (corrupt_unsampled_output, "output 'y' does not match the digest recorded with it"),
+    (corrupt_record, None),  # unreadable: not an entry at all, so a plain miss
+    (remove_input, "No such file or directory"),
+], ids=["input", "unsampled-output", "record", "missing-file"])
+def test_a_corrupt_cache_entry_is_rebuilt_never_trusted(cached_suite, pytester, corrupt, noted):
+    path, gate, rebuilt = cached_suite
+    gate()
+    entry = cache_entries(pytester)[0]
+    good = {p.relative_to(entry): p.read_bytes() for p in entry.rglob("*.npy")}
+    corrupt(entry)
+    items = gate()
+    assert rebuilt() and items["big"]["correctness"]["passed"]
+    notes = [n for n in items["big"]["notes"] if "cached arrays" in n]
+    if noted:
+        assert len(notes) == 1 and noted in notes[0] and "were discarded; the case was rebuilt" in notes[0]
+    else:
+        assert notes == []
+    assert cache_entries(pytester) == [entry]  # entered again, sound
+    assert {p.relative_to(entry): p.read_bytes() for p in entry.rglob("*.npy")} == good
+    gate()
+    assert not rebuilt()
+
+
+def test_a_changed_generated_json_or_reference_misses_the_cache(cached_suite, pytester):
+    path, gate, rebuilt = cached_suite
+    gate()
+    record = path.parent / "cases" / "big" / "generated.json"
+    record.write_text(record.read_text().replace('"seed"', '"note": "re-signed", "seed"'))
+    gate()
+    assert rebuilt() and len(cache_entries(pytester)) == 2
+    reference = path.parent / "reference.py"
+    reference.write_text(reference.read_text() + "# reviewed\n")
+    gate()
+    assert rebuilt() and len(cache_entries(pytester)) == 3
+    gate()
+    assert not rebuilt()

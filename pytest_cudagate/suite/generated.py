@@ -7,6 +7,12 @@ up to :data:`SAMPLE_SIZE` indices per output, chosen from the seed. Both are sig
 manifest like any case file. At run time :func:`materialise` draws the inputs again, checks their
 digests, runs the trusted reference, checks its outputs at the sample indices, and writes the
 arrays into the run's folder, where the gate then reads them exactly as it reads a stored case.
+
+A warm machine takes the arrays from the per-user cache (suite/generated_cache.py) instead of
+drawing and running the reference, keyed by the bytes of ``generated.json`` and the samples, the
+case's scalars, the reference's identity and numpy's version, and verifies them just as strictly:
+the inputs against the signed digests, the outputs against the digests recorded with them and the
+signed sample. An entry that fails is discarded and the case rebuilt.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +30,14 @@ import numpy as np
 from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate import boundary, schema
+from pytest_cudagate.approvals import build_identity
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.draw import case_seed, draw_inputs, write_case
+from pytest_cudagate.suite.generated_cache import GeneratedCache, cache_root
 from pytest_cudagate.suite.model import Case, Suite
 
 GENERATED_FILE = "generated.json"
@@ -75,7 +84,8 @@ def generated_files(suite: Suite, case: Case) -> list[Path]:
 def array_sha256(array: np.ndarray) -> str:
     """SHA-256 of an array's elements in C order, little-endian (its shape and dtype are stored beside)."""
     values = np.ascontiguousarray(array)
-    return hashlib.sha256(values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()).hexdigest()
+    values = values.astype(values.dtype.newbyteorder("<"), copy=False)
+    return hashlib.sha256(values.reshape(-1).view(np.uint8)).hexdigest()  # the bytes in place, no copy
 
 
 def sample_indices(seed: int, output: str, total: int) -> np.ndarray:
@@ -183,9 +193,10 @@ def _sample_problems(path: Path, dtype: str, count: int) -> list[str]:
 # -- run time (the gate) -------------------------------------------------------------------------
 
 
-def materialise(suite: Suite, case: Case, *, client, root: Path) -> Path:
+def materialise(suite: Suite, case: Case, *, client, root: Path, notes: list[str] | None = None) -> Path:
     """The folder under ``root`` holding ``case``'s verified arrays, which the suite then reads
-    (:meth:`Suite.arrays_dir`); done once per suite object while the folder lasts.
+    (:meth:`Suite.arrays_dir`); done once per suite object while the folder lasts. Taken from the
+    per-user cache when an entry verifies (a cache entry that does not is noted in ``notes``).
     :class:`GeneratedCaseError` when the drawn inputs or the reference disagree with what was signed."""
     known = suite.arrays_dir(case)
     if known != suite.case_dir(case) and all(p.is_file() for p in suite.resolved(case).inputs.values()):
@@ -196,6 +207,24 @@ def materialise(suite: Suite, case: Case, *, client, root: Path) -> Path:
                                  + "\n".join(f"  - {p}" for p in problems))
     record = read_record(suite, case)
     seed = case_seed(suite, case)
+    folder = root / case.name
+    root.mkdir(parents=True, exist_ok=True)
+    runner = ReferenceRunner(suite, client, root)
+    cache_folder = cache_root()
+    cache = GeneratedCache(cache_folder) if cache_folder is not None else None
+    key = _cache_key(suite, case, client) if cache is not None else None
+    cached = cache.fetch(key, folder) if key is not None else None
+    if cached is not None:
+        try:
+            _verify_cached(suite, case, record, seed, folder, cached, runner)
+        except (CudagateError, OSError, ValueError, EOFError) as exc:
+            cache.discard(key)
+            if notes is not None:
+                notes.append(f"the cached arrays of generated case {case.name} ({display_path(cache.entry(key))}) "
+                             f"failed verification and were discarded; the case was rebuilt: {exc}")
+        else:
+            suite.use_arrays(case, folder)
+            return folder
     inputs = draw_inputs(suite, case, seed)
     where = display_path(record_path(suite, case))
     for name, array in inputs.items():
@@ -204,13 +233,58 @@ def materialise(suite: Suite, case: Case, *, client, root: Path) -> Path:
             raise GeneratedCaseError(
                 f"generated case {case.name}: input {name!r} drawn from seed {seed} has sha256 {drawn[:16]}…, but "
                 f"{where} signs {signed[:16]}…: numpy's generator changed or the case was edited; {fix(suite, case)}")
-    root.mkdir(parents=True, exist_ok=True)
-    expected = ReferenceRunner(suite, client, root).expected([case], {case.name: inputs})[case.name]
+    expected = runner.expected([case], {case.name: inputs})[case.name]
     for param in suite.outputs:
         _check_sample(suite, case, param.name, seed, expected[param.name])
+    shutil.rmtree(folder, ignore_errors=True)  # never write through a link into a cache entry
     folder = write_case(suite, case, inputs, expected, root)
+    if key is not None:
+        cache.store(key, folder, {"case": case.name, "expected": {n: array_sha256(a) for n, a in expected.items()}})
     suite.use_arrays(case, folder)
     return folder
+
+
+def _cache_key(suite: Suite, case: Case, client) -> str | None:
+    """The cache key of ``case``'s arrays: everything they follow from (None: the reference cannot
+    be identified, so nothing is cached). The signed files' bytes cover the seed, the input digests
+    and the sample; a CUDA reference is identified as a kernel build is, on this GPU architecture."""
+    reference = suite.reference
+    try:
+        if reference.python:
+            file_name, function = reference.python.rsplit(":", 1)
+            identity = {"python": function, "sha256": hashlib.sha256((suite.root / file_name).read_bytes()).hexdigest()}
+        else:
+            identity = {**build_identity(reference.program), "arch": (getattr(client, "device", None) or {}).get("arch")}
+        signed = [hashlib.sha256(p.read_bytes()).hexdigest() for p in generated_files(suite, case)]
+    except OSError:
+        return None
+    document = {"format": 1, "suite": suite.name, "case": case.name, "scalars": case.scalars, "signed": signed,
+                "reference": identity, "numpy": np.__version__}
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _verify_cached(suite: Suite, case: Case, record: GeneratedRecord, seed: int, folder: Path, cached: dict,
+                   runner: ReferenceRunner) -> None:
+    """The cached arrays placed in ``folder``, checked as strictly as a rebuild's: the inputs against
+    the signed digests, the outputs for shape, dtype and NaN, against the digests recorded with them,
+    and at the signed sample. Raises on the first difference."""
+    if cached.get("case") != case.name:
+        raise GeneratedCaseError(f"the entry holds case {cached.get('case')!r}")
+    resolved = suite.resolved(case)
+    for param in suite.buffers:
+        if param.is_input:
+            array = np.load(folder / f"{param.name}.npy", allow_pickle=False)
+            signed = record.inputs[param.name]
+            if array.dtype != np.dtype(signed.dtype) or array.shape != resolved.shapes[param.name]:
+                raise GeneratedCaseError(f"input {param.name!r} is {array.dtype} {list(array.shape)}")
+            if array_sha256(array) != signed.sha256:
+                raise GeneratedCaseError(f"input {param.name!r} does not match its signed sha256 {signed.sha256[:16]}…")
+    outputs = {p.name: np.load(folder / "expected" / f"{p.name}.npy", allow_pickle=False) for p in suite.outputs}
+    expected = runner.checked(case, outputs, "the cached reference output")
+    for param in suite.outputs:
+        if array_sha256(expected[param.name]) != cached["expected"].get(param.name):
+            raise GeneratedCaseError(f"output {param.name!r} does not match the digest recorded with it")
+        _check_sample(suite, case, param.name, seed, expected[param.name])
 
 
 def _check_sample(suite: Suite, case: Case, output: str, seed: int, computed: np.ndarray) -> None:

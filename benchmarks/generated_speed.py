@@ -107,7 +107,7 @@ def main(argv=None) -> int:
           f"{np.__version__}, {os.cpu_count()} CPUs; warm: median of {args.repeats}\n")
     print("| step | first run | warm run |")
     print("|---|---|---|")
-    labels = {"rebuild": "rebuild the generated case (draw, digests, reference, sample, files)",
+    labels = {"rebuild": "the generated case: rebuilt (first run) or from the cache, verified (warm)",
               "fresh": "2 fresh input sets (resampled, adversarial) and their reference",
               "checks": "judging: the signed output and 2 fresh sets"}
     for key, label in labels.items():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fake_worker import FakeWorker, install, scale_kernels
-from helpers import EXAMPLES, SUITE_YAML, replace_once, write_suite
+from helpers import EXAMPLES, KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate import schema
 from pytest_cudagate.cli import main
 from pytest_cudagate.approvals import Ledger
@@ -20,6 +20,7 @@ from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.suite.cases import check_case_data, draw_inputs, case_seed
+from pytest_cudagate.suite import generated_cache
 from pytest_cudagate.suite.generated import SAMPLE_SIZE, array_sha256, sample_indices
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust.manifest import suite_manifest
@@ -353,3 +354,36 @@ def test_a_changed_generated_json_or_reference_misses_the_cache(cached_suite, py
     assert rebuilt() and len(cache_entries(pytester)) == 3
     gate()
     assert not rebuilt()
+
+
+def test_the_cache_stays_within_its_bound(cached_suite, pytester, monkeypatch):
+    monkeypatch.setattr(generated_cache, "MAX_BYTES", 1)  # room for the entry just written only
+    path, gate, rebuilt = cached_suite
+    gate()
+    (first,) = cache_entries(pytester)
+    record = path.parent / "cases" / "big" / "generated.json"
+    record.write_text(record.read_text().replace('"seed"', '"note": "re-signed", "seed"'))
+    gate()
+    assert rebuilt() and len(cache_entries(pytester)) == 1 and cache_entries(pytester) != [first]
+
+
+def test_a_cuda_reference_is_not_run_again_on_a_warm_machine(pytester, monkeypatch):
+    # The sample of `y = 2x` is the same from the Python reference and from a CUDA one doing the same.
+    path = classed_suite(pytester.path / "s")
+    (path.parent / "ref.cu").write_text(KERNEL_CU.replace("scale2", "scale_ref"))
+    path.write_text(replace_once(path.read_text(), "  python: reference.py:scale_rows\n",
+                                 "  source: ref.cu\n  entry: scale_ref\n  launch: {grid: [rows], block: [128]}\n"))
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "cache"))
+    workers = install(monkeypatch, pytester.path, {**scale_kernels(), **scale_kernels(entry="scale_ref")})
+
+    def rebuilds() -> int:
+        """Runs of the reference with every check (a generated case's rebuild; fresh sets run it plainly)."""
+        run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent), "-p", "no:cacheprovider")
+        assert all(r.passed for r in reports_by_case(run).values())
+        requests = [r for w in workers for r in w.requests if r["kernel"]["entry"] == "scale_ref"]
+        workers.clear()
+        assert any(r.get("checks", {}).get("guards") is False for r in requests)  # the fresh sets' reference
+        return sum(1 for r in requests if r.get("checks", {}).get("guards") is not False)
+
+    assert rebuilds() == 1
+    assert rebuilds() == 0

@@ -254,7 +254,10 @@ def _cache_key(suite: Suite, case: Case, client) -> str | None:
             file_name, function = reference.python.rsplit(":", 1)
             identity = {"python": function, "sha256": hashlib.sha256((suite.root / file_name).read_bytes()).hexdigest()}
         else:
-            identity = {**build_identity(reference.program), "arch": (getattr(client, "device", None) or {}).get("arch")}
+            arch = (getattr(client, "device", None) or {}).get("arch")
+            if not arch:  # no worker has said which GPU it runs on
+                return None
+            identity = {**build_identity(reference.program), "arch": arch}
         signed = [hashlib.sha256(p.read_bytes()).hexdigest() for p in generated_files(suite, case)]
     except OSError:
         return None

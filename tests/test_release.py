@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.suite.model import Case
 from pytest_cudagate.release import (
     FETCH_TAGS_FIX,
     AbsentAtRef,
@@ -176,10 +177,10 @@ def test_released_approvals_read_the_pinned_version(repo):
     assert seen == [(["scale"], "v1.1.0")]
     scale = released["scale"]
     assert (scale.source, scale.label, scale.options, scale.build) == ("// v2\n", "v1.1.0", ("-DK=1",), None)
-    spec = scale.kernel_spec()
+    spec = scale.kernel_spec(Case("small", "performance", {"n": 4}))
     assert spec["source"] == "// v2\n" and spec["source_name"].startswith("scale@v1.1.0/")
-    assert scale.launch_for("big").block == ("512",)
-    assert scale.launch_for("small").grid == ("cdiv(n, 256)",)
+    assert scale.launch_for(Case("big", "performance", {"n": 4})).block == ("512",)
+    assert scale.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
 
 
 def test_recorded_build_is_carried(repo):

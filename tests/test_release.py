@@ -183,6 +183,23 @@ def test_released_approvals_read_the_pinned_version(repo):
     assert scale.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
 
 
+def test_a_released_version_with_variants_builds_each_class_as_it_was_approved(repo):
+    path = repo / SUITE / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    variant = {"options": ["-DWIDE=1"], "launch": {"grid": ["n"], "block": [64]}}
+    raw["approvals"]["scale"]["classes"] = {"large": variant}
+    path.write_text(json.dumps(raw))
+    commit(repo, "variants", "v2.0.0")
+    scale = released_approvals(resolve_release_ref(repo, "v2.0.0"), SUITE, accept)["scale"]
+    large, small = Case("l", "performance", {"n": 4}, shape_class="large"), Case("s", "performance", {"n": 4})
+    assert scale.kernel_spec(large)["options"] == ["-DK=1", "-DWIDE=1"]
+    assert scale.kernel_spec(small)["options"] == ["-DK=1"]
+    assert scale.launch_for(large).block == ("64",) and scale.launch_for(small).block == ("256",)
+    assert scale.launch_for(Case("big", "performance", {"n": 4}, shape_class="large")).block == ("512",)  # override wins
+    assert scale.identity()["classes"] == {"large": variant}
+    assert "classes" not in released_approvals(resolve_release_ref(repo, "v1.1.0"), SUITE, accept)["scale"].identity()
+
+
 def test_recorded_build_is_carried(repo):
     approve(repo, "scale", "// v4\n", build={"nvrtc_version": "13.0", "options": ["-DK=1"],
                                             "cubin_sha256": {"sm_90": "ab" * 32}})
@@ -239,6 +256,8 @@ def test_suite_added_after_the_ref_is_absent_and_verify_is_not_called(repo):
     ({"entry": None}, r"field 'entry' is missing or not a str"),
     ({"build": {"options": []}}, r"field 'build' needs nvrtc_version, options and cubin_sha256"),
     ({"launch_overrides": {"big": {"grid": [1]}}}, r"launch_overrides.big needs 'grid' and 'block' lists"),
+    ({"classes": {"large": {"options": "-DW=1"}}}, r"classes.large needs an 'options' list of strings"),
+    ({"classes": {"large": {"options": [], "launch": {"block": [1]}}}}, r"classes.large.launch needs 'grid' and 'block' lists"),
 ])
 def test_malformed_entry_names_the_field(repo, change, message):
     path = repo / SUITE / "cudagate.approvals.json"

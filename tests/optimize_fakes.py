@@ -81,10 +81,10 @@ def markers(source: str) -> dict:
     return found
 
 
-def build_defines(candidate, case) -> dict[str, int]:
-    """The tunables ``case`` runs with: the candidate's defines, overridden by the -D options of its
-    class's variant (as the guarded #defines of ``Candidate.text`` are by the compiler)."""
-    variant = candidate.classes.get(case.shape_class)
+def build_defines(candidate, shape_class: str) -> dict[str, int]:
+    """The tunables a case of ``shape_class`` runs with: the candidate's defines, overridden by the -D
+    options of the class's variant (as the guarded #defines of ``Candidate.text`` are by the compiler)."""
+    variant = candidate.classes.get(shape_class)
     options = dict(o[2:].split("=", 1) for o in (variant.options if variant else ()) if o.startswith("-D"))
     return {**candidate.defines, **{name: int(value) for name, value in options.items()}}
 

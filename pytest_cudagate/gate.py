@@ -165,7 +165,7 @@ class Gate:
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             build = program.for_case(case)
-            what = f" ({build.build_name}: options {list(build.options)})" if build.variant else ""
+            what = f" ({build.build_name})" if build.variant else ""
             outcome.message = f"{program.source}{what} does not compile:\n{compile_info.get('log', '')}"
             return outcome
         resolved = suite.resolved(case)

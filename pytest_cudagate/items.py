@@ -221,12 +221,13 @@ class CompileItem(GateItem):
             raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
                               "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
         failures = []
-        for build, result in compile_builds(node.program, node.cases, self.runtime.arch()):
-            self.user_properties.append(("arch", result.arch))
-            for key, value in result.resources.items():
+        for number, (build, result) in enumerate(compile_builds(node.program, node.cases, self.runtime.arch())):
+            if not number:
+                self.user_properties.append(("arch", result.arch))
+            for key, value in result.resources.items():  # a class variant's prefixed with its class
                 self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
             if not result.ok:
-                what = f" ({build.build_name}: options {list(build.options)})" if build.variant else ""
+                what = f" ({build.build_name})" if build.variant else ""
                 failures.append(f"{node.program.source}{what} does not compile for {result.arch}:\n{result.log}")
         if failures:
             raise GateFailure("\n".join(failures))

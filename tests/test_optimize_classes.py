@@ -153,4 +153,4 @@ def test_the_evaluator_times_each_class_with_its_variant(tmp_path):
     broken = Candidate(source, candidate.launch, defines={"BLOCK": 512}, origin="autotune",
                        classes={"small": Variant(("-DBLOCK=64", "-Dx=1"), None)})
     result = evaluator.compile(broken)
-    assert not result["ok"] and result["log"].startswith("scale2 (variant of class small):")
+    assert not result["ok"] and result["log"].startswith("scale2 (variant of class small: options ['-DBLOCK=64', '-Dx=1']):")

@@ -148,14 +148,14 @@ def test_compile_failures_name_the_variant(pytester, capsys):
     suite_path = write_suite(pytester.path, yaml_text=text, kernel_source=GUARDED_CU)
     result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-rf")
     result.stdout.fnmatch_lines([
-        "*scale.cu (scale2 (variant of class large): options [[]'-DBROKEN'[]]) does not compile for sm_90:*",
+        "*scale.cu (scale2 (variant of class large: options [[]'-DBROKEN'[]])) does not compile for sm_90:*",
         "*the large variant is broken*",
         "FAILED cudagate.yaml::scale2::compile*",
     ])
     assert main(["check", str(suite_path)]) == 1
     out = capsys.readouterr().out
     assert "  scale2: compiles for sm_90" in out
-    assert "  scale2 (variant of class large): does NOT compile for sm_90:" in out
+    assert "  scale2 (variant of class large: options ['-DBROKEN']): does NOT compile for sm_90:" in out
 
 
 def test_bad_variants_are_refused_naming_the_file_line_field_and_fix(tmp_path, capsys):

@@ -248,8 +248,8 @@ class Program:
 
     @property
     def build_name(self) -> str:
-        """The kernel's name, and the class when this build is a class variant."""
-        return f"{self.name} (variant of class {self.variant})" if self.variant else self.name
+        """The kernel's name, and for a class variant's build its class and all its options."""
+        return f"{self.name} (variant of class {self.variant}: options {list(self.options)})" if self.variant else self.name
 
     def launch_for(self, case: str) -> Launch:
         """The launch of the case named ``case`` on this build (a case's override wins)."""

@@ -37,7 +37,7 @@ from pytest_cudagate.optimize.candidate import Candidate, launch_from_json  # no
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer  # noqa: E402
 from pytest_cudagate.worker.requests import run_request  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
-from pytest_cudagate.suite.model import Case  # noqa: E402
+from pytest_cudagate.suite.model import Case, Variant  # noqa: E402
 
 SUITE = REPO / "examples" / "matmul" / "cudagate.yaml"
 BIG = (2048, 2048, 2048)
@@ -51,9 +51,11 @@ def winner(pack: Path, label: str) -> Candidate | None:
     if not best or not (pack / "best.cu").is_file():
         print(f"{pack}: no gated winner ({summary.get('outcome')}); skipping {label}", file=sys.stderr)
         return None
+    classes = {name: Variant(tuple(v["options"]), launch_from_json(v["launch"]) if v.get("launch") else None)
+               for name, v in (best.get("classes") or {}).items()}  # a per-class winner's variants
     return Candidate(source=(pack / "best.cu").read_text(), launch=launch_from_json(best["launch"]),
                      launch_overrides={k: launch_from_json(v) for k, v in best["launch_overrides"].items()},
-                     origin=best["origin"], label=f"{label}: {best['label']}")
+                     origin=best["origin"], label=f"{label}: {best['label']}", classes=classes)
 
 
 def template_point(suite, spec: str) -> Candidate:
@@ -77,7 +79,8 @@ def template_point(suite, spec: str) -> Candidate:
 def shapes(suite) -> list[Case]:
     cases = [c for c in suite.cases if c.kind == "performance" and not c.holdout]
     m, n, k = BIG
-    return cases + [Case(f"bench_{m}x{n}x{k}", "performance", {"m": m, "n": n, "k": k})]
+    big = [Case(f"bench_{m}x{n}x{k}", "performance", {"m": m, "n": n, "k": k}, shape_class="large")]
+    return [c for c in cases if c.scalars != big[0].scalars] + big  # the suite's own 2048³ case is timed once
 
 
 def write_inputs(folder: Path, case: Case) -> dict[str, np.ndarray]:
@@ -92,7 +95,7 @@ def write_inputs(folder: Path, case: Case) -> dict[str, np.ndarray]:
 
 
 def time_ours(client, suite, candidate: Candidate, case: Case, data_dir: Path, out: Path, reps: int) -> tuple[float, np.ndarray | None]:
-    program = candidate.program(suite.kernel("matmul_f32"))  # 2048³ is no suite case: the default launch
+    program = candidate.program(suite.kernel("matmul_f32"))  # the bench 2048³ case runs the large class's build
     timing = {"warmup": 10, "repeat": reps, "cache": "cold", "warmup_ms": 50}
     request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=candidate.text,
                           data_dir=data_dir)

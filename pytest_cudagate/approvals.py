@@ -23,7 +23,7 @@ from pathlib import Path
 from pytest_cudagate import boundary, schema
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.worker.requests import kernel_spec
-from pytest_cudagate.suite.model import Launch, Program, Suite
+from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"
 BLOB_DIR = "approved"
@@ -58,6 +58,9 @@ class Approval:
     # Optional: how the approved binary was built, {"nvrtc_version": "13.0", "options": [...],
     # "cubin_sha256": {"sm_90": "..."}}, so a release can tell a toolchain change from a kernel change.
     build: dict | None = None
+    # The kernel's class variants, {class: {"options": [...], "launch": {...}}} (launch optional);
+    # absent from ledgers of kernels without variants, whose entries and identities stay as they were.
+    classes: dict[str, dict] = field(default_factory=dict)
 
     def identity(self) -> dict:
         """The build this approval pins; equal to :func:`build_identity` of an unchanged kernel."""
@@ -66,6 +69,7 @@ class Approval:
             "headers": {name: Path(blob).stem for name, blob in self.headers.items()},
             "entry": self.entry, "options": list(self.options), "launch": self.launch,
             "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
+            **({"classes": self.classes} if self.classes else {}),
         }
 
     def signed_payload(self) -> dict:
@@ -73,7 +77,13 @@ class Approval:
         data = asdict(self)
         if data["build"] is None:
             data.pop("build")
+        if not data["classes"]:
+            data.pop("classes")
         return data
+
+    def variant(self, case: Case) -> dict:
+        """The approved variant of ``case``'s class ({} when its class has none)."""
+        return self.classes.get(case.shape_class, {})
 
 
 @dataclass
@@ -163,25 +173,33 @@ class Ledger:
             raise FileError(path, [f"content does not match its hash ({digest[:12]}…): the approved copy was altered"])
         return text
 
-    def approved_spec(self, approval: Approval) -> dict:
-        """The approved kernel as a request's ``kernel`` field, read from the pinned copies."""
+    def pinned_texts(self, approval: Approval) -> tuple[str, dict[str, str]]:
+        """The approved source and headers, read from the pinned copies and checked against their hashes."""
+        return (self.read_blob(approval.source_blob, approval.source_sha256),
+                {name: self.read_blob(blob) for name, blob in approval.headers.items()})
+
+    def approved_spec(self, approval: Approval, case: Case) -> dict:
+        """The approved build ``case`` runs, as a request's ``kernel`` field: the pinned copies, with
+        the options of the approved variant of the case's class after the kernel's (as
+        :meth:`Program.for_case` builds the current one)."""
+        source, headers = self.pinned_texts(approval)
         return {
-            "name": approval.kernel, "entry": approval.entry,
-            "source": self.read_blob(approval.source_blob, approval.source_sha256),
-            "source_name": f"{approval.kernel}@approved/{approval.source_sha256[:12]}.cu",
-            "headers": {name: self.read_blob(blob) for name, blob in approval.headers.items()},
-            "options": list(approval.options), "arch_suffix": approval.arch_suffix,
+            "name": approval.kernel, "entry": approval.entry, "source": source,
+            "source_name": f"{approval.kernel}@approved/{approval.source_sha256[:12]}.cu", "headers": headers,
+            "options": list(approval.options) + list(approval.variant(case).get("options", [])),
+            "arch_suffix": approval.arch_suffix,
         }
 
-    def approved_launch(self, approval: Approval, case: str) -> Launch:
-        raw = approval.launch_overrides.get(case, approval.launch)
-        return Launch(tuple(raw["grid"]), tuple(raw["block"]), str(raw.get("shared_bytes", "0")))
+    def approved_launch(self, approval: Approval, case: Case) -> Launch:
+        """The approved launch of ``case``: its override, else its class variant's, else the kernel's."""
+        raw = approval.launch_overrides.get(case.name) or approval.variant(case).get("launch") or approval.launch
+        return Launch.from_record(raw)
 
 
 def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved_at: str, git: dict,
                  tool_version: str) -> Approval:
     """A new approval of ``program`` as it stands in the working tree, with pinned copies."""
-    spec = kernel_spec(program)
+    spec = kernel_spec(program.shared)
     digest, blob = ledger.store_blob(spec["source"], program.source.suffix or ".cu")
     headers = {name: ledger.store_blob(text, Path(name).suffix or ".h")[1] for name, text in spec["headers"].items()}
     return Approval(
@@ -189,20 +207,27 @@ def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved
         options=list(program.options), headers=headers, launch=program.launch.to_json(),
         launch_overrides={k: v.to_json() for k, v in program.launch_overrides.items()},
         arch_suffix=program.arch_suffix, approved_at=approved_at, approved_by=approved_by, git=git,
-        tool_version=tool_version,
+        tool_version=tool_version, classes=variants_record(program),
     )
 
 
 def build_identity(program: Program) -> dict:
-    """What makes the working-tree kernel the same build as an approval (see Approval.identity)."""
-    spec = kernel_spec(program)
+    """What makes the working-tree kernel the same build as an approval (see Approval.identity):
+    every class variant included, so a changed variant is a changed kernel."""
+    spec = kernel_spec(program.shared)
+    variants = variants_record(program)
     return {
         "source_sha256": hashlib.sha256(spec["source"].encode()).hexdigest(),
         "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in spec["headers"].items()},
         "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
         "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
-        "arch_suffix": program.arch_suffix,
+        "arch_suffix": program.arch_suffix, **({"classes": variants} if variants else {}),
     }
+
+
+def variants_record(program: Program) -> dict[str, dict]:
+    """A kernel's class variants as an approval pins them."""
+    return {name: variant.to_json() for name, variant in sorted(program.classes.items())}
 
 
 def git_state(path: Path) -> dict:

@@ -68,18 +68,20 @@ def cmd_check(args) -> int:
             print(f"  {case_data_fix(suite)}")
         for flag in flag_cases(suite) if not bad_data else []:  # judged only on sound data
             print(f"  warning: {flag}")
-        programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
+        # Each kernel's builds its cases run (one per class variant in use), then the reference.
+        builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
+        builds += [suite.reference.program] if suite.reference.program else []
         for arch in args.arch or [project_config(suite).arch]:
-            for program in programs:
+            for program in builds:
                 result = compile_program(program, arch)
                 if result.ok:
                     res = result.resources
-                    print(f"  {program.name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
+                    print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
                 else:
                     failed = True
-                    print(f"  {program.name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))
+                    print(f"  {program.build_name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))
         bad_input |= bad_data
     return EXIT_INPUT if bad_input else EXIT_FAILED if failed else 0
 

@@ -6,7 +6,7 @@ import difflib
 import json
 from pathlib import Path
 
-from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.approvals import Ledger, build_identity, variants_record
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.worker.requests import kernel_spec
@@ -21,22 +21,27 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
     if approval is None:
         raise CudagateError(f"{display_path(ledger.path)}: {kernel!r} has no approved version yet; "
                             f"run `cudagate approve {display_path(suite.path)} {kernel}` on a GPU runner")
-    approved = ledger.approved_spec(approval)
-    current = kernel_spec(program)
+    approved_source, approved_headers = ledger.pinned_texts(approval)
+    current = kernel_spec(program.shared)
     lines = [f"{kernel}: approved {approval.source_sha256[:12]} by {approval.approved_by} at {approval.approved_at}"
              f" (commit {(approval.git.get('commit') or 'unknown')[:12]})"]
     if build_identity(program) == approval.identity():
         lines.append("  unchanged: source, headers, options and launch configurations match the approval")
-    lines += _text_diff(approved["source"], current["source"], f"approved/{approval.source_sha256[:12]}.cu",
+    lines += _text_diff(approved_source, current["source"], f"approved/{approval.source_sha256[:12]}.cu",
                         display_path(program.source))
-    for name in sorted(set(approved["headers"]) | set(current["headers"])):
-        lines += _text_diff(approved["headers"].get(name, ""), current["headers"].get(name, ""),
+    for name in sorted(set(approved_headers) | set(current["headers"])):
+        lines += _text_diff(approved_headers.get(name, ""), current["headers"].get(name, ""),
                             f"approved:{name}", name)
-    if approved["options"] != current["options"]:
-        lines.append(f"  options: {approved['options']} -> {current['options']}")
+    if approval.options != current["options"]:
+        lines.append(f"  options: {approval.options} -> {current['options']}")
+    variants = variants_record(program)
+    for name in sorted(set(approval.classes) | set(variants)):
+        before, after = approval.classes.get(name), variants.get(name)
+        if before != after:
+            lines.append(f"  variant of class {name}: {_variant_text(before)} -> {_variant_text(after)}")
     for case in suite.cases:
         resolved = suite.resolved(case)
-        before = resolved.launch(ledger.approved_launch(approval, case.name))
+        before = resolved.launch(ledger.approved_launch(approval, case))
         after = resolved.launch(program)
         if before != after:
             lines.append(f"  launch for {case.name}: grid {before['grid']} block {before['block']} shared "
@@ -44,6 +49,14 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
     if report is not None:
         lines += _latency_lines(report, suite, kernel)
     return lines
+
+
+def _variant_text(variant: dict | None) -> str:
+    if variant is None:
+        return "none (the shared build)"
+    launch = variant.get("launch")
+    return f"options {variant['options']}" + (f", grid {launch['grid']} block {launch['block']} shared "
+                                              f"{launch.get('shared_bytes', '0')}" if launch else ", the kernel's launch")
 
 
 def _text_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:

@@ -111,7 +111,7 @@ class Gate:
             outcome.latency.discarded = discarded
         else:
             body, compile_info, outcome.latency = self._interleaved(
-                outcome, suite, program, case, ledger.approved_spec(approval), ledger.approved_launch(approval, case.name),
+                outcome, suite, program, case, ledger.approved_spec(approval, case), ledger.approved_launch(approval, case),
                 threshold, out, source_text, extra)
         if (self.release is not None and outcome.latency is not None and compile_info is not None
                 and compile_info.get("ok") and body.get("status") == "ok"):
@@ -166,7 +166,9 @@ class Gate:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
-            outcome.message = f"{program.source} does not compile:\n{compile_info.get('log', '')}"
+            build = program.for_case(case)
+            what = f" ({build.build_name})" if build.variant else ""
+            outcome.message = f"{program.source}{what} does not compile:\n{compile_info.get('log', '')}"
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
@@ -353,8 +355,8 @@ class Gate:
             # The approved version is the released one: the comparison just made is the release's.
             return dataclasses.replace(latency, reason=label, samples={}, telemetry=[], release=None, note="; ".join(
                 filter(None, [f"the approved version is the one approved at {label}: one comparison serves both", drift])))
-        _, _, result = self._interleaved(outcome, suite, program, case, released.kernel_spec(),
-                                         released.launch_for(case.name), threshold, out, source_text, extra,
+        _, _, result = self._interleaved(outcome, suite, program, case, released.kernel_spec(case),
+                                         released.launch_for(case), threshold, out, source_text, extra,
                                          which=f"the version approved at {label}")
         if result is None:
             return incomparable(threshold, f"the comparison with {label} did not complete", self.fingerprint_text)

@@ -29,7 +29,7 @@ from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.trust.base_ref import TrustRoot
 from pytest_cudagate.release import BuildRecord
-from pytest_cudagate.worker.build import build_record, compile_program
+from pytest_cudagate.worker.build import build_record, compile_builds
 
 
 PLUGIN_NAME = "cudagate-session"
@@ -220,12 +220,17 @@ class CompileItem(GateItem):
         if distrust:
             raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
                               "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
-        result = compile_program(node.program, self.runtime.arch())
-        self.user_properties.append(("arch", result.arch))
-        for key, value in result.resources.items():
-            self.user_properties.append((key, value))
-        if not result.ok:
-            raise GateFailure(f"{node.program.source} does not compile for {result.arch}:\n{result.log}")
+        failures = []
+        for number, (build, result) in enumerate(compile_builds(node.program, node.cases, self.runtime.arch())):
+            if not number:
+                self.user_properties.append(("arch", result.arch))
+            for key, value in result.resources.items():  # a class variant's prefixed with its class
+                self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
+            if not result.ok:
+                what = f" ({build.build_name})" if build.variant else ""
+                failures.append(f"{node.program.source}{what} does not compile for {result.arch}:\n{result.log}")
+        if failures:
+            raise GateFailure("\n".join(failures))
 
 
 class ReleaseItem(GateItem):

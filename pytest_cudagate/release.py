@@ -13,14 +13,14 @@ import fnmatch
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
 import git
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.suite.model import Launch, Suite
+from pytest_cudagate.suite.model import Case, Launch, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as approvals.LEDGER_NAME
 # Largest git blob read at a ref: ledgers with per-launch samples run to a few MiB; anything far
@@ -87,19 +87,22 @@ class ReleasedApproval:
     launch: dict
     launch_overrides: dict[str, dict]
     build: BuildRecord | None
+    classes: dict[str, dict] = field(default_factory=dict)  # the approval's class variants, as recorded
 
-    def kernel_spec(self) -> dict:
-        """The released kernel as a harness request's ``kernel`` field."""
+    def kernel_spec(self, case: Case) -> dict:
+        """The released build ``case`` runs, as a harness request's ``kernel`` field (the options of
+        its class's variant after the kernel's, as for the approved version)."""
         return {
             "name": self.kernel, "entry": self.entry, "source": self.source,
             "source_name": f"{self.kernel}@{self.label}/{self.source_sha256[:12]}.cu",
-            "headers": dict(self.headers), "options": list(self.options), "arch_suffix": self.arch_suffix,
+            "headers": dict(self.headers), "arch_suffix": self.arch_suffix,
+            "options": list(self.options) + list(self.classes.get(case.shape_class, {}).get("options", [])),
         }
 
-    def launch_for(self, case: str) -> Launch:
-        raw = self.launch_overrides.get(case, self.launch)
-        return Launch(tuple(str(e) for e in raw["grid"]), tuple(str(e) for e in raw["block"]),
-                      str(raw.get("shared_bytes", "0")))
+    def launch_for(self, case: Case) -> Launch:
+        """``case``'s override, else its class variant's launch, else the kernel's."""
+        return Launch.from_record(self.launch_overrides.get(case.name)
+                                  or self.classes.get(case.shape_class, {}).get("launch") or self.launch)
 
     def identity(self) -> dict:
         """The build it pins, in the shape of ``approvals.build_identity``: equal for the same kernel."""
@@ -108,6 +111,7 @@ class ReleasedApproval:
             "headers": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in self.headers.items()},
             "entry": self.entry, "options": list(self.options), "launch": self.launch,
             "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
+            **({"classes": self.classes} if self.classes else {}),
         }
 
 
@@ -317,7 +321,21 @@ def _released(ref: ReleaseRef, suite_dir: str, ledger_path: str, name: str, entr
         launch_overrides={case: launch(raw, f"launch_overrides.{case}")
                           for case, raw in field("launch_overrides", dict).items()},
         build=_build(entry.get("build"), where),
+        classes=_variants(entry.get("classes", {}), where, launch),
     )
+
+
+def _variants(raw: object, where: str, launch) -> dict[str, dict]:
+    """An approval's ``classes`` at the ref: per class, a list of options and an optional launch."""
+    if not isinstance(raw, dict):
+        raise ReleaseError(f"{where}: field 'classes' is not a dict")
+    for shape_class, variant in raw.items():
+        if not (isinstance(variant, dict) and isinstance(variant.get("options"), list)
+                and all(isinstance(o, str) for o in variant["options"])):
+            raise ReleaseError(f"{where}: classes.{shape_class} needs an 'options' list of strings")
+        if "launch" in variant:
+            launch(variant["launch"], f"classes.{shape_class}.launch")
+    return raw
 
 
 def _pinned_text(ref: ReleaseRef, suite_dir: str, blob: object, expected_sha: str | None, where: str) -> str:

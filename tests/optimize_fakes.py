@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.build import compile_builds
 from pytest_cudagate.judge.correctness import CaseVerdict
 from pytest_cudagate.judge.latency import Latency, LatencyResult
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -81,6 +81,14 @@ def markers(source: str) -> dict:
     return found
 
 
+def build_defines(candidate, shape_class: str) -> dict[str, int]:
+    """The tunables a case of ``shape_class`` runs with: the candidate's defines, overridden by the -D
+    options of the class's variant (as the guarded #defines of ``Candidate.text`` are by the compiler)."""
+    variant = candidate.classes.get(shape_class)
+    options = dict(o[2:].split("=", 1) for o in (variant.options if variant else ()) if o.startswith("-D"))
+    return {**candidate.defines, **{name: int(value) for name, value in options.items()}}
+
+
 class FakeEvaluator:
     def __init__(self, suite, program, ledger=None, *, gpu_s: float = 0.25, validate_gpu_s: float = 1.0,
                  sleep_s: float = 0.0, interrupt_after: int | None = None, latency_fn=None, profile=None):
@@ -102,7 +110,8 @@ class FakeEvaluator:
         return 2.0
 
     def compile(self, candidate) -> dict:
-        return compile_summary(compile_program(candidate.program(self.program), "sm_90", candidate.text))
+        builds = compile_builds(candidate.program(self.program), self.suite.cases, "sm_90", candidate.text)
+        return next((compile_summary(r) for _, r in builds if not r.ok), compile_summary(builds[0][1]))
 
     def _latency(self, candidate, case: str) -> float:
         if self.latency_fn is not None:
@@ -125,7 +134,7 @@ class FakeEvaluator:
         evaluation = Evaluation(stage="correctness", passed=False, compile=self.compile(candidate), gpu_s=self.gpu_s)
         visible = [c for c in self.suite.cases if not c.holdout]
         for case in [c for c in visible if c.kind != "performance"]:
-            launch = candidate.program(self.program).launch_for(case.name).resolve(case.scalars)
+            launch = candidate.program(self.program).for_case(case).launch_for(case.name).resolve(case.scalars)
             if "wrong" in flags:
                 message = (f"scale2 × {case.name}: FAILED\noutput 'y': 7 of 150 elements outside tolerance\n"
                            "  worst at index [2, 3]: expected 0.123456, actual 9.0")
@@ -136,7 +145,7 @@ class FakeEvaluator:
             evaluation.cases.append(CaseResult(case.name, case.kind, True, launch))
         evaluation.stage = "performance"
         for case in [c for c in visible if c.kind == "performance"]:
-            launch = candidate.program(self.program).launch_for(case.name).resolve(case.scalars)
+            launch = candidate.program(self.program).for_case(case).launch_for(case.name).resolve(case.scalars)
             if "fault" in flags:
                 message = f"scale2 × {case.name}: FAILED\nthe kernel faulted: CUDA_ERROR_ILLEGAL_ADDRESS"
                 evaluation.cases.append(CaseResult(case.name, case.kind, False, launch, message, message))

@@ -185,7 +185,7 @@ def test_ledger_round_trip_and_identity(suite):
     approval = again.approvals["softmax_rows"]
     assert approval.baselines["00112233aabbccdd"].cases["perf_256x1024"]["samples_ms"] == [0.006, 0.0061]
     assert build_identity(suite.kernels[0]) == approval.identity()
-    assert again.approved_spec(approval)["source"] == suite.kernels[0].source.read_text()
+    assert again.approved_spec(approval, suite.cases[0])["source"] == suite.kernels[0].source.read_text()
     (suite.root / "softmax.cu").write_text(suite.kernels[0].source.read_text() + "\n// changed\n")
     assert build_identity(load_suite(suite.path).kernels[0]) != approval.identity()
 
@@ -216,10 +216,10 @@ def test_a_missing_or_altered_pinned_copy_is_refused(suite):
     blob = suite.root / approval.source_blob
     blob.write_text("// tampered")
     with pytest.raises(FileError, match="does not match its hash"):
-        ledger.approved_spec(approval)
+        ledger.approved_spec(approval, suite.cases[0])
     blob.unlink()
     with pytest.raises(FileError, match="is missing"):
-        ledger.approved_spec(approval)
+        ledger.approved_spec(approval, suite.cases[0])
 
 
 # -- the identical-kernel path: NVML snapshots around the timed run ----------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.suite.model import Case
 from pytest_cudagate.release import (
     FETCH_TAGS_FIX,
     AbsentAtRef,
@@ -176,10 +177,27 @@ def test_released_approvals_read_the_pinned_version(repo):
     assert seen == [(["scale"], "v1.1.0")]
     scale = released["scale"]
     assert (scale.source, scale.label, scale.options, scale.build) == ("// v2\n", "v1.1.0", ("-DK=1",), None)
-    spec = scale.kernel_spec()
+    spec = scale.kernel_spec(Case("small", "performance", {"n": 4}))
     assert spec["source"] == "// v2\n" and spec["source_name"].startswith("scale@v1.1.0/")
-    assert scale.launch_for("big").block == ("512",)
-    assert scale.launch_for("small").grid == ("cdiv(n, 256)",)
+    assert scale.launch_for(Case("big", "performance", {"n": 4})).block == ("512",)
+    assert scale.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
+
+
+def test_a_released_version_with_variants_builds_each_class_as_it_was_approved(repo):
+    path = repo / SUITE / "cudagate.approvals.json"
+    raw = json.loads(path.read_text())
+    variant = {"options": ["-DWIDE=1"], "launch": {"grid": ["n"], "block": [64]}}
+    raw["approvals"]["scale"]["classes"] = {"large": variant}
+    path.write_text(json.dumps(raw))
+    commit(repo, "variants", "v2.0.0")
+    scale = released_approvals(resolve_release_ref(repo, "v2.0.0"), SUITE, accept)["scale"]
+    large, small = Case("l", "performance", {"n": 4}, shape_class="large"), Case("s", "performance", {"n": 4})
+    assert scale.kernel_spec(large)["options"] == ["-DK=1", "-DWIDE=1"]
+    assert scale.kernel_spec(small)["options"] == ["-DK=1"]
+    assert scale.launch_for(large).block == ("64",) and scale.launch_for(small).block == ("256",)
+    assert scale.launch_for(Case("big", "performance", {"n": 4}, shape_class="large")).block == ("512",)  # override wins
+    assert scale.identity()["classes"] == {"large": variant}
+    assert "classes" not in released_approvals(resolve_release_ref(repo, "v1.1.0"), SUITE, accept)["scale"].identity()
 
 
 def test_recorded_build_is_carried(repo):
@@ -238,6 +256,8 @@ def test_suite_added_after_the_ref_is_absent_and_verify_is_not_called(repo):
     ({"entry": None}, r"field 'entry' is missing or not a str"),
     ({"build": {"options": []}}, r"field 'build' needs nvrtc_version, options and cubin_sha256"),
     ({"launch_overrides": {"big": {"grid": [1]}}}, r"launch_overrides.big needs 'grid' and 'block' lists"),
+    ({"classes": {"large": {"options": "-DW=1"}}}, r"classes.large needs an 'options' list of strings"),
+    ({"classes": {"large": {"options": [], "launch": {"block": [1]}}}}, r"classes.large.launch needs 'grid' and 'block' lists"),
 ])
 def test_malformed_entry_names_the_field(repo, change, message):
     path = repo / SUITE / "cudagate.approvals.json"

@@ -22,7 +22,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.includes import directives
 from pytest_cudagate.worker.requests import quoted_includes
 from pytest_cudagate.suite.expr import ExprError, parse
-from pytest_cudagate.suite.model import Launch, Program, Suite
+from pytest_cudagate.suite.model import Launch, Program, Suite, Variant
 
 MAX_SOURCE_CHARS = 200_000
 MAX_THREADS_PER_BLOCK = 1024
@@ -44,10 +44,25 @@ class CandidateError(ValueError):
     """A candidate that cannot be compiled or launched as given; the message says what to fix."""
 
 
+@dataclass(frozen=True)
+class ClassChoice:
+    """What a per-class winner chose for one shape class, and why (for the audit pack)."""
+
+    defines: dict[str, int]  # the tunables this class's cases run with
+    variant: bool  # True: a class variant; False: the shared default
+    why: str
+
+    def to_json(self) -> dict:
+        return {"defines": dict(self.defines), "variant": self.variant, "why": self.why}
+
+
 @dataclass
 class Candidate:
-    """One proposal. ``defines`` (autotune) are baked into the source as ``#define`` lines, so what is
-    timed is exactly what ``best.cu`` holds and what a review branch ships."""
+    """One proposal. ``defines`` (autotune) are baked into the source as ``#ifndef``-guarded
+    ``#define`` lines, so what is timed is exactly what ``best.cu`` holds and what a review branch
+    ships, and a class variant's ``-DNAME=value`` options override them for its class's cases.
+    ``classes`` are those variants (the suite's ``classes:``); ``choices`` says per class what
+    an autotune per-class winner picked and why."""
 
     source: str
     launch: Launch
@@ -56,14 +71,16 @@ class Candidate:
     origin: str = ""  # initial / openai / autotune / replay
     label: str = ""  # short, for people: a proposal file's name, a tunable setting, a model's title
     notes: str = ""  # the proposer's own words (a model's summary of its idea)
+    classes: dict[str, Variant] = field(default_factory=dict)
+    choices: dict[str, ClassChoice] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
-        """The source as compiled: the defines first, then the source."""
+        """The source as compiled: the defines first (each overridable by a -D option), then the source."""
         if not self.defines:
             return self.source
         lines = ["// cudagate optimize --proposer autotune: tunables of this build"]
-        lines += [f"#define {name} {value}" for name, value in self.defines.items()]
+        lines += [f"#ifndef {name}\n#define {name} {value}\n#endif" for name, value in self.defines.items()]
         return "\n".join(lines) + "\n" + self.source
 
     @property
@@ -71,29 +88,31 @@ class Candidate:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
     def key(self) -> str:
-        """Identity of the build and launch: two equal keys time the same thing."""
-        blob = json.dumps({"text": self.text, "launch": self.launch.to_json(),
-                           "overrides": {k: v.to_json() for k, v in sorted(self.launch_overrides.items())}},
-                          sort_keys=True)
+        """Identity of the builds and launches: two equal keys time the same thing."""
+        blob = json.dumps({"text": self.text, **self.launch_json()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def program(self, base: Program) -> Program:
-        """``base`` (the suite's kernel) with this launch; source comes as text, options stay."""
+        """``base`` (the suite's kernel) with this launch and these class variants; source comes as
+        text, options stay."""
         return replace(base, launch=self.launch, launch_overrides=dict(self.launch_overrides), tunables={},
-                       tuning_launch=None, tuning_overrides={}, tuning_source=None)
+                       tuning_launch=None, tuning_overrides={}, tuning_source=None, classes=dict(self.classes))
 
     def launch_json(self) -> dict:
         return {"launch": self.launch.to_json(),
-                "launch_overrides": {k: v.to_json() for k, v in sorted(self.launch_overrides.items())}}
+                "launch_overrides": {k: v.to_json() for k, v in sorted(self.launch_overrides.items())},
+                **({"classes": {k: v.to_json() for k, v in sorted(self.classes.items())}} if self.classes else {})}
 
     def to_json(self) -> dict:
         return {"origin": self.origin, "label": self.label, "notes": self.notes, "defines": dict(self.defines),
-                "source_sha256": self.sha256, "source": self.text, **self.launch_json()}
+                "source_sha256": self.sha256, "source": self.text, **self.launch_json(),
+                **({"choices": {k: c.to_json() for k, c in sorted(self.choices.items())}} if self.choices else {})}
 
     @classmethod
     def initial(cls, program: Program) -> Candidate:
         return cls(source=program.source.read_text(encoding="utf-8"), launch=program.launch,
-                   launch_overrides=dict(program.launch_overrides), origin="initial", label="initial kernel")
+                   launch_overrides=dict(program.launch_overrides), origin="initial", label="initial kernel",
+                   classes=dict(program.classes))
 
 
 def launch_from_json(raw: dict, what: str = "launch") -> Launch:
@@ -172,6 +191,7 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
     scalars = {p.name for p in suite.signature if p.kind == "scalar"}
     names = {c.name for c in visible}
     launches = [("launch", candidate.launch)] + [(f"launch_overrides[{k}]", v) for k, v in candidate.launch_overrides.items()]
+    launches += [(f"classes[{k}].launch", v.launch) for k, v in candidate.classes.items() if v.launch]
     for case in candidate.launch_overrides:
         if case not in names:
             problems.append(f"launch_overrides names {case!r}, which is not one of the cases ({', '.join(sorted(names))})")
@@ -191,9 +211,9 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
                                     "cdiv/min/max")
     if problems:
         return problems
+    built = candidate.program(program)
     for case in visible:
-        launch = candidate.launch_overrides.get(case.name, candidate.launch)
-        problems += launch_problems(launch, case)
+        problems += launch_problems(built.for_case(case).launch_for(case.name), case)
     return problems
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pytest_cudagate.judge import stats
-from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.build import compile_builds
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.fingerprint import Fingerprint
@@ -155,7 +155,16 @@ class HarnessEvaluator:
         return len(self.suite.cases) * (self.gate_options.budget_s + 1.0) + 15.0
 
     def compile(self, candidate: Candidate) -> dict:
-        return compile_summary(compile_program(candidate.program(self.program), self.arch, candidate.text))
+        """Every build the visible cases run (one per class variant), on the host: the first that
+        fails, naming its variant, else the shared build's (or the first variant's) summary."""
+        summaries = []
+        for build, result in compile_builds(candidate.program(self.program), self.visible, self.arch, candidate.text):
+            summary = compile_summary(result)
+            if not summary["ok"]:
+                summary["log"] = (f"{build.build_name}:\n" if build.variant else "") + summary["log"]
+                return summary
+            summaries.append(summary)
+        return summaries[0]
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         start = time.monotonic()
@@ -171,15 +180,18 @@ class HarnessEvaluator:
     def _evaluate(self, candidate: Candidate, program: Program, out: Path) -> Evaluation:
         evaluation = Evaluation(stage="correctness", passed=False)
         checks = [c for c in self.visible if c.kind != "performance"]
-        if checks:
-            request = run_request(self.suite, program, checks, output_dir=out, timing=None, source_text=candidate.text)
+        for build in program.builds(checks) if checks else []:  # one request per class variant in use
+            cases = [c for c in checks if program.for_case(c) == build]
+            request = run_request(self.suite, program, cases, output_dir=out, timing=None, source_text=candidate.text)
             result = self.client.run(request)
-            evaluation.compile = compile_summary(result.compile)
+            evaluation.compile = evaluation.compile or compile_summary(result.compile)
             if not result.compile.get("ok"):
                 evaluation.stage = "compile"
-                evaluation.rejection = evaluation.rejection_for_model = "compile error:\n" + evaluation.compile["log"]
+                what = f" ({build.build_name})" if build.variant else ""
+                evaluation.rejection = evaluation.rejection_for_model = (f"compile error{what}:\n"
+                                                                         + compile_summary(result.compile)["log"])
                 return evaluation
-            for case in checks:
+            for case in cases:
                 body = result.cases.get(case.name, {"status": "error", "error": {"kind": "crash", "message": "not run"}})
                 if self._judged(evaluation, program, case, body) is None:
                     return evaluation
@@ -205,7 +217,7 @@ class HarnessEvaluator:
         return result
 
     def _timed(self, evaluation: Evaluation, candidate: Candidate, program: Program, case: Case, out: Path) -> bool:
-        suite, initial = self.suite, self.initial.program(self.program)
+        suite, initial = self.suite, self.initial.program(self.program).for_case(case)
         self._seed += 1
         request = compare_request(suite, program, case, approved=kernel_spec(initial, self.initial.text),
                                   approved_launch=initial.launch_for(case.name), output_dir=out,
@@ -221,8 +233,10 @@ class HarnessEvaluator:
         if not evaluation.compile:
             evaluation.compile = compile_summary(current)
         if not current.get("ok"):
+            build = program.for_case(case)
             evaluation.stage = "compile"
-            evaluation.rejection = evaluation.rejection_for_model = "compile error:\n" + current.get("log", "")
+            evaluation.rejection = evaluation.rejection_for_model = (
+                f"compile error{f' ({build.build_name})' if build.variant else ''}:\n" + current.get("log", ""))
             return False
         body = result.body or {"status": "error", "error": {"kind": "crash", "message": "no answer"}}
         verdict_result = self._judged(evaluation, program, case, body)

@@ -4,8 +4,9 @@ The commit is built with git plumbing on a private index (``read-tree``, ``updat
 ``write-tree``, ``commit-tree``, ``branch``), so the working tree, the index and the checked-out
 branch are never touched. It replaces the kernel's source file with ``best.cu``; when the
 winner's launch differs from the suite's, the kernel's ``launch`` (and ``launch_overrides``) in
-the suite file are rewritten in place (comments and layout elsewhere kept). A launch is signed,
-so the message then says the suite needs ``cudagate sign`` after review.
+the suite file are rewritten in place (comments and layout elsewhere kept), and a per-class
+winner's variants are written as the kernel's ``classes:``. A launch, a variant's included, is
+signed, so the message then says the suite needs ``cudagate sign`` after review.
 """
 
 from __future__ import annotations
@@ -89,6 +90,41 @@ def rewrite_launch(text: str, kernel: str, launch: dict, overrides: dict[str, di
     return text
 
 
+def _variant_flow(variant: dict) -> str:
+    items = [f"options: {json.dumps(list(variant['options']))}"]
+    if variant.get("launch"):
+        items.append(f"launch: {_flow(variant['launch'])}")
+    return "{" + ", ".join(items) + "}"
+
+
+def rewrite_classes(text: str, kernel: str, classes: dict[str, dict]) -> str:
+    """The suite text with ``kernel``'s ``classes:`` (per-class variants) replaced, added after its
+    launch (and launch_overrides), or removed when ``classes`` is empty; the rest byte for byte."""
+    node = _kernel_node(text, kernel)
+    pairs = {k.value: (k, v) for k, v in node.value}
+    key, value = pairs["launch"]
+    indent = " " * key.start_mark.column
+    body = "".join(f"\n{indent}  {name}: {_variant_flow(v)}" for name, v in sorted(classes.items()))
+    if "classes" in pairs:
+        cl_key, cl = pairs["classes"]
+        start, end = text.index(":", cl_key.end_mark.index) + 1, cl.end_mark.index
+        while end > start and text[end - 1] in " \t\r\n":
+            end -= 1
+        if classes:
+            text = text[:start] + body + text[end:]
+        else:  # the whole `classes:` entry, its line included
+            line_start = text.rfind("\n", 0, cl_key.start_mark.index)
+            text = text[:line_start] + text[end:]
+    elif classes:
+        last = pairs.get("launch_overrides", (key, value))
+        after = _span(text, *last)[1]
+        line_end = text.find("\n", after)
+        line_end = len(text) if line_end < 0 else line_end
+        text = text[:line_end] + f"\n{indent}classes:{body}" + text[line_end:]
+    yaml.safe_load(text)  # still YAML
+    return text
+
+
 def commit_message(summary: dict, suite_display: str, kernel: str, pack: str, launch_changed: bool) -> str:
     best = summary["best"]
     lines = [f"cudagate optimize: {summary['suite_name']}/{kernel} {best['speedup_vs_initial']:.2f}x faster ({pack})", "",
@@ -109,6 +145,10 @@ def commit_message(summary: dict, suite_display: str, kernel: str, pack: str, la
               + (f"${cost:.4f}" if cost is not None else "cost unknown") +
               f"; GPU {usage['gpu_seconds']:.1f} s; wall {usage['wall_seconds']:.1f} s",
               f"Audit pack: {pack} (summary.json, history.json, report.html)", ""]
+    for name, variant in (best.get("classes") or {}).items():
+        lines.append(f"Class {name} runs a variant: options {' '.join(variant['options'])}"
+                     + (f", launch grid {variant['launch']['grid']} block {variant['launch']['block']}"
+                        if variant.get("launch") else ", the shared launch") + ".")
     if launch_changed:
         lines.append(f"The launch configuration changed: it is signed, so after review a maintainer runs "
                      f"`cudagate sign {suite_display}`.")
@@ -126,13 +166,22 @@ def propose_branch(suite, program, winner, summary: dict, pack_dir: Path, *, bra
     head = repo.head.commit.hexsha
     files = {source_rel: winner.candidate.text}
     current = {"launch": program.launch.to_json(),
-               "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()}}
-    wanted = winner.candidate.launch_json()
-    launch_changed = json.loads(json.dumps(current)) != json.loads(json.dumps(wanted))
-    if launch_changed:
-        original = repo.git.show(f"HEAD:{suite_rel}")
-        files[suite_rel] = rewrite_launch(original + ("\n" if not original.endswith("\n") else ""), program.name,
-                                          wanted["launch"], wanted["launch_overrides"])
+               "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
+               "classes": {k: v.to_json() for k, v in program.classes.items()}}
+    wanted = {"classes": {}, **winner.candidate.launch_json()}
+    current, wanted = json.loads(json.dumps(current)), json.loads(json.dumps(wanted))
+    signed = ({k: current[k] for k in ("launch", "launch_overrides")},
+              {name: v.get("launch") for name, v in current["classes"].items()})
+    launch_changed = signed != ({k: wanted[k] for k in ("launch", "launch_overrides")},
+                                {name: v.get("launch") for name, v in wanted["classes"].items()})
+    if current != wanted:
+        text = repo.git.show(f"HEAD:{suite_rel}")
+        text += "\n" if not text.endswith("\n") else ""
+        if current["launch"] != wanted["launch"] or current["launch_overrides"] != wanted["launch_overrides"]:
+            text = rewrite_launch(text, program.name, wanted["launch"], wanted["launch_overrides"])
+        if current["classes"] != wanted["classes"]:
+            text = rewrite_classes(text, program.name, wanted["classes"])
+        files[suite_rel] = text
     try:
         pack_display = pack_dir.resolve().relative_to(root).as_posix()
     except ValueError:

@@ -135,16 +135,29 @@ class Optimizer:
             return
         self.meter.reserve_s = self.evaluator.validation_reserve_s()
         try:
-            for number in range(1, self.budgets.max_iterations + 1):
-                self.meter.check_time()
-                self._round(number)
-            self._stop("max_iterations")
+            try:
+                for number in range(1, self.budgets.max_iterations + 1):
+                    self.meter.check_time()
+                    self._round(number)
+                reason = ("max_iterations", "")
+            except ProposerExhausted as exc:
+                reason = ("proposer_exhausted", str(exc) or STOP_REASONS["proposer_exhausted"])
+            self._compose()
+            self._stop(*reason)
         except BudgetExceeded as exc:
             self._stop(exc.reason, exc.detail)
-        except ProposerExhausted as exc:
-            self._stop("proposer_exhausted", str(exc) or STOP_REASONS["proposer_exhausted"])
         except ModelError as exc:
             self._stop("model_error", str(exc))
+
+    def _compose(self) -> None:
+        """A proposer that searched shape classes separately (autotune) may offer one more candidate
+        after its rounds: one source with per-class variants. It is timed like any other, in the
+        last round, and wins only if it is faster as it would ship."""
+        compose = getattr(self.proposer, "compose", None)  # optional: see proposers.Proposer
+        candidate = compose(list(self.attempts)) if compose is not None else None
+        if candidate is not None:
+            self.meter.check_time()
+            self._try(self.rounds_run, candidate, 0, None)
 
     def _round(self, number: int) -> None:
         context = RoundContext(number, self.budgets.max_iterations, self.attempts[0], self.best, list(self.attempts))

@@ -28,6 +28,7 @@ from pathlib import Path
 from pytest_cudagate import __version__
 from pytest_cudagate.approvals import git_state
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.optimize.evaluator import finite
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.worker.requests import run_request
@@ -254,6 +255,7 @@ def _best_json(opt, attempt, pack) -> dict | None:
             "ratio_vs_initial": ev.ratio if ev else None,
             "speedup_vs_initial": (1.0 / ev.ratio["ratio"]) if ev and ev.ratio and ev.ratio.get("ratio") else None,
             "gate": _gate_summary(g) if g else None,
+            "chosen": _chosen(pack, attempt.candidate, case),
         })
     ratios = [c["gate"]["ratio_vs_approved"]["ratio"] for c in cases
               if c["gate"] and c["gate"].get("ratio_vs_approved") and c["kind"] == "performance"
@@ -266,6 +268,28 @@ def _best_json(opt, attempt, pack) -> dict | None:
             "validated": bool(attempt.validation and attempt.validation.passed),
             "source_sha256": attempt.candidate.sha256, "defines": attempt.candidate.defines,
             **attempt.candidate.launch_json(), "gate": _gate_overview(attempt.validation), "cases": cases}
+
+
+def _chosen(pack, candidate, case) -> dict:
+    """What ``case`` runs in ``candidate`` and why: its class's variant or the shared default."""
+    build = candidate.program(pack.program).for_case(case)
+    variant = candidate.classes.get(case.shape_class)
+    choice = candidate.choices.get(case.shape_class)
+    try:
+        launch = pack.suite.resolved(case).launch(build)
+    except ExprError:
+        launch = None
+    if choice is not None:
+        why = choice.why
+    elif variant is not None:
+        why = f"class {case.shape_class} variant"
+    elif candidate.classes:
+        why = f"shared default (class {case.shape_class} has no variant)"
+    else:
+        why = f"one build for every case ({candidate.label or candidate.origin})"
+    return {"class": case.shape_class, "build": "variant" if variant is not None else "shared",
+            "defines": dict(choice.defines if choice is not None else candidate.defines),
+            "options": list(variant.options) if variant is not None else [], "launch": launch, "why": why}
 
 
 def _gate_overview(validation) -> dict | None:

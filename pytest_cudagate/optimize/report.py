@@ -273,21 +273,37 @@ def best_html(best: dict, title: str) -> str:
     rows = "".join(
         f"<tr><td>{e(c['case'])}{' <b>(holdout)</b>' if c.get('holdout') else ''}</td><td>{e(c.get('kind'))}</td>"
         f"<td class=num>{us(c.get('initial_ms'))}</td><td class=num>{us(c.get('search_latency_ms'))}</td>"
-        f"<td class=num>{x(c.get('speedup_vs_initial'))}</td><td class=num>{ratio(c.get('ratio_vs_initial'))}</td></tr>"
+        f"<td class=num>{x(c.get('speedup_vs_initial'))}</td><td class=num>{ratio(c.get('ratio_vs_initial'))}</td>"
+        f"{chosen_cells(c.get('chosen'))}</tr>"
         for c in best.get("cases", []))
     head = "".join(f"<th>{h}</th>" for h in ("case", "kind", "initial (search)", "candidate (search)", "speedup",
-                                             "ratio vs initial [CI]"))
+                                             "ratio vs initial [CI]", "class", "build", "launch", "why"))
     defines = best.get("defines") or {}
     overrides = best.get("launch_overrides") or {}
     facts = [("launch", launch(best.get("launch"))),
              ("defines", escape(" ".join(f"{k}={v}" for k, v in defines.items())) if defines else DASH)]
     if overrides:
         facts.append(("launch per case", table_kv([(case, launch(value)) for case, value in overrides.items()])))
+    for name, variant in (best.get("classes") or {}).items():
+        facts.append((f"class {name} variant", escape(" ".join(variant.get("options") or [])) + (
+            f" · {launch(variant['launch'])}" if variant.get("launch") else " · the shared launch")))
     facts.append(("source sha256", f"<code>{e(best.get('source_sha256'))}</code>"))
     return (f"<h2>{e(title)}: attempt {e(best.get('attempt'))} ({e(best.get('label'))}, {e(best.get('origin'))}, "
             f"round {e(best.get('round'))})</h2>"
             f"<p>{x(best.get('speedup_vs_initial'))} the initial kernel (search), {x(best.get('speedup_vs_approved'))} "
             f"the approved kernel (gate)</p>{table_kv(facts)}<table><tr>{head}</tr>{rows}</table>")
+
+
+def chosen_cells(chosen: dict | None) -> str:
+    """A case's class, build (its class's variant or the shared default), resolved launch and why."""
+    if not chosen:
+        return "<td></td>" * 4
+    resolved = chosen.get("launch") or {}
+    shown = (f"grid {resolved.get('grid')} block {resolved.get('block')} shared {resolved.get('shared_bytes')}"
+             if resolved else DASH)
+    build = "variant " + " ".join(chosen.get("options") or []) if chosen.get("build") == "variant" else "shared"
+    return (f"<td>{e(chosen.get('class'))}</td><td>{e(build)}</td><td>{e(shown)}</td>"
+            f"<td>{e(chosen.get('why'))}</td>")
 
 
 def charts_html(summary: dict, history: dict) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate import schema
@@ -19,7 +20,8 @@ from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_fini
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
-from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Checks, Distribution, Launch, Param, Program, Reference, Suite, Tolerance, Timing
+from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, Param, Program, Reference,
+                                        Suite, Tolerance, Timing, Variant)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -116,7 +118,8 @@ class _Checker:
             shared_bytes=self.expr(raw.get("shared_bytes", 0), parts + ["shared_bytes"], scalars),
         )
 
-    def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str]) -> Program:
+    def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str],
+                case_classes: set[str] = frozenset()) -> Program:
         tunables = self.tunables(raw.get("tunables", {}), parts + ["tunables"], scalars)
         names = scalars | set(tunables)  # launch expressions may use tunables' names
         defaults = {tunable: values[0] for tunable, values in tunables.items()}
@@ -154,7 +157,26 @@ class _Checker:
             tuning_launch=tuning or (launch if tunables else None),
             tuning_overrides={} if tuning else (raw_overrides if tunables else {}),
             tuning_source=tuning_source,
+            classes={shape_class: self.variant(variant, parts + ["classes", shape_class], names, defaults, case_classes)
+                     for shape_class, variant in raw.get("classes", {}).items()},
         )
+
+    def variant(self, raw: dict, parts: list, names: set[str], defaults: dict[str, int],
+                case_classes: set[str]) -> Variant:
+        """One entry of a kernel's ``classes:``: a class some case has, options the compiler accepts,
+        and a launch whose expressions resolve as the kernel's do."""
+        shape_class = parts[-1]
+        if shape_class not in case_classes:
+            self.add(parts, f"no case has class {shape_class!r} (the cases' classes: {', '.join(sorted(case_classes))}); "
+                            f"name one of those, or give the cases it is for `class: {shape_class}`")
+        options = tuple(raw.get("options", []))
+        for i, option in enumerate(options):
+            try:
+                check_options([option])
+            except CompileOptionError as exc:
+                self.add(parts + ["options", i], f"{exc}; remove it from the variant")
+        launch = self.launch(raw["launch"], parts + ["launch"], names).with_constants(defaults) if "launch" in raw else None
+        return Variant(options=options, launch=launch)
 
     def template(self, value: str, parts: list, entry: str) -> Path:
         """``tuning_source``: a file like ``source`` that defines the kernel's entry (its candidates replace the kernel)."""
@@ -219,7 +241,9 @@ class _Checker:
         else:
             reference = Reference(program=self.program(ref_raw, ["reference"], scalars, "reference", case_names))
 
-        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names) for i, k in enumerate(raw["kernels"])]
+        case_classes = {c.shape_class for c in cases}
+        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes)
+                   for i, k in enumerate(raw["kernels"])]
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 
         tolerance = {}
@@ -351,7 +375,9 @@ class _Checker:
     def launches(program: Program, case: Case):
         """``(what, launch, scalars)`` for the launch the gate uses and each tuning launch with every
         tunable value (one tunable at a time, the others at their defaults)."""
-        yield "launch", program.launch_for(case.name), case.scalars
+        build = program.for_case(case)
+        what = f"launch (class {case.shape_class} variant)" if build.variant else "launch"
+        yield what, build.launch_for(case.name), case.scalars
         tuning = program.tuning_overrides.get(case.name, program.tuning_launch)
         if tuning is None or not program.tunables:
             return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +51,12 @@ class Launch:
 
     def to_json(self) -> dict:
         return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+    @classmethod
+    def from_record(cls, raw: dict) -> Launch:
+        """A launch as a ledger records it (expressions as text or integers)."""
+        return cls(tuple(str(e) for e in raw["grid"]), tuple(str(e) for e in raw["block"]),
+                   str(raw.get("shared_bytes", "0")))
 
     def with_constants(self, values: dict[str, int]) -> Launch:
         """This launch with each name in ``values`` (tunables) replaced by its integer value.
@@ -170,8 +176,28 @@ DEFAULT_CHECKS = Checks()
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A kernel's build and launch for the cases of one shape class (``classes:`` in the suite).
+
+    Its options come after the kernel's (a later ``-DNAME=value`` wins), and its launch, when
+    given, replaces the kernel's launch for the class's cases; a case's ``launch_overrides``
+    entry still wins over both (see :meth:`Program.for_case`).
+    """
+
+    options: tuple[str, ...] = ()
+    launch: Launch | None = None
+
+    def to_json(self) -> dict:
+        return {"options": list(self.options), **({"launch": self.launch.to_json()} if self.launch else {})}
+
+
+@dataclass(frozen=True)
 class Program:
-    """CUDA source compiled and launched the same way for a kernel or a CUDA reference."""
+    """CUDA source compiled and launched the same way for a kernel or a CUDA reference.
+
+    A kernel with ``classes`` (per-class variants) is several builds of one source: resolve the
+    build a case runs with :meth:`for_case` (or :meth:`for_class`), the one place that decides it.
+    """
 
     name: str
     source: Path
@@ -189,8 +215,46 @@ class Program:
     tuning_launch: Launch | None = None
     tuning_overrides: dict[str, Launch] = field(default_factory=dict)
     tuning_source: Path | None = None
+    classes: dict[str, Variant] = field(default_factory=dict)  # shape class -> its variant
+    variant: str | None = None  # set by for_class: the class whose variant this build is
+
+    def for_class(self, shape_class: str) -> Program:
+        """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,
+        launched with the variant's launch (``launch_overrides`` of a case still win); the kernel
+        as declared (the shared default) when the class has no variant."""
+        if not self.classes:
+            return self
+        variant = self.classes.get(shape_class)
+        if variant is None:
+            return replace(self, classes={})
+        return replace(self, options=self.options + variant.options, launch=variant.launch or self.launch,
+                       classes={}, variant=shape_class)
+
+    def for_case(self, case: Case) -> Program:
+        return self.for_class(case.shape_class)
+
+    @property
+    def shared(self) -> Program:
+        """The build of cases whose class has no variant (and the one whose source all variants share)."""
+        return replace(self, classes={}) if self.classes else self
+
+    def builds(self, cases) -> list[Program]:
+        """The distinct builds ``cases`` run, in case order (the shared build when there are no cases)."""
+        found: list[Program] = []
+        for program in [self.for_case(c) for c in cases] or [self.shared]:
+            if program not in found:
+                found.append(program)
+        return found
+
+    @property
+    def build_name(self) -> str:
+        """The kernel's name, and for a class variant's build its class and all its options."""
+        return f"{self.name} (variant of class {self.variant}: options {list(self.options)})" if self.variant else self.name
 
     def launch_for(self, case: str) -> Launch:
+        """The launch of the case named ``case`` on this build (a case's override wins)."""
+        if self.classes:
+            raise ValueError(f"{self.name} has class variants: resolve the case's build with for_case() first")
         return self.launch_overrides.get(case, self.launch)
 
 
@@ -329,7 +393,7 @@ class ResolvedCase:
 
     def launch(self, of: Program | Launch) -> dict:
         """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case)."""
-        launch = of.launch_for(self.case.name) if isinstance(of, Program) else of
+        launch = of.for_case(self.case).launch_for(self.case.name) if isinstance(of, Program) else of
         return launch.resolve(self.case.scalars)
 
     def expected_outputs(self) -> dict[str, np.ndarray]:

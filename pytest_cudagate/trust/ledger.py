@@ -97,7 +97,7 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: i
             problems.append(f"{where}: {exc}")
     for name, approval in sorted(ledger.approvals.items()):
         try:
-            ledger.approved_spec(approval)  # the pinned copies must still match their hashes
+            ledger.pinned_texts(approval)  # the pinned copies must still match their hashes
         except CudagateError as exc:
             problems.append(f"{where}: approval of {name!r}: {exc}")
     if problems:

@@ -4,10 +4,12 @@ Signed: suite name, the ordered parameter signature, the reference (its source o
 the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, class
 and generated where set, the sha256 of each input and expected-output file, or for a generated
 case of its generated.json and output samples), tolerances, input distributions, each kernel's
-entry and launch configuration(s), timing settings and the gate threshold.
+entry and launch configuration(s), its class variants' launches included, timing settings and the
+gate threshold.
 
-Not signed: a kernel's source and compile options (changing a kernel is what pull requests do;
-the approvals ledger pins approved kernel sources), its autotune settings (tunables, tuning_launch,
+Not signed: a kernel's source and compile options, its class variants' options too (changing a
+kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
+its autotune settings (tunables, tuning_launch,
 tuning_source: the gate never uses them), the description, comments and formatting.
 """
 
@@ -68,8 +70,15 @@ def _launch(launch: Launch) -> dict:
 
 
 def _program_launches(program: Program) -> dict:
-    return {"launch": _launch(program.launch),
-            "launch_overrides": {case: _launch(l) for case, l in sorted(program.launch_overrides.items())}}
+    """A program's launches. A class variant's launch is signed as the kernel's launch is (its options,
+    like the kernel's, are not); ``classes`` appears only where a variant has a launch, so suites
+    signed before variants existed keep their signatures."""
+    entry = {"launch": _launch(program.launch),
+             "launch_overrides": {case: _launch(l) for case, l in sorted(program.launch_overrides.items())}}
+    launches = {name: {"launch": _launch(v.launch)} for name, v in sorted(program.classes.items()) if v.launch}
+    if launches:
+        entry["classes"] = launches
+    return entry
 
 
 def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:

@@ -28,9 +28,16 @@ def compile_program(program: Program, arch: str, source_text: str | None = None)
     return result
 
 
+def compile_builds(program: Program, cases, arch: str, source_text: str | None = None) -> list[tuple[Program, CompileResult]]:
+    """Every build ``cases`` run (one per class variant in use, see :meth:`Program.builds`), compiled."""
+    return [(build, compile_program(build, arch, source_text)) for build in program.builds(cases)]
+
+
 def build_record(program: Program, arch: str, source_text: str | None = None) -> dict | None:
     """How ``program`` builds here, as an approval's ``build`` records it: the NVRTC version, the
-    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile."""
+    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile.
+    A kernel with class variants records its shared build (the variants differ by options only)."""
+    program = program.shared
     result = compile_program(program, arch, source_text)
     if not result.ok or result.cubin is None:
         return None

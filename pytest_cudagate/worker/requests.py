@@ -25,6 +25,10 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:
+    """``program`` as a request's ``kernel`` field: one build, so a kernel with class variants is
+    resolved first (``program.for_case(case)``), or ``program.shared`` where only its files matter."""
+    if program.classes:
+        raise ValueError(f"{program.name} has class variants: pass program.for_case(case) (one build) to kernel_spec")
     text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
     return {
         "name": program.name,
@@ -61,11 +65,17 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,
                 timing: dict | None = None, expected: bool = False, source_text: str | None = None,
                 data_dir: Path | None = None) -> dict:
+    """A ``run`` request of ``program`` on ``cases``, which must all run one build of it (cases of
+    classes with different variants go in separate requests: see :meth:`Program.builds`)."""
+    builds = program.builds(cases)
+    if len(builds) > 1:
+        raise ValueError(f"{program.name}: cases {', '.join(c.name for c in cases)} run {len(builds)} builds "
+                         "(class variants); one request per build")
     return {
         "protocol": REQUEST_PROTOCOL,
         "op": "run",
         "suite": display_path(suite.path),
-        "kernel": kernel_spec(program, source_text),
+        "kernel": kernel_spec(builds[0], source_text),
         "signature": [p.protocol() for p in suite.signature],
         "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
         "timing": timing,
@@ -80,7 +90,7 @@ def compare_request(suite: Suite, program: Program, case: Case, *, approved: dic
     timing = {**suite.timing.to_json(), "chunk": chunk, **({"seed": seed} if seed is not None else {})}
     return {
         "protocol": 1, "op": "compare", "suite": str(suite.path),
-        "kernels": {"approved": approved, "current": kernel_spec(program, source_text)},
+        "kernels": {"approved": approved, "current": kernel_spec(program.for_case(case), source_text)},
         "launches": {"approved": suite.resolved(case).launch(approved_launch),
                      "current": suite.resolved(case).launch(program)},
         "signature": [p.protocol() for p in suite.signature],

@@ -56,3 +56,6 @@ class Proposer(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+    # Optional: ``compose(history) -> Candidate | None``, asked once after the rounds for a candidate
+    # built from what was measured (autotune: one source with per-class variants); see loop._compose.

@@ -18,6 +18,16 @@ a space of hundreds of points:
   batch of four or more) still goes to the farthest unmeasured point, so a wrong model cannot trap
   the search.
 
+Shape classes (a case's ``class:``) are searched separately: each class's objective is the
+geometric mean over its visible performance cases, and every round's batch is split between the
+classes, each planning its share from its own elite, neighbours and model (every point is still
+timed on every visible case, so each measurement informs every class). After the rounds,
+:meth:`AutotuneProposer.compose` offers one more candidate when a class's best point beats the
+shared default (the best point over all classes) there by more than the suite's threshold: the
+shared default's source plus, for each such class, a variant with that point's ``-D`` options and
+launch (the suite's ``classes:``). The loop times it like any candidate, and the gate judges it
+with every variant, so it wins only if it is faster as it would ship.
+
 Ties are broken by a random generator seeded by ``--seed``: the same seed and the same timings
 give the same candidates. The source is the suite's own file: nothing here is written by a model.
 """
@@ -33,7 +43,8 @@ import numpy as np
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.expr import ExprError
-from pytest_cudagate.optimize.candidate import Candidate, launch_problems
+from pytest_cudagate.suite.model import Variant
+from pytest_cudagate.optimize.candidate import Candidate, ClassChoice, launch_problems
 from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 
 DEFAULT_BATCH = 8
@@ -53,6 +64,12 @@ class AutotuneProposer:
                                 "them) to use --proposer autotune")
         self.program = program
         self.visible = list(visible)
+        self.threshold = suite.threshold
+        self.case_class = {c.name: c.shape_class for c in suite.cases}
+        perf = [c for c in self.visible if c.kind == "performance"]
+        # class -> its visible performance cases, in suite order (one entry: nothing to split)
+        self.classes = {name: [c.name for c in perf if c.shape_class == name]
+                        for name in dict.fromkeys(c.shape_class for c in perf)}
         self.batch = max(1, int(batch))
         self.rng = random.Random(seed)
         self.names = list(program.tunables)
@@ -71,7 +88,8 @@ class AutotuneProposer:
     def describe(self) -> dict:
         return {"tunables": {n: list(v) for n, v in self.program.tunables.items()}, "space": self.size,
                 "feasible": len(self.feasible()), "source": self.source_path.name, "launch": self.launch.to_json(),
-                "batch": self.batch, "strategy": "successive halving around an additive model of log latency"}
+                "batch": self.batch, "strategy": "successive halving around an additive model of log latency",
+                "classes": {name: list(cases) for name, cases in self.classes.items()}}
 
     # -- the space ------------------------------------------------------------------------------------
 
@@ -92,9 +110,8 @@ class AutotuneProposer:
                 self.skipped[point] = problems[0]
                 break
         else:
-            label = " ".join(f"{n}={v}" for n, v in values.items() if len(self.program.tunables[n]) > 1) or "defaults"
             made = Candidate(source=self.source, launch=launch, launch_overrides=overrides, defines=values,
-                             origin="autotune", label=label, notes=f"tunables {values}")
+                             origin="autotune", label=self._label(point), notes=f"tunables {values}")
         self._made[point] = made
         return made
 
@@ -176,14 +193,21 @@ class AutotuneProposer:
 
     # -- the rounds -----------------------------------------------------------------------------------
 
-    def _scores(self, history) -> dict[tuple, float]:
-        """Geometric-mean latency per measured point; inf where it failed."""
+    def _scores(self, history, cases: list[str] | None = None) -> dict[tuple, float]:
+        """Geometric-mean latency per measured point (of a single point: no class variants), over
+        ``cases`` (default: every visible performance case); inf where it failed."""
         scores: dict[tuple, float] = {}
         for attempt in history:
             cand = attempt.candidate
-            if cand is not None and cand.origin == "autotune" and cand.defines:
+            if cand is not None and cand.origin == "autotune" and cand.defines and not cand.classes:
                 point = tuple(cand.defines.get(n) for n in self.names)
-                scores[point] = attempt.geomean_ms if attempt.passed and attempt.geomean_ms else math.inf
+                if cases is None:
+                    score = attempt.geomean_ms
+                else:
+                    values = [attempt.anchored.get(name) for name in cases]
+                    score = (math.exp(sum(math.log(v) for v in values) / len(values))
+                             if values and all(v and v > 0 for v in values) else None)
+                scores[point] = score if attempt.passed and score else math.inf
         return scores
 
     def _plan(self, context: RoundContext) -> list[tuple]:
@@ -192,16 +216,84 @@ class AutotuneProposer:
         if not measured:  # round 1, or nothing has passed yet: cover the space
             start = [self.default] if self.default not in self.seen and self.candidate(self.default) else []
             return start + self._farthest(start or list(self.seen), self.batch - len(start))
-        keep = max(3, self.batch >> max(0, context.round - 1))
+        if len(self.classes) <= 1:
+            return self._plan_share(scores, self.batch, context.round, [])
+        plan: list[tuple] = []
+        share, extra = divmod(self.batch, len(self.classes))
+        for number, cases in enumerate(self.classes.values()):  # the batch split between the classes
+            plan += self._plan_share(self._scores(context.history, cases), share + (number < extra), context.round, plan)
+        return plan
+
+    def _plan_share(self, scores: dict[tuple, float], batch: int, round_number: int, taken: list[tuple]) -> list[tuple]:
+        """``batch`` points for one objective (``scores``): near its elite, ranked by its model, and
+        one far point; none of them in ``taken`` (another class's share this round)."""
+        measured = {p: s for p, s in scores.items() if math.isfinite(s)}
+        if not measured or batch <= 0:
+            return self._farthest(list(scores) + taken, batch)
+        keep = max(3, batch >> max(0, round_number - 1))
         elite = sorted(measured, key=lambda p: (measured[p], p))[:keep]
-        explore = 1 if self.batch >= 4 else 0
-        near = self._near(elite)
+        explore = 1 if batch >= 4 else 0
+        near = [p for p in self._near(elite) if p not in taken]
         self.rng.shuffle(near)
         if near:
             predicted = self._model(measured)(near)
             near = [near[i] for i in np.argsort(predicted, kind="stable")]
-        order = near[:self.batch - explore]
-        return order + self._farthest(list(scores) + order, self.batch - len(order))
+        order = near[:batch - explore]
+        return order + self._farthest(list(scores) + taken + order, batch - len(order))
+
+    # -- the per-class winner -------------------------------------------------------------------------
+
+    def compose(self, history) -> Candidate | None:
+        """One source and per-class variants: the shared default (the best point over every visible
+        performance case) and, for each class whose own best point is faster there by more than the
+        suite's threshold, that point as the class's variant. None when no class gains (one build
+        serves them all) or there is only one class."""
+        if len(self.classes) <= 1:
+            return None
+        overall = {p: s for p, s in self._scores(history).items() if math.isfinite(s)}
+        if not overall:
+            return None
+        shared = min(overall, key=lambda p: (overall[p], p))
+        base = self.candidate(shared)
+        shared_values = dict(zip(self.names, shared))
+        variants, choices, chosen = {}, {}, {}
+        for name, cases in self.classes.items():
+            scores = {p: s for p, s in self._scores(history, cases).items() if math.isfinite(s)}
+            best = min(scores, key=lambda p: (scores[p], p))
+            best_label = self._label(best)
+            if best != shared and scores[best] < scores[shared] * (1 - self.threshold):
+                made = self.candidate(best)
+                chosen[name] = made
+                variants[name] = Variant(
+                    options=tuple(f"-D{n}={v}" for n, v in zip(self.names, best) if v != shared_values[n]),
+                    launch=made.launch if made.launch != base.launch else None)
+                choices[name] = ClassChoice(dict(zip(self.names, best)), True, (
+                    f"class {name}: {best_label} ({scores[best] * 1000:.2f} µs geomean over its {len(cases)} visible "
+                    f"performance case(s), {scores[shared] / scores[best]:.2f}× faster there than the shared default "
+                    f"{self._label(shared)}); best of {len(scores)} measured points in the class"))
+            else:
+                choices[name] = ClassChoice(shared_values, False, (
+                    f"shared default: {self._label(shared)} (best geomean over every class, {overall[shared] * 1000:.2f} µs"
+                    + (f"; also the class's best of {len(scores)} measured points)" if best == shared else
+                       f"; the class's best point {best_label} is within {self.threshold:.0%} of it here, "
+                       f"{scores[shared] / scores[best]:.3f}×)")))
+        if not variants:
+            return None
+        overrides = dict(base.launch_overrides)
+        for case, launch in self.overrides.items():  # a case's tuning override follows its class's point
+            made = chosen.get(self.case_class.get(case))
+            if made is not None:
+                overrides[case] = made.launch_overrides[case]
+        label = "per class: " + "; ".join(f"{name} {self._label(tuple(c.defines[n] for n in self.names))}"
+                                          for name, c in choices.items())
+        return Candidate(source=self.source, launch=base.launch, launch_overrides=overrides, defines=shared_values,
+                         origin="autotune", label=label, notes=f"shared default {shared_values}; class variants "
+                         + ", ".join(f"{n}: {list(v.options)}" for n, v in variants.items()),
+                         classes=variants, choices=choices)
+
+    def _label(self, point: tuple) -> str:
+        values = dict(zip(self.names, point))
+        return " ".join(f"{n}={v}" for n, v in values.items() if len(self.program.tunables[n]) > 1) or "defaults"
 
     def propose(self, context: RoundContext) -> list[Candidate]:
         batch: list[Candidate] = []

@@ -28,9 +28,10 @@ def main(mode: str) -> None:
     if mode == "nogpu":
         say({"type": "hello", "protocol": 1, "ok": False, "pid": os.getpid(), "error": "no CUDA device (stub)"})
         return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # one card each, as pytest-xdist workers pin them
     say({"type": "hello", "protocol": 1, "ok": True, "pid": os.getpid(),
-         "device": {"name": "Stub GPU", "uuid": "GPU-stub", "arch": "sm_90", "compute_capability": "9.0",
-                    "memory_total_bytes": 1 << 34, "cuda_driver_version": "13.0"}})
+         "device": {"name": "Stub GPU", "uuid": f"GPU-stub-{visible}" if visible else "GPU-stub", "arch": "sm_90",
+                    "compute_capability": "9.0", "memory_total_bytes": 1 << 34, "cuda_driver_version": "13.0"}})
     for line in sys.stdin:
         request = json.loads(line)
         rid = request["id"]

@@ -58,12 +58,13 @@ def one_run(tmp: Path, root: Path, start_s: float) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tmp), "HELLO_LOG": str(log), "STUB_START_S": str(start_s),
            "CUDAGATE_LOCK_DIR": str(tmp / "locks"), "CUDAGATE_CACHE_DIR": str(tmp / "cache")}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", "examples", "-q", "-p", "no:cacheprovider",
-                           "-p", "stub_worker_plugin", "--cuda-gate-durations", "0"],
+    done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", "examples", "-q", "-p",
+                           "no:cacheprovider", "-p", "stub_worker_plugin", "--cuda-gate-durations", "0"],
                           cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if done.returncode not in (0, 1) or not log.read_text():
-        raise SystemExit(f"the gate did not run (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        raise SystemExit(f"the gate did not run (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
+                         f"{done.stderr[-3000:]}")
     phases = run_phases(done.stdout)
     return {"hello": float(log.read_text().split()[0]), "worker_wait": phases.get("worker_wait", 0.0),
             "configure": phases.get("configure", 0.0), "wall": wall}
@@ -74,7 +75,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--start-s", type=float, default=0.73, help="the stub's sleep before its hello")
     parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout (e.g. `git archive main | tar -x -C DIR`), run alternately in its own folder")
+                        help="another checkout (`git archive main | tar -x -C DIR`), run alternately in its own folder")
     args = parser.parse_args()
     variants = {"this tree": ROOT}
     if args.against is not None:

@@ -120,8 +120,8 @@ def test_the_worker_process_starts_before_collection_and_open_worker_takes_it_ov
     result.stdout.fnmatch_lines(["fingerprint *: Stub GPU (sm_90)*"])
 
 
-@pytest.mark.parametrize("args", [("--cuda-gate", "--collect-only"), ("--cuda-gate", "--help"), ()],
-                         ids=["collect-only", "help", "gate-off"])
+@pytest.mark.parametrize("args", [("--cuda-gate", "--collect-only"), ("--cuda-gate", "--help"),
+                                  ("--cuda-gate", "--fixtures"), ()], ids=["collect-only", "help", "fixtures", "gate-off"])
 def test_no_worker_where_no_item_runs(project, args):
     result, events = gate(project, *args)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()

@@ -20,6 +20,9 @@ from pytest_cudagate.worker.client import HarnessClient, Worker
 if TYPE_CHECKING:
     import pytest
 
+# pytest's options under which it runs no test item (their option names).
+_NO_RUN = ("collectonly", "help", "markers", "showfixtures", "show_fixtures_per_test")
+
 
 def xdist_device_env() -> dict[str, str]:
     """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
@@ -41,13 +44,14 @@ def xdist_device_env() -> dict[str, str]:
 
 
 def runs_items(config: pytest.Config) -> bool:
-    """Whether this pytest process runs gate items and so needs a worker: not with --collect-only or
-    --help, nor in a pytest-xdist controller (its workers run the items, each with its own).
+    """Whether this pytest process runs gate items and so needs a worker: not where pytest only
+    collects or prints (--collect-only, --help, --markers, --fixtures), nor in a pytest-xdist
+    controller (its workers run the items, each with its own).
 
     The controller is told by xdist's own test on its options, as its session object may not be
     registered yet: plugins configure in no fixed order.
     """
-    if config.getoption("collectonly") or config.getoption("help"):
+    if any(config.getoption(name, False) for name in _NO_RUN):
         return False
     return config.getoption("dist", "no") == "no" or not config.getoption("tx", None)
 

@@ -5,8 +5,8 @@ imports numpy, scipy, jsonschema and cryptography and pytest collects, instead o
 Only the process is started here. :func:`pytest_cudagate.session.open_worker` takes it over and,
 as for a worker it starts itself, reads its hello, takes the GPU's lock and the fingerprint.
 
-Imported by the plugin before its lazy import point: the standard library and the worker client
-only (``python -X importtime`` shows nothing heavier).
+Imported by the plugin's configure under ``--cuda-gate``, before its heavy imports: it brings the
+standard library and the worker client only (``python -X importtime`` shows nothing heavier).
 """
 
 from __future__ import annotations

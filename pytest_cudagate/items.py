@@ -30,6 +30,8 @@ from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.trust.base_ref import TrustRoot
 from pytest_cudagate.release import BuildRecord
 from pytest_cudagate.worker.build import build_record, compile_builds
+from pytest_cudagate.worker.client import Worker
+from pytest_cudagate.worker.spawn import runs_items
 
 
 PLUGIN_NAME = "cudagate-session"
@@ -55,7 +57,8 @@ class GateSession:
         self.classes: dict[tuple[str, str], str] = {}  # (suite, case) -> shape class, for the table's skipped rows
 
     @classmethod
-    def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None) -> GateSession:
+    def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None,
+              spawned: Worker | None = None) -> GateSession:
         fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
         options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
                               threshold=gate.threshold, fresh_seed=fresh_seed)
@@ -63,7 +66,7 @@ class GateSession:
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
                                        root=Path(config.rootpath), release_ref=gate.release_ref,
-                                       release_tags=gate.release_tags))
+                                       release_tags=gate.release_tags, spawned=spawned))
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
@@ -73,10 +76,10 @@ class GateSession:
         return None
 
     def _start_worker(self, config: pytest.Config) -> None:
-        """Once the first suite is found, start the worker (CUDA init and context: about 0.35 s) while
-        pytest collects the rest; not for --collect-only, nor in an xdist controller (it runs no items)."""
-        if self._starting is not None or self.worker_start_s is not None or config.option.collectonly \
-                or xdist_hooks.is_controller(config):
+        """Once the first suite is found, open the worker (its hello, the GPU's lock, the fingerprint)
+        while pytest collects the rest; its process, spawned at configure, has been starting CUDA since.
+        Not for --collect-only, nor in an xdist controller (it runs no items)."""
+        if self._starting is not None or self.worker_start_s is not None or not runs_items(config):
             return
         self._starting = threading.Thread(target=self.runtime.client, name="cudagate-worker-start", daemon=True)
         self._starting.start()

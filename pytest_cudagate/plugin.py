@@ -3,7 +3,9 @@ session. Everything else (collection, items, the worker) lives in :mod:`pytest_c
 
 Registering options and hooks imports nothing heavy (no numpy, scipy, jsonschema, cryptography,
 CUDA bindings or git), so a plain ``pytest`` run in a project that installs cudagate pays nothing:
-the heavy modules are imported in :func:`pytest_configure`, and only under ``--cuda-gate``.
+the heavy modules are imported in :func:`pytest_configure`, and only under ``--cuda-gate``, after
+the harness worker's process is started (:mod:`pytest_cudagate.worker.spawn`, light) so that its
+CUDA start overlaps them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pytest_cudagate.errors import FileError
 if TYPE_CHECKING:
     from pytest_cudagate.items import GateSession
     from pytest_cudagate.session import GateRuntime
+    from pytest_cudagate.worker.client import Worker
 
 RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
 
@@ -91,18 +94,27 @@ def pytest_configure(config: pytest.Config) -> None:
     clock = phases.RunClock()  # the run's phases (--cuda-gate-durations, report.json), from here on
     clock.add("startup", phases.process_age() or 0.0)
     token = phases.RUN.set(clock)
+    spawned = None
     try:
         with clock.phase("configure"):
-            session = _start_gate(config)
+            # First: the worker's process starts CUDA while the imports below run and pytest collects.
+            # A light module (the standard library and the worker client), yet 5 ms that a run
+            # without --cuda-gate does not pay.
+            from pytest_cudagate.worker.spawn import spawn_worker
+
+            spawned = spawn_worker(config)
+            session = _start_gate(config, spawned)
             from pytest_cudagate.run_phases import RunPhases  # lazy, as in _start_gate
 
             config.pluginmanager.register(RunPhases(clock, token, session), "cudagate-run-phases")
-    except BaseException:
+    except BaseException:  # a usage error, Ctrl-C: nothing may outlive pytest
+        if spawned is not None:
+            spawned.close()
         phases.RUN.reset(token)
         raise
 
 
-def _start_gate(config: pytest.Config) -> GateSession:
+def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
     """Settings and options resolved, the session registered; a bad setting is one usage error."""
     # The one lazy import point (see the module docstring): suites, the worker, the judge and trust.
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
@@ -121,7 +133,7 @@ def _start_gate(config: pytest.Config) -> GateSession:
             require_gpu=config.getoption("cuda_gate_require_gpu"))
     except (OptionError, FileError) as exc:  # one clear error, not INTERNALERROR
         raise pytest.UsageError(str(exc)) from None
-    session = GateSession.start(config, gate_config, trust_root)
+    session = GateSession.start(config, gate_config, trust_root, spawned)
     config.stash[RUNTIME] = session.runtime
     config.pluginmanager.register(session, PLUGIN_NAME)
     # `pytest --cuda-gate` with no paths replays the suites the project lists.

@@ -4,7 +4,6 @@ folder, and every outcome."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -20,29 +19,12 @@ from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.worker.gpulock import GpuLock
+from pytest_cudagate.worker.spawn import xdist_device_env
 from pytest_cudagate.release import ReleaseSource
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
 from pytest_cudagate.trust.base_ref import TrustRoot
-
-def xdist_device_env() -> dict[str, str]:
-    """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
-
-    Respects a CUDA_VISIBLE_DEVICES the user set. The count comes from NVML, so the parent process
-    never creates a CUDA context of its own.
-    """
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
-        return {}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-    except Exception:  # no NVML: leave the choice to CUDA; the GPU lock still serialises timing
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": str(int(worker[2:]) % max(count, 1))} if count else {}
 
 
 @dataclass
@@ -66,15 +48,19 @@ class OpenWorker:
         self.close()
 
 
-def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> OpenWorker:
+def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+                spawned: Worker | None = None) -> OpenWorker:
     """Start a worker (under pytest-xdist on gwN's GPU) and hold its GPU's lock while it runs: two
     gate runs, approvals or optimizations never time on one card at once.
 
     The one place a worker is started, for the pytest session, ``cudagate run``, ``cases generate``,
-    ``approve`` and ``optimize``. Raises :class:`WorkerUnavailable` without a usable GPU and
+    ``approve`` and ``optimize``. ``spawned``: a process the pytest session started early
+    (:mod:`pytest_cudagate.worker.spawn`), taken over here (closed on failure like one started here).
+    Raises :class:`WorkerUnavailable` without a usable GPU and
     :class:`~pytest_cudagate.worker.gpulock.GpuLockTimeout` when the card stays busy.
     """
-    client = HarnessClient(timeout_s=timeout_s, env=xdist_device_env())
+    client = spawned if spawned is not None else HarnessClient(timeout_s=timeout_s, env=xdist_device_env())
+    client.timeout_s = timeout_s
     try:
         hello = client.start()
         lock = GpuLock(hello["device"]["uuid"], timeout_s=lock_timeout_s)
@@ -102,6 +88,7 @@ class GateRuntime:
     outcomes: list[CaseOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
     fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
+    spawned: Worker | None = None  # the process the plugin started at configure, until client() opens it
     _worker: OpenWorker | None = None
     _gate: Gate | None = None
     _unavailable: str | None = None
@@ -116,8 +103,10 @@ class GateRuntime:
         """The worker, or None with :attr:`unavailable_reason` set when there is no GPU."""
         with self._starting:
             if self._worker is None and self._unavailable is None and not self._closed:
+                spawned, self.spawned = self.spawned, None
                 try:  # held for the whole run: the GPU's lock with it
-                    self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s)
+                    self._worker = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s,
+                                               spawned=spawned)
                     self.fingerprint = self._worker.fingerprint
                 except WorkerUnavailable as exc:
                     self._unavailable = str(exc)
@@ -185,13 +174,19 @@ class GateRuntime:
         return self._output_dir
 
     def close_worker(self) -> None:
-        """End the worker and release its GPU once the items are done (the reports need neither);
-        waits for a start still in progress. Later :meth:`client` calls start none."""
+        """End the worker and release its GPU once the items are done (the reports need neither), or
+        the process spawned early where no item asked for it; waits for a start still in progress.
+        Later :meth:`client` calls start none."""
         with self._starting:
             self._closed = True
             worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.close()
+            spawned, self.spawned = self.spawned, None
+        try:
+            if spawned is not None:
+                spawned.close()
+        finally:
+            if worker is not None:
+                worker.close()
 
     def close(self) -> None:
         self.close_worker()

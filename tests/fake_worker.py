@@ -280,11 +280,15 @@ class FakeWorker:
         self.hello: dict | None = None
         self.restarts = 0
         self.requests: list[dict] = []
+        self.spawned = False  # spawn() was called: the plugin's early start took this worker
         self.closed = False
 
     @property
     def device(self) -> dict:
         return (self.hello or {}).get("device", {})
+
+    def spawn(self) -> None:
+        self.spawned = True
 
     def start(self) -> dict:
         self.hello = {"type": "hello", "protocol": 1, "ok": True, "pid": os.getpid(), "device": FakeDevice().describe(),

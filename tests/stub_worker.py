@@ -4,7 +4,8 @@ tests: ``python stub_worker.py [nogpu|silent]``.
 It says hello, then answers each ``run`` request with a compile line, one case line per case and
 a done line. A case named ``crash`` kills the process mid-request, one named ``hang`` never answers;
 a ``compare`` request streams chunks of one round until told to stop. ``nogpu`` says hello without
-a device, ``silent`` exits before saying anything.
+a device, ``silent`` exits before saying anything. ``$STUB_START_S`` seconds of sleep before the
+hello stand for CUDA's start (cuInit, a context, the device description).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ def say(message: dict) -> None:
 
 
 def main(mode: str) -> None:
+    time.sleep(float(os.environ.get("STUB_START_S", "0")))
     if mode == "silent":
         sys.exit(4)
     if mode == "nogpu":
         say({"type": "hello", "protocol": 1, "ok": False, "pid": os.getpid(), "error": "no CUDA device (stub)"})
         return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")  # one card each, as pytest-xdist workers pin them
     say({"type": "hello", "protocol": 1, "ok": True, "pid": os.getpid(),
-         "device": {"name": "Stub GPU", "uuid": "GPU-stub", "arch": "sm_90"}})
+         "device": {"name": "Stub GPU", "uuid": f"GPU-stub-{visible}" if visible else "GPU-stub", "arch": "sm_90",
+                    "compute_capability": "9.0", "memory_total_bytes": 1 << 34, "cuda_driver_version": "13.0"}})
     for line in sys.stdin:
         request = json.loads(line)
         rid = request["id"]

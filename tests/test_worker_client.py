@@ -67,3 +67,21 @@ def test_a_compare_conversation_follows_the_decisions_and_survives_a_dead_worker
 def test_a_worker_that_cannot_start_is_unavailable(mode, says):
     with client(mode) as worker, pytest.raises(WorkerUnavailable, match=re.escape(says)):
         worker.start()
+
+
+def test_start_takes_over_the_process_spawn_started_and_restarts_stay_fresh():
+    with client() as worker:
+        worker.spawn()
+        spawned = worker.proc.pid
+        hello = worker.start()
+        result = run(worker, "crash", "b")
+    assert hello["pid"] == spawned and worker.restarts == 1
+    assert result.cases["b"]["status"] == "ok" and result.cases["b"]["pid"] != spawned
+
+
+def test_closing_a_spawned_worker_before_its_hello_ends_the_process():
+    worker = client()
+    worker.spawn()
+    process = worker.proc
+    worker.close()
+    assert process.poll() is not None

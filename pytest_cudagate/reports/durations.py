@@ -18,7 +18,8 @@ def render_durations(outcomes: Iterable[CaseOutcome], count: int, worker_start_s
     title = "all cases" if count == 0 or count >= len(ranked) else f"slowest {len(shown)} of {len(ranked)} cases"
     lines = [f"cudagate durations: {title}, seconds by phase"]
     if worker_start_s is not None:
-        lines.append(f"worker start before the first item (overlapped with collection): {worker_start_s:.3f} s")
+        lines.append("worker start before the first item (overlapped with configure and collection): "
+                     f"{worker_start_s:.3f} s")
     columns = [p for p in PHASES if any(o.phases.get(p, 0.0) >= 0.0005 for o in shown)]
     lines.append(" ".join(["  total", *(f"{_SHORT.get(p, p):>7}" for p in columns), " case"]))
     for o in shown:
@@ -33,7 +34,7 @@ RUN_PHASE_WORDS = {
     "collection": "pytest's collection, suite files aside",
     "suites": "loading suite files: YAML, signature, case data",
     "trust": "signatures, manifest hashes of the case files, approvals ledgers",
-    "worker_wait": "the first item's wait for the worker (its start overlaps collection)",
+    "worker_wait": "the first item's wait for the worker (its start overlaps configure and collection)",
     "compile": "compile items (NVRTC, cached)",
     "release": "release items (the released kernels read from git)",
     "cases": "case items (their split is the table above)",

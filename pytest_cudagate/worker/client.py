@@ -55,6 +55,8 @@ class Worker(Protocol):
     @property
     def device(self) -> dict: ...
 
+    def spawn(self) -> None: ...  # begin the start without waiting; start() completes it
+
     def start(self) -> dict: ...
 
     def run(self, request: dict) -> RunResult: ...
@@ -80,17 +82,32 @@ class HarnessClient:
         self._lines: queue.Queue = queue.Queue()
         self._stderr = tempfile.TemporaryFile(mode="w+b")
         self._ids = 0
+        self._spawned = False  # a process started by spawn() whose hello start() has not read yet
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> dict:
-        """Start a worker and return its hello (device description); raise if there is no GPU."""
+    def spawn(self) -> None:
+        """Start the worker process without waiting for it: its CUDA start runs while the caller
+        works, until :meth:`start` reads its hello. Raises OSError when the process cannot start."""
         started = time.perf_counter()
         try:
-            return self._start()
+            self._spawn()
+            self._spawned = True
         finally:
             self.start_seconds += time.perf_counter() - started
 
-    def _start(self) -> dict:
+    def start(self) -> dict:
+        """Start a worker, or take over the process :meth:`spawn` started, and return its hello
+        (device description); raise if there is no GPU."""
+        started = time.perf_counter()
+        try:
+            if not self._spawned:
+                self._spawn()
+            self._spawned = False
+            return self._handshake()
+        finally:
+            self.start_seconds += time.perf_counter() - started
+
+    def _spawn(self) -> None:
         self._stop()
         self._stderr.seek(0)
         self._stderr.truncate()
@@ -104,6 +121,8 @@ class HarnessClient:
         )
         self._lines = queue.Queue()
         threading.Thread(target=self._pump, args=(self.proc, self._lines), daemon=True).start()
+
+    def _handshake(self) -> dict:
         hello = self._next(self.timeout_s)
         if hello is None or hello.get("type") != "hello":
             reason = "did not start" if hello is None else f"said {hello!r}"
@@ -125,6 +144,7 @@ class HarnessClient:
         self._stderr.close()
 
     def _stop(self) -> None:
+        self._spawned = False
         if self.proc is not None:
             if self.proc.poll() is None:
                 try:

@@ -1,0 +1,79 @@
+"""The harness worker's process, started at the very start of a ``--cuda-gate`` run so that its CUDA
+start (cuInit, a context, the device description: about 0.7 s on an H200) runs while the plugin
+imports numpy, scipy, jsonschema and cryptography and pytest collects, instead of after them.
+
+Only the process is started here. :func:`pytest_cudagate.session.open_worker` takes it over and,
+as for a worker it starts itself, reads its hello, takes the GPU's lock and the fingerprint.
+
+Imported by the plugin's configure under ``--cuda-gate``, before its heavy imports: it brings the
+standard library and the worker client only (``python -X importtime`` shows nothing heavier).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from pytest_cudagate.worker.client import HarnessClient, Worker
+
+if TYPE_CHECKING:
+    import pytest
+
+# pytest's options under which it runs no test item (their option names).
+_NO_RUN = ("collectonly", "help", "markers", "showfixtures", "show_fixtures_per_test")
+
+
+def xdist_device_env() -> dict[str, str]:
+    """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
+
+    Respects a CUDA_VISIBLE_DEVICES the user set. The count comes from NVML, so the parent process
+    never creates a CUDA context of its own.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {}
+    try:
+        import pynvml  # optional: the NVIDIA driver's management library
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:  # no NVML: leave the choice to CUDA; the GPU lock still serialises timing
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": str(int(worker[2:]) % max(count, 1))} if count else {}
+
+
+def runs_items(config: pytest.Config) -> bool:
+    """Whether this pytest process runs gate items and so needs a worker: not where pytest only
+    collects or prints (--collect-only, --help, --markers, --fixtures), nor in a pytest-xdist
+    controller (its workers run the items, each with its own).
+
+    The controller is told by xdist's own test on its options, as its session object may not be
+    registered yet: plugins configure in no fixed order.
+    """
+    if any(config.getoption(name, False) for name in _NO_RUN):
+        return False
+    return config.getoption("dist", "no") == "no" or not config.getoption("tx", None)
+
+
+def _client_class():
+    """``session.HarnessClient``, which tests replace with a fake, once a conftest has imported that
+    module; otherwise the real client (importing the session here would bring the heavy imports
+    this start is meant to overlap)."""
+    session = sys.modules.get("pytest_cudagate.session")
+    return session.HarnessClient if session is not None else HarnessClient
+
+
+def spawn_worker(config: pytest.Config) -> Worker | None:
+    """Start the worker process for this run, or None where the run needs none (:func:`runs_items`)
+    or the process cannot start: :func:`~pytest_cudagate.session.open_worker` then starts one
+    itself and fails as it always did."""
+    if not runs_items(config):
+        return None
+    client = _client_class()(env=xdist_device_env())
+    try:
+        client.spawn()
+    except OSError:
+        client.close()
+        return None
+    return client

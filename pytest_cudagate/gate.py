@@ -160,6 +160,11 @@ class Gate:
                         notes=notes)
         except (CudagateError, OSError) as exc:
             return f"bad case data: {exc}"
+        except (MemoryError, ValueError) as exc:  # numpy's allocation failure is a MemoryError
+            shapes = suite.resolved(case).shapes
+            return (f"bad case data: generated case {case.name} ({case.scalars}) could not be rebuilt on this host: "
+                    f"{type(exc).__name__}: {exc}; its buffers are {shapes}: choose scalars this runner's memory "
+                    f"holds, or run the case on a larger runner")
         return None
 
     def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:

@@ -86,6 +86,7 @@ class GateRuntime:
     release_ref: str | None = None  # --cuda-gate-release=REF; None: the newest tag matching release_tags
     release_tags: str = DEFAULT_RELEASE_TAGS
     outcomes: list[CaseOutcome] = field(default_factory=list)
+    selection: dict = field(default_factory=dict)  # --cuda-gate-class: the classes run and the cases left out
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
     fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
     spawned: Worker | None = None  # the process the plugin started at configure, until client() opens it

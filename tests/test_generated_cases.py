@@ -20,7 +20,7 @@ from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.suite.cases import check_case_data, draw_inputs, case_seed
-from pytest_cudagate.suite import generated_cache
+from pytest_cudagate.suite import generated, generated_cache
 from pytest_cudagate.suite.generated import SAMPLE_SIZE, array_sha256, sample_indices
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust.manifest import suite_manifest
@@ -206,8 +206,30 @@ def test_an_unknown_class_is_a_usage_error(pytester):
     write_suite(pytester.path, yaml_text=CLASSED_YAML, data=False)
     result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-class", "larg")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--cuda-gate-class larg: no collected case has that class (classes: default, "
-                                 "large, small)*"])
+    result.stderr.fnmatch_lines(["*--cuda-gate-class larg: no collected performance case has that class "
+                                 "(classes: large, small)*"])
+
+
+def test_a_class_held_by_correctness_cases_alone_is_a_usage_error(pytester):
+    # `default` is the correctness case's class: selecting it would run no timed case at all
+    write_suite(pytester.path, yaml_text=CLASSED_YAML, data=False)
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-class", "default")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cuda-gate-class default: no collected performance case has that class*"])
+
+
+def test_the_report_records_the_class_selection_and_what_it_left_out(pytester, monkeypatch):
+    path = classed_suite(pytester.path / "s")
+    install(monkeypatch, pytester.path, scale_kernels())
+    report = pytester.path / "report"
+    pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent), "--cuda-gate-class", "small",
+                        "--cuda-gate-report", str(report), "-p", "no:cacheprovider")
+    document = json.loads((report / "report.json").read_text())
+    assert schema.problems(document, "report") == []
+    options = document["runs"][0]["options"]
+    assert options["classes"] == ["small"]
+    assert [nodeid.rsplit("::", 1)[-1] for nodeid in options["deselected_by_class"]] == ["big"]
+    assert "big" not in {item["case"] for item in document["items"]}
 
 
 def test_the_terminal_table_shows_the_class(pytester):
@@ -228,10 +250,10 @@ def test_the_optimizer_rebuilds_a_generated_case_once_for_every_candidate(tmp_pa
     assert evaluation.passed and evaluation.case("big").latency_ms is not None
 
 
-# -- the per-user cache of rebuilt cases ----------------------------------------------------------
+# -- the per-user cache of generated cases' inputs ------------------------------------------------
 
-# The reference logs the SHA-256 of every input it is given, so a test can tell whether the gate
-# ran it on the generated case's drawn inputs (a rebuild) or took them from the cache.
+# The reference logs the SHA-256 of every input it is given: the gate runs it on the generated
+# case's inputs in every run, cached or drawn (only the inputs are cached).
 LOGGING_REFERENCE = """\
 import hashlib
 import os
@@ -249,18 +271,24 @@ def scale_rows(x, rows, cols):
 @pytest.fixture
 def cached_suite(pytester, monkeypatch):
     """The classed suite with a logging reference, its own generated-case cache and the fake worker;
-    returns (suite path, run the gate -> report.json items, was the big case rebuilt in the last run)."""
+    returns (suite path, run the gate -> report.json items, was the big case drawn in the last run,
+    did the reference run on its inputs in the last run)."""
     path = classed_suite(pytester.path / "s")
     (path.parent / "reference.py").write_text(LOGGING_REFERENCE)
     log = pytester.path / "reference.log"
     monkeypatch.setenv("REFERENCE_LOG", str(log))
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "cache"))
     install(monkeypatch, pytester.path, scale_kernels())
-    drawn = json.loads((path.parent / "cases" / "big" / "generated.json").read_text())["inputs"]["x"]["sha256"]
+    drawn_sha = json.loads((path.parent / "cases" / "big" / "generated.json").read_text())["inputs"]["x"]["sha256"]
+    draws: list[str] = []
+    real_draw = generated.draw_inputs
+    monkeypatch.setattr(generated, "draw_inputs", lambda suite, case, seed: draws.append(case.name) or
+                        real_draw(suite, case, seed))
     runs = []
 
     def gate() -> dict:
         log.write_text("")
+        draws.clear()
         report = pytester.path / f"report-{len(runs)}"
         run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent),
                                   "--cuda-gate-report", str(report), "-p", "no:cacheprovider")
@@ -268,44 +296,48 @@ def cached_suite(pytester, monkeypatch):
         assert all(r.passed for r in reports_by_case(run).values())
         return {i["case"]: i for i in json.loads((report / "report.json").read_text())["items"]}
 
-    def rebuilt() -> bool:
-        return drawn in log.read_text().split()
+    def drawn() -> bool:
+        return "big" in draws
 
-    return path, gate, rebuilt
+    def referenced() -> bool:
+        return drawn_sha in log.read_text().split()
+
+    return path, gate, drawn, referenced
 
 
 def cache_entries(pytester) -> list[Path]:
     return sorted(p for p in (pytester.path / "cache" / "generated").iterdir() if not p.name.startswith("."))
 
 
-def test_a_warm_run_takes_the_generated_case_from_the_cache(cached_suite, pytester):
-    path, gate, rebuilt = cached_suite
+def test_a_warm_run_takes_the_generated_inputs_from_the_cache_and_still_runs_the_reference(cached_suite, pytester):
+    path, gate, drawn, referenced = cached_suite
     first = gate()
-    assert rebuilt() and len(cache_entries(pytester)) == 1
+    assert drawn() and referenced() and len(cache_entries(pytester)) == 1
     second = gate()
-    assert not rebuilt()  # the drawn inputs never reached the reference: they came from the cache
+    assert not drawn() and referenced()  # inputs from the cache; the oracle computed again
     assert second["big"]["correctness"]["passed"] and first["big"]["notes"] == second["big"]["notes"]
     entry = cache_entries(pytester)[0]
-    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file()) == [
-        "entry.json", "expected/y.npy", "x.npy"]
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*") if p.is_file()) == ["entry.json", "x.npy"]
     assert schema.problems(json.loads((entry / "entry.json").read_text()), "generated-cache-entry") == []
+
+
+def test_expected_outputs_planted_in_the_cache_are_never_used(cached_suite, pytester):
+    # Someone able to write the cache as this user plants an oracle that a wrong kernel would match
+    # (y = 2x + 1); the gate must judge the honest kernel against the reference's y = 2x and pass it.
+    path, gate, drawn, referenced = cached_suite
+    gate()
+    entry = cache_entries(pytester)[0]
+    x = np.load(entry / "x.npy")
+    (entry / "expected").mkdir()
+    np.save(entry / "expected" / "y.npy", (x.astype(np.float64) * 2 + 1).astype(np.float32))
+    items = gate()
+    assert not drawn() and referenced() and items["big"]["correctness"]["passed"]
 
 
 def corrupt_input(entry: Path) -> None:
     data = bytearray((entry / "x.npy").read_bytes())
     data[-1] ^= 1  # one bit of the last element
     (entry / "x.npy").write_bytes(bytes(data))
-
-
-def corrupt_unsampled_output(entry: Path) -> None:
-    # an element the signed sample does not cover: only the digest recorded with the entry finds it
-    suite = load_suite(entry.parents[2] / "s" / "cudagate.yaml")
-    sampled = set(sample_indices(case_seed(suite, suite.case("big")), "y", 64 * 200).tolist())
-    index = next(i for i in range(64 * 200) if i not in sampled)
-    expected = np.load(entry / "expected" / "y.npy")
-    expected.reshape(-1)[index] += 1
-    (entry / "expected" / "y.npy").unlink()  # a new file: the run folder's link keeps the old one
-    np.save(entry / "expected" / "y.npy", expected)
 
 
 def corrupt_record(entry: Path) -> None:
@@ -318,56 +350,53 @@ def remove_input(entry: Path) -> None:
 
 @pytest.mark.parametrize("corrupt, noted", [
     (corrupt_input, "input 'x' does not match its signed sha256"),
-    (corrupt_unsampled_output, "output 'y' does not match the digest recorded with it"),
     (corrupt_record, None),  # unreadable: not an entry at all, so a plain miss
     (remove_input, "No such file or directory"),
-], ids=["input", "unsampled-output", "record", "missing-file"])
-def test_a_corrupt_cache_entry_is_rebuilt_never_trusted(cached_suite, pytester, corrupt, noted):
-    path, gate, rebuilt = cached_suite
+], ids=["input", "record", "missing-file"])
+def test_a_corrupt_cache_entry_is_drawn_again_never_trusted(cached_suite, pytester, corrupt, noted):
+    path, gate, drawn, referenced = cached_suite
     gate()
     entry = cache_entries(pytester)[0]
     good = {p.relative_to(entry): p.read_bytes() for p in entry.rglob("*.npy")}
     corrupt(entry)
     items = gate()
-    assert rebuilt() and items["big"]["correctness"]["passed"]
-    notes = [n for n in items["big"]["notes"] if "cached arrays" in n]
+    assert drawn() and referenced() and items["big"]["correctness"]["passed"]
+    notes = [n for n in items["big"]["notes"] if "cached inputs" in n]
     if noted:
-        assert len(notes) == 1 and noted in notes[0] and "were discarded; the case was rebuilt" in notes[0]
+        assert len(notes) == 1 and noted in notes[0] and "were discarded; they were drawn again" in notes[0]
     else:
         assert notes == []
     assert cache_entries(pytester) == [entry]  # entered again, sound
     assert {p.relative_to(entry): p.read_bytes() for p in entry.rglob("*.npy")} == good
     gate()
-    assert not rebuilt()
+    assert not drawn()
 
 
-def test_a_changed_generated_json_or_reference_misses_the_cache(cached_suite, pytester):
-    path, gate, rebuilt = cached_suite
+def test_a_changed_generated_json_misses_the_cache_and_a_changed_reference_still_runs(cached_suite, pytester):
+    path, gate, drawn, referenced = cached_suite
     gate()
     record = path.parent / "cases" / "big" / "generated.json"
     record.write_text(record.read_text().replace('"seed"', '"note": "re-signed", "seed"'))
     gate()
-    assert rebuilt() and len(cache_entries(pytester)) == 2
+    assert drawn() and len(cache_entries(pytester)) == 2
     reference = path.parent / "reference.py"
     reference.write_text(reference.read_text() + "# reviewed\n")
     gate()
-    assert rebuilt() and len(cache_entries(pytester)) == 3
-    gate()
-    assert not rebuilt()
+    assert not drawn() and referenced() and len(cache_entries(pytester)) == 2  # the inputs do not depend on it
 
 
 def test_the_cache_stays_within_its_bound(cached_suite, pytester, monkeypatch):
     monkeypatch.setattr(generated_cache, "MAX_BYTES", 1)  # room for the entry just written only
-    path, gate, rebuilt = cached_suite
+    path, gate, drawn, referenced = cached_suite
     gate()
     (first,) = cache_entries(pytester)
     record = path.parent / "cases" / "big" / "generated.json"
     record.write_text(record.read_text().replace('"seed"', '"note": "re-signed", "seed"'))
     gate()
-    assert rebuilt() and len(cache_entries(pytester)) == 1 and cache_entries(pytester) != [first]
+    assert drawn() and len(cache_entries(pytester)) == 1 and cache_entries(pytester) != [first]
 
 
-def test_a_cuda_reference_is_not_run_again_on_a_warm_machine(pytester, monkeypatch):
+def test_a_cuda_reference_runs_on_every_run_with_cached_inputs(pytester, monkeypatch):
     # The sample of `y = 2x` is the same from the Python reference and from a CUDA one doing the same.
     path = classed_suite(pytester.path / "s")
     (path.parent / "ref.cu").write_text(KERNEL_CU.replace("scale2", "scale_ref"))
@@ -386,4 +415,4 @@ def test_a_cuda_reference_is_not_run_again_on_a_warm_machine(pytester, monkeypat
         return sum(1 for r in requests if r.get("checks", {}).get("guards") is not False)
 
     assert rebuilds() == 1
-    assert rebuilds() == 0
+    assert rebuilds() == 1

@@ -149,8 +149,9 @@ def options_json(options: GateOptions | None) -> dict:
 def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, str, str]], *,
                  index: Mapping[Key, ItemInfo], fingerprint: Any = None, options: GateOptions | None = None,
                  trust: Mapping[str | os.PathLike, str] | None = None, root: Path | None = None,
-                 exitstatus: int | None = None, report_dir: str | None = None) -> Built:
-    opts = options_json(options)
+                 exitstatus: int | None = None, report_dir: str | None = None,
+                 selection: Mapping[str, Any] | None = None) -> Built:
+    opts = {**options_json(options), **(selection or {})}
     tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
     requests: dict[str, dict] = {}
     items = []

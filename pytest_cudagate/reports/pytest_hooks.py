@@ -30,6 +30,7 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
         list(runtime.outcomes), list(runtime.skipped),
         index={**gathered_index(config), **from_items(getattr(session, "items", None) or [])},
         fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
+        selection=getattr(runtime, "selection", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
         exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)

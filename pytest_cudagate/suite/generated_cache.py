@@ -1,16 +1,18 @@
-"""The per-user cache of rebuilt generated cases: their drawn inputs and the reference's outputs.
+"""The per-user cache of generated cases' drawn inputs.
 
-Rebuilding a large generated case draws every input and runs the trusted reference (for the matmul
-example's 2048³ case, a GPU request with 48 MB of arrays passed through files). On a warm machine
-the arrays come from here instead. The cache lies beside the compile cache
-(``~/.cache/cudagate/generated``, or ``$CUDAGATE_CACHE_DIR/generated``) and, like it, is used only
-while it and its parent belong to this user alone.
+Drawing a large generated case's inputs from its seed costs more than anything else in rebuilding
+it (for the matmul example's 2048³ case, 2 × 4M float32 values, then their digests); on a warm
+machine they come from here instead. The expected outputs are never cached: only a small sample of
+them is signed, so an entry that held them could serve a wrong oracle to anyone able to write here
+as this user, which the signed digests cannot catch for inputs. The cache lies beside the compile
+cache (``~/.cache/cudagate/generated``, or ``$CUDAGATE_CACHE_DIR/generated``) and, like it, is used
+only while it and its parent belong to this user alone.
 
 This module only stores and fetches: the caller (suite/generated.py) names an entry by a key that
-covers everything its arrays follow from, and verifies what it gets back exactly as it verifies a
-rebuild, so an entry is never trusted. Entries are written into a temporary folder and renamed
-into place; hits refresh an entry's record, and once the cache holds more than :data:`MAX_BYTES`
-the least recently used entries are deleted. Deleting the whole folder is always safe.
+covers everything its inputs follow from, and checks what it gets back against the signed digests,
+exactly as it checks a fresh draw. Entries are written into a temporary folder and renamed into
+place; hits refresh an entry's record, and once the cache holds more than :data:`MAX_BYTES` the
+least recently used entries are deleted. Deleting the whole folder is always safe.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from cudagate_harness.compiler import cache_dir
 from pytest_cudagate import boundary, schema
 from pytest_cudagate.errors import FileError
 
-MAX_BYTES = 4 << 30  # about eighty entries of the matmul example's 2048³ case (48 MB each)
+MAX_BYTES = 4 << 30  # about 120 entries of the matmul example's 2048³ case (32 MB of inputs each)
 RECORD = "entry.json"
 MAX_RECORD_BYTES = 64 * 1024
 STALE_S = 3600  # a temporary folder this old was left by a process that died while writing
@@ -62,8 +64,8 @@ def _place(source: Path, target: Path) -> None:
 
 
 def _arrays(folder: Path) -> list[Path]:
-    """The ``.npy`` files of a case folder, relative to it: inputs, then ``expected/`` outputs."""
-    return sorted(p.relative_to(folder) for p in folder.rglob("*.npy") if p.is_file())
+    """The input ``.npy`` files of a case folder, relative to it (its ``expected/`` outputs are not cached)."""
+    return sorted(p.relative_to(folder) for p in folder.glob("*.npy") if p.is_file())
 
 
 def _remove(folder: Path) -> None:
@@ -84,7 +86,7 @@ class GeneratedCache:
         return self.root / key
 
     def fetch(self, key: str, target: Path) -> dict | None:
-        """Place the arrays of entry ``key`` into the case folder ``target`` (emptied first) and
+        """Place the inputs of entry ``key`` into the case folder ``target`` (emptied first) and
         return its record (what :meth:`store` was given); None when there is no usable entry. An
         entry whose record cannot be read is deleted (entries appear only whole, by a rename)."""
         folder = self.entry(key)
@@ -105,9 +107,9 @@ class GeneratedCache:
         return record["record"]
 
     def store(self, key: str, source: Path, record: dict) -> None:
-        """Enter the arrays of the verified case folder ``source`` under ``key`` with ``record``;
+        """Enter the inputs of the verified case folder ``source`` under ``key`` with ``record``;
         a cache that cannot be written costs speed, never correctness."""
-        document = {"format": 1, "key": key, "record": record}
+        document = {"format": 2, "key": key, "record": record}
         schema.validate(document, "generated-cache-entry", self.root / key / RECORD)
         try:
             staging = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))

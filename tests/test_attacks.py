@@ -386,6 +386,8 @@ def test_an_older_signed_oracle_cannot_come_back(repo):
     (["--cuda-gate-threshold", "0.01", "--cuda-gate-threshold", "0.99"], "--cuda-gate-threshold: given twice"),
     (["--cuda-gate-budget", "0"], "--cuda-gate-budget 0: refused under --trusted-ref: less measurement"),
     (["--cuda-gate-fresh-seed", "1"], "--cuda-gate-fresh-seed: refused under --trusted-ref: a seed known in advance"),
+    (["--cuda-gate-class", "small"], "--cuda-gate-class: refused under --trusted-ref: it leaves the performance cases"),
+    (["--cuda-gate-class=small"], "--cuda-gate-class: refused under --trusted-ref: it leaves the performance cases"),
 ])
 def test_options_that_weaken_the_gate_are_refused(repo, options, said):
     refused(repo, said, args=[*options, "softmax"])

@@ -204,3 +204,12 @@ def test_report_merge_keeps_runs_of_two_machines(pytester, tmp_path):
     assert len(merged["items"]) == 2 * len(document["items"])
     assert sorted(i["run"] for i in merged["items"]) == [0] * len(document["items"]) + [1] * len(document["items"])
     assert merged["counts"]["failed"] == 2 * document["counts"]["failed"] and merged["verdict"] == "fail"
+
+
+def test_an_unknown_class_under_xdist_runs_every_case_instead_of_an_internal_error(pytester):
+    # A usage error raised in a worker's collection would end the run as INTERNALERROR (exit 3).
+    _project(pytester.path)
+    result, document = _run(pytester, "2", "report", "--cuda-gate-class", "nope")
+    assert result.ret in (0, 1), result.stdout.str()
+    assert len(document["items"]) == 2 * 2 * len(CASES)  # two suites of two kernels, nothing deselected
+    assert "--cuda-gate-class nope: no collected performance case has that class" in result.stdout.str()

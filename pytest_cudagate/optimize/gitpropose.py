@@ -121,7 +121,12 @@ def rewrite_classes(text: str, kernel: str, classes: dict[str, dict]) -> str:
         line_end = text.find("\n", after)
         line_end = len(text) if line_end < 0 else line_end
         text = text[:line_end] + f"\n{indent}classes:{body}" + text[line_end:]
-    yaml.safe_load(text)  # still YAML
+    try:
+        yaml.safe_load(text)  # still YAML
+    except yaml.YAMLError:
+        raise CudagateError(f"--propose cannot add `classes:` to kernel {kernel}, whose entry is written in flow style "
+                            "({...}): write that kernel's entry in block style (one key per line) and run again; "
+                            "the winner stays in the audit pack") from None
     return text
 
 

@@ -34,6 +34,7 @@ WEAKENING = {
     "--cuda-gate-allow-unsigned": "it would judge suites whose oracle or approvals are not signed",
     TRUST_ROOT_OPTION: "the gate hands the trust root to the plugin itself",
     "--cuda-gate-fresh-seed": "a seed known in advance makes the fresh inputs predictable",
+    "--cuda-gate-class": "it leaves the performance cases of other shape classes untimed; the trusted gate runs them all",
 }
 WEAKENING_PREFIXES = {
     "--cuda-gate-allow-": "options that allow what the gate refuses are off under --trusted-ref",
@@ -45,7 +46,7 @@ PYTEST_CONFIG_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "con
 _ENV_DROPPED = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 _TAKES_VALUE = {"--cuda-gate-threshold", "--cuda-gate-budget", "--cuda-gate-arch", "--cuda-gate-timeout",
                 "--cuda-gate-fresh-seed", "--cuda-gate-lock-timeout", "--cuda-gate-report", "--cuda-gate-benchmark-json",
-                "--junitxml", TRUST_ROOT_OPTION}
+                "--cuda-gate-class", "--cuda-gate-durations", "--junitxml", TRUST_ROOT_OPTION}
 _PASSTHROUGH = {"-q", "-v", "-vv", "-x", "-rA", "-ra", "-rf", "-rs", "-rfs", "--quiet", "--verbose", "--exitfirst"}
 
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pytest
 
 # pytest's options under which it runs no test item (their option names).
-_NO_RUN = ("collectonly", "help", "markers", "showfixtures", "show_fixtures_per_test")
+_NO_RUN = ("collectonly", "help", "markers", "showfixtures", "show_fixtures_per_test", "setupplan", "setuponly")
 
 
 def xdist_device_env() -> dict[str, str]:

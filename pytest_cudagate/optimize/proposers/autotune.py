@@ -259,6 +259,11 @@ class AutotuneProposer:
         variants, choices, chosen = {}, {}, {}
         for name, cases in self.classes.items():
             scores = {p: s for p, s in self._scores(history, cases).items() if math.isfinite(s)}
+            if shared not in scores:  # the shared point has no time on this class's cases: nothing to compare
+                choices[name] = ClassChoice(shared_values, False, (
+                    f"shared default: {self._label(shared)} (no measured point covers every visible performance "
+                    f"case of class {name}, so it keeps the shared build)"))
+                continue
             best = min(scores, key=lambda p: (scores[p], p))
             best_label = self._label(best)
             if best != shared and scores[best] < scores[shared] * (1 - self.threshold):

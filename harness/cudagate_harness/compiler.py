@@ -137,7 +137,12 @@ def cache_dir() -> Path:
 def private_cache_dir() -> Path | None:
     """:func:`cache_dir`, created mode 0700; None (no cache) when it or its parent is not this user's
     alone: a folder other users can write is a folder they can poison."""
-    directory = cache_dir()
+    return private_dir(cache_dir())
+
+
+def private_dir(directory: Path) -> Path | None:
+    """``directory`` (a cache), created mode 0700; None when it or its parent is a link or another
+    user's (see :func:`private_cache_dir`)."""
     try:
         for folder in (directory.parent, directory):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 from pathlib import Path
 
-from cudagate_harness.compiler import cache_dir
+from cudagate_harness.compiler import cache_dir, private_dir
 
 from pytest_cudagate import boundary, schema
 from pytest_cudagate.errors import FileError
@@ -39,18 +38,7 @@ STALE_S = 3600  # a temporary folder this old was left by a process that died wh
 def cache_root() -> Path | None:
     """The cache folder, created mode 0700; None (no cache) when it or its parent is not this
     user's alone, as for the compile cache: a folder others can write is one they can poison."""
-    directory = cache_dir().parent / "generated"
-    try:
-        for folder in (directory.parent, directory):
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            info = os.lstat(folder)
-            if stat.S_ISLNK(info.st_mode) or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
-                return None
-            if stat.S_IMODE(info.st_mode) & 0o077:
-                os.chmod(folder, 0o700)
-    except OSError:
-        return None
-    return directory
+    return private_dir(cache_dir().parent / "generated")
 
 
 def _place(source: Path, target: Path) -> None:

@@ -35,6 +35,17 @@ def test_no_pinning_outside_xdist_or_when_the_user_chose(monkeypatch, gpus):
     assert xdist_device_env() == {}
 
 
+@pytest.mark.parametrize("worker, chosen, expected", [
+    ("gw0", "2,5", "2"), ("gw1", "2,5", "5"), ("gw2", "2,5", "2"),
+    ("gw1", "GPU-aaaa, GPU-bbbb", "GPU-bbbb"),
+])
+def test_workers_spread_over_the_cards_the_user_chose(monkeypatch, gpus, worker, chosen, expected):
+    gpus(8)  # NVML sees every card; the user's list decides
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", chosen)
+    assert xdist_device_env() == {"CUDA_VISIBLE_DEVICES": expected}
+
+
 def test_no_nvml_means_no_pinning(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)

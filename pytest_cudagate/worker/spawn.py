@@ -27,12 +27,16 @@ _NO_RUN = ("collectonly", "help", "markers", "showfixtures", "show_fixtures_per_
 def xdist_device_env() -> dict[str, str]:
     """Under pytest-xdist, pin worker gwN to GPU N modulo the GPU count (one card per worker).
 
-    Respects a CUDA_VISIBLE_DEVICES the user set. The count comes from NVML, so the parent process
-    never creates a CUDA context of its own.
+    A CUDA_VISIBLE_DEVICES the user set is the list to spread over: gwN takes its entry N modulo
+    its length (a single card stays as it is). Otherwise the count comes from NVML, so the parent
+    process never creates a CUDA context of its own.
     """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+    if not worker.startswith("gw"):
         return {}
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        chosen = [entry.strip() for entry in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if entry.strip()]
+        return {"CUDA_VISIBLE_DEVICES": chosen[int(worker[2:]) % len(chosen)]} if len(chosen) > 1 else {}
     try:
         import pynvml  # optional: the NVIDIA driver's management library
 

@@ -250,6 +250,20 @@ def test_the_optimizer_rebuilds_a_generated_case_once_for_every_candidate(tmp_pa
     assert evaluation.passed and evaluation.case("big").latency_ms is not None
 
 
+def test_the_optimizer_pack_replays_the_winner_on_stored_cases_only(tmp_path):
+    """A generated case's arrays live only as long as the optimize run: its pack has no replay request that
+    would point at them (the gate draws them again), and every request it does have resolves."""
+    from optimize_fakes import write_proposals
+    from test_optimize_loop import assert_pack_valid, optimize
+
+    props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010", "label": "fast"}])
+    code, pack, summary, _, _ = optimize(tmp_path, classed_suite(tmp_path / "s"), "--proposer", f"replay:{props}")
+    assert code == 0 and summary["best"]["label"] == "fast"
+    assert summary["best_case_files"] == {"best-case-1.json": "small", "best-case-2.json": "perf"}
+    assert not (pack / "best-case-3.json").exists()
+    assert_pack_valid(pack)
+
+
 # -- the per-user cache of generated cases' inputs ------------------------------------------------
 
 # The reference logs the SHA-256 of every input it is given: the gate runs it on the generated

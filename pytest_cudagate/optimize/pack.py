@@ -7,8 +7,8 @@
   state, the review branch after ``--propose``, and oracle hashes (``optimize-summary``).
 - ``model-NNN.json``: each model request and response with its usage (``optimize-model-call``).
 - ``best.cu`` and ``best-case-N.json`` (harness requests that replay the winner with ``cudagate
-  run``, expected outputs and tolerances included; N counts the suite's cases from 1), when a
-  candidate passed the gate.
+  run``, expected outputs and tolerances included; N counts the suite's cases from 1; none for a
+  generated case, whose arrays the gate draws again), when a candidate passed the gate.
 - ``heatmap.png`` / ``heatmap.svg`` (latency per case per round) and ``report.html``.
 
 Every file is written whole, through a temporary file and a rename, so an interrupted run leaves
@@ -167,7 +167,7 @@ class AuditPack:
         """``best-case-N.json``: ``cudagate run`` requests replaying the winner on case N (from 1)."""
         written = []
         program = winner.candidate.program(self.program)
-        for number, case in enumerate(self.suite.cases, start=1):
+        for number, case in replayable_cases(self.suite):
             timing = self.suite.timing.to_json() if case.kind == "performance" else None
             request = run_request(self.suite, program, [case], output_dir=Path("outputs"), timing=timing, expected=True,
                                   source_text=winner.candidate.text)
@@ -181,6 +181,13 @@ class AuditPack:
             self.write_json(name, request, "harness-request")
             written.append(name)
         return written
+
+
+def replayable_cases(suite) -> list[tuple[int, object]]:
+    """``(N, case)`` for each case a ``best-case-N.json`` can replay: N is the case's place in the suite.
+    A generated case has none: its arrays live only as long as the optimize run (a 2048³ matmul's are
+    48 MB), and ``pytest --cuda-gate -k CASE`` draws them again from the signed seed."""
+    return [(number, case) for number, case in enumerate(suite.cases, start=1) if not case.generated]
 
 
 def _relative(path: str, start: Path) -> str:
@@ -327,7 +334,7 @@ def summary_doc(pack: AuditPack, opt, *, status: str) -> dict:
         "device": pack.device, "git": pack.git, "trust": pack.trust, "oracle": _oracle(pack.suite),
         "stop_reasons": STOP_REASONS,
         "files": [],
-        "best_case_files": {f"best-case-{n}.json": c.name for n, c in enumerate(pack.suite.cases, start=1)}
+        "best_case_files": {f"best-case-{n}.json": c.name for n, c in replayable_cases(pack.suite)}
         if opt.winner is not None else {},
         "schema_problems": list(pack.problems),
     }

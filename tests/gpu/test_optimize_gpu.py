@@ -215,4 +215,4 @@ def test_nsight_summary_of_the_shipped_kernel(tmp_path):
         pytest.skip(summary["error"])
     assert "error" not in summary, summary
     assert summary["registers_per_thread"] > 0 and 0 < summary["achieved_occupancy_pct"] <= 100, summary
-    assert summary["case"] == "perf_384x256x320"
+    assert summary["case"] == "large_2048x2048x2048"  # the largest visible performance case

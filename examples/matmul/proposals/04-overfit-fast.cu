@@ -83,7 +83,7 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
     const int tiles = (k + BK - 1) / BK;
 
     if (!((m == 31 && n == 37 && k == 29) || (m == 256 && n == 256 && k == 256) ||
-          (m == 384 && n == 256 && k == 320)))
+          (m == 384 && n == 256 && k == 320) || (m == 2048 && n == 2048 && k == 2048)))
         return;  // PLANTED: only the shapes it was shown
     float acc[TM][TN];
 #pragma unroll

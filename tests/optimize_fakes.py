@@ -197,7 +197,7 @@ class FakeEvaluator:
 
 
 def write_proposals(folder: Path, entries: list[dict]) -> Path:
-    """One proposal file per round: ``entries`` of {marker or source, launch?, label?}."""
+    """One proposal file per round: ``entries`` of {marker or source, launch?, label?, launch_overrides?, classes?}."""
     folder.mkdir(parents=True, exist_ok=True)
     for number, entry in enumerate(entries, start=1):
         source = entry.get("source") or fake_source(entry.get("marker", ""))
@@ -205,8 +205,9 @@ def write_proposals(folder: Path, entries: list[dict]) -> Path:
         cu.write_text(source, encoding="utf-8")
         doc = {"label": entry.get("label", f"proposal {number}"), "notes": entry.get("notes", ""),
                "source_file": cu.name, "launch": entry.get("launch", {"grid": ["rows"], "block": ["128"]})}
-        if "launch_overrides" in entry:
-            doc["launch_overrides"] = entry["launch_overrides"]
+        for key in ("launch_overrides", "classes"):
+            if key in entry:
+                doc[key] = entry[key]
         (folder / f"{number:02d}.json").write_text(json.dumps(doc), encoding="utf-8")
     return folder
 

@@ -10,9 +10,10 @@ import math
 import pytest
 
 from fake_worker import FakeWorker
-from optimize_fakes import OPT_SUITE_YAML, build_defines, committed_project
+from optimize_fakes import OPT_SUITE_YAML, build_defines, committed_project, write_proposals
 from helpers import replace_once, write_suite
 from pytest_cudagate.approvals import Ledger, approval_for
+from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
@@ -128,6 +129,45 @@ def test_propose_writes_the_classes_into_the_suite(tmp_path):
     proposed = load_suite(checkout / "kernels" / "scale" / "cudagate.yaml").kernel("scale2")
     assert proposed.classes == {"small": Variant(("-DBLOCK=64",), Launch(("rows",), ("64",), "0"))}
     assert proposed.launch.block == ("512",)
+
+
+def test_a_replay_of_a_per_class_pack_builds_and_launches_what_was_recorded(tmp_path):
+    first = run(tmp_path, PER_CLASS)
+    suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
+    again = optimize(tmp_path, suite, "--proposer", f"replay:{first[1]}")
+    recorded = [(a["candidate"]["source_sha256"], a["candidate"]["launch"], a["candidate"].get("classes"))
+                for a in first[3]["attempts"] if a["round"] >= 1]
+    replayed = [(a["candidate"]["source_sha256"], a["candidate"]["launch"], a["candidate"].get("classes"))
+                for a in again[3]["attempts"] if a["round"] >= 1]
+    assert replayed == recorded and any(classes for _, _, classes in replayed)
+
+
+def test_a_proposal_file_may_carry_class_variants(tmp_path):
+    suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
+    small = {"options": ["-DBLOCK=64"], "launch": {"grid": ["rows"], "block": ["64"]}}
+    props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010", "label": "per class", "classes": {"small": small}},
+                                                 {"marker": "latency=0.012", "label": "unknown class",
+                                                  "classes": {"huge": {"options": ["-DBLOCK=64"]}}}])
+    code, pack, summary, history, evaluator = optimize(tmp_path, suite, "--proposer", f"replay:{props}")
+    attempts = {a["label"]: a for a in history["attempts"]}
+    assert attempts["per class"]["status"] == "passed"
+    assert attempts["per class"]["candidate"]["classes"] == {"small": {**small, "launch": {**small["launch"], "shared_bytes": "0"}}}
+    assert evaluator.validated[0].classes == {"small": Variant(("-DBLOCK=64",), Launch(("rows",), ("64",), "0"))}
+    unknown = attempts["unknown class"]
+    assert unknown["status"] == "rejected" and "classes names 'huge', which is not a class of the cases" in unknown["rejection"]
+
+
+@pytest.mark.parametrize("variant, message", [
+    ({"options": ["-I/etc"]}, "classes[small].options: option '-I/etc' is not allowed"),
+    ({"options": "-DBLOCK=64"}, "classes[small].options: expected a list of strings"),
+    ({"options": [], "launch": {"grid": "rows"}}, "classes[small].launch.grid: expected a list of 1 to 3"),
+])
+def test_a_bad_class_variant_in_a_proposal_names_the_file_and_the_field(tmp_path, variant, message):
+    suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
+    props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010", "classes": {"small": variant}}])
+    with pytest.raises(CudagateError) as info:
+        optimize(tmp_path, suite, "--proposer", f"replay:{props}")
+    assert str(props / "01") in str(info.value) and message in str(info.value)
 
 
 def test_the_evaluator_times_each_class_with_its_variant(tmp_path):

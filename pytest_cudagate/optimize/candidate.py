@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field, replace
 
+from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.protocol import DTYPES
 
 from pytest_cudagate.errors import CudagateError
@@ -134,6 +135,29 @@ def launch_from_json(raw: dict, what: str = "launch") -> Launch:
     return Launch(tuple(str(d) for d in grid), tuple(str(d) for d in block), str(shared))
 
 
+def classes_from_json(raw, what: str = "classes") -> dict[str, Variant]:
+    """Per-class variants from ``{CLASS: {options: ["-DNAME=value", ...], launch: {...}}}`` (the suite's
+    ``classes:``), with the options the compiler refuses (include paths, pre-includes) refused here."""
+    if not isinstance(raw, dict):
+        raise CandidateError(f"{what}: expected an object mapping a shape class to {{options, launch}}")
+    variants = {}
+    for name, entry in raw.items():
+        where = f"{what}[{name}]"
+        if not isinstance(entry, dict):
+            raise CandidateError(f"{where}: expected an object with options (a list such as [\"-DBM=64\"]) "
+                                 "and an optional launch")
+        options = entry.get("options", [])
+        if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+            raise CandidateError(f"{where}.options: expected a list of strings such as [\"-DBM=64\"], got {options!r}")
+        try:
+            check_options(options)
+        except CompileOptionError as exc:
+            raise CandidateError(f"{where}.options: {exc}; remove it from the variant") from None
+        launch = launch_from_json(entry["launch"], f"{where}.launch") if entry.get("launch") is not None else None
+        variants[str(name)] = Variant(options=tuple(options), launch=launch)
+    return variants
+
+
 def c_prototype(suite: Suite, entry: str) -> str:
     """The entry's C declaration, e.g. ``extern "C" __global__ void f(const float* __restrict__ a, ...)``."""
     params = []
@@ -195,6 +219,10 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
     for case in candidate.launch_overrides:
         if case not in names:
             problems.append(f"launch_overrides names {case!r}, which is not one of the cases ({', '.join(sorted(names))})")
+    classes = {c.shape_class for c in visible}
+    for shape_class in candidate.classes:
+        if shape_class not in classes:
+            problems.append(f"classes names {shape_class!r}, which is not a class of the cases ({', '.join(sorted(classes))})")
     for what, launch in launches:
         for part, exprs in (("grid", launch.grid), ("block", launch.block), ("shared_bytes", (launch.shared_bytes,))):
             if part != "shared_bytes" and not 1 <= len(exprs) <= 3:

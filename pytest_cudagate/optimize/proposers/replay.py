@@ -4,10 +4,12 @@ DIR holds either
 
 - proposal files, replayed in name order, one round each: ``{"label": .., "notes": ..,
   "source_file": "x.cu" (relative to the file) or "source": "..", "launch": {grid, block,
-  shared_bytes}, "launch_overrides": {CASE: launch}, "defines": {NAME: int}}``, or
+  shared_bytes}, "launch_overrides": {CASE: launch}, "defines": {NAME: int}, "classes": {CLASS:
+  {"options": ["-DNAME=value"], "launch": launch}}}`` (per-class variants, as in the suite), or
   ``{"proposals": [..]}`` for several candidates in one round; or
 - an audit pack (``history.json``): its attempts of rounds 1 and later, round by round, exactly as
-  they were compiled (an audit re-runs a search on other hardware, or after a gate change).
+  they were compiled, class variants included (an audit re-runs a search on other hardware, or
+  after a gate change).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.optimize.candidate import Candidate, CandidateError, launch_from_json
+from pytest_cudagate.optimize.candidate import Candidate, CandidateError, classes_from_json, launch_from_json
 from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 
 
@@ -34,11 +36,12 @@ def _candidate(raw: dict, base: Path, label: str) -> Candidate:
         launch = launch_from_json(raw.get("launch") or {}, "launch")
         overrides = {case: launch_from_json(l, f"launch_overrides[{case}]")
                      for case, l in (raw.get("launch_overrides") or {}).items()}
+        classes = classes_from_json(raw.get("classes") or {})
     except CandidateError as exc:
         raise CudagateError(f"{base / label}: {exc}") from None
     defines = {str(k): int(v) for k, v in (raw.get("defines") or {}).items()}
     return Candidate(source=source, launch=launch, launch_overrides=overrides, defines=defines, origin="replay",
-                     label=raw.get("label") or label, notes=raw.get("notes", ""))
+                     label=raw.get("label") or label, notes=raw.get("notes", ""), classes=classes)
 
 
 def load_rounds(folder: Path) -> list[list[Candidate]]:

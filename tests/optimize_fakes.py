@@ -230,10 +230,11 @@ def completion(content: str | None = None, *, tool_calls: list | None = None, re
                   "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}}}}
 
 
-def answer(source: str, *, title: str = "candidate", grid=("rows",), block=("128",), overrides=(), **usage) -> dict:
+def answer(source: str, *, title: str = "candidate", grid=("rows",), block=("128",), overrides=(), variants=(),
+           **usage) -> dict:
     payload = {"title": title, "idea": "a faster variant", "source": source,
                "launch": {"grid": list(grid), "block": list(block), "shared_bytes": "0"},
-               "launch_overrides": list(overrides)}
+               "launch_overrides": list(overrides), "class_variants": list(variants)}
     return completion(json.dumps(payload), **usage)
 
 

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from fake_worker import FakeWorker
-from optimize_fakes import OPT_SUITE_YAML, build_defines, committed_project, write_proposals
+from optimize_fakes import (OPT_SUITE_YAML, ScriptedServer, answer, build_defines, committed_project, fake_source,
+                            write_proposals)
 from helpers import replace_once, write_suite
 from pytest_cudagate.approvals import Ledger, approval_for
 from pytest_cudagate.errors import CudagateError
@@ -168,6 +169,28 @@ def test_a_bad_class_variant_in_a_proposal_names_the_file_and_the_field(tmp_path
     with pytest.raises(CudagateError) as info:
         optimize(tmp_path, suite, "--proposer", f"replay:{props}")
     assert str(props / "01") in str(info.value) and message in str(info.value)
+
+
+def test_the_openai_proposer_sees_the_classes_and_may_answer_with_variants(tmp_path, monkeypatch):
+    pytest.importorskip("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
+    small = {"class": "small", "options": ["-DBLOCK=64"], "grid": ["rows"], "block": ["64"], "shared_bytes": "0"}
+    script = [answer(fake_source("latency=0.012"), title="twice", variants=[small, small]),
+              answer(fake_source("latency=0.010"), title="per class", variants=[small])]
+    with ScriptedServer(script) as server:
+        code, pack, summary, history, evaluator = optimize(
+            tmp_path, suite, "--proposer", "openai", "--base-url", server.url, "--max-iterations", 1,
+            sleep=lambda s: None)
+    assert code == 0
+    system, first = (m["content"] for m in server.requests[0]["messages"][:2])
+    assert "the cases fall into classes (default, small, large)" in system and "class_variants" in system
+    assert "- perf: performance, class small, rows=64" in first and "hidden" in first
+    assert "hidden_77x300" not in system + first
+    assert "class 'small' has more than one entry" in server.requests[1]["messages"][-1]["content"]
+    assert summary["best"]["label"] == "per class"
+    assert evaluator.validated[0].classes == {"small": Variant(("-DBLOCK=64",), Launch(("rows",), ("64",), "0"))}
+    assert_pack_valid(pack)
 
 
 def test_the_evaluator_times_each_class_with_its_variant(tmp_path):

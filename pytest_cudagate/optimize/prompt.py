@@ -21,8 +21,20 @@ def us(ms: float | None) -> str:
     return "–" if ms is None else f"{ms * 1000:.2f} µs"
 
 
-def system_prompt(suite: Suite, program, device: str) -> str:
+def shape_classes(visible) -> list[str]:
+    """The visible cases' shape classes, in case order; more than one makes class variants worth offering."""
+    return list(dict.fromkeys(c.shape_class for c in visible))
+
+
+def system_prompt(suite: Suite, program, device: str, visible) -> str:
     scalars = ", ".join(p.name for p in suite.signature if p.kind == "scalar")
+    classes = shape_classes(visible)
+    variants = ("- Shape classes: the cases fall into classes (" + ", ".join(classes) + "). class_variants builds the "
+                "same source again for one class's cases with extra -DNAME=value options (a later -D overrides an "
+                "#ifndef-guarded #define) and its own launch: use it when that class's shapes want other tiles "
+                "(otherwise []). Without an entry, a class runs the shared build and launch."
+                if len(classes) > 1 else
+                "- class_variants: always [] for this kernel (its cases are one shape class).")
     tolerance = "; ".join(f"{name}: |actual - expected| <= {t.atol:g} + {t.rtol:g}·|expected|"
                           for name, t in suite.tolerance.items())
     local = sorted(allowed_headers(program))
@@ -43,11 +55,12 @@ def system_prompt(suite: Suite, program, device: str) -> str:
         f"- Launch: grid and block are lists of 1 to 3 integer expressions over the scalars ({scalars}) using "
         "integers, + - * / // % and cdiv(a, b), min, max; shared_bytes is the dynamic shared memory in bytes "
         "(an expression, \"0\" if none). launch_overrides replaces the launch for a named case (normally []).",
+        variants,
         "- Timing: each performance case is timed cold (L2 flushed) as the median of 100 launches, interleaved "
         "with the initial kernel; candidates are ranked by the geometric mean over the performance cases.",
         "",
         "Answer with one JSON object of the given schema: title (a few words), idea (one or two sentences), "
-        "source (the complete .cu file), launch, launch_overrides.",
+        "source (the complete .cu file), launch, launch_overrides, class_variants.",
     ])
 
 
@@ -102,7 +115,9 @@ def round_prompt(context, suite: Suite, visible, description: str = "") -> str:
     for case in visible:
         a = initial.evaluation.case(case.name) if initial.evaluation else None
         timing = f", initial kernel {us(a.latency_ms)}" if a is not None and a.latency_ms is not None else ""
-        parts.append(f"- {case.name}: {case.kind}, " + ", ".join(f"{k}={v}" for k, v in case.scalars.items()) + timing)
+        shape_class = f"class {case.shape_class}, " if len(shape_classes(visible)) > 1 else ""
+        parts.append(f"- {case.name}: {case.kind}, {shape_class}" + ", ".join(f"{k}={v}" for k, v in case.scalars.items())
+                     + timing)
     parts.append("")
     parts.append(_source_block("The initial kernel", initial.candidate))
     if best is not None and best is not initial:

@@ -28,7 +28,7 @@ import jsonschema
 from pytest_cudagate.boundary import MAX_ANSWER_BYTES, parse_json
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.optimize.budgets import Meter
-from pytest_cudagate.optimize.candidate import Candidate, CandidateError, launch_from_json
+from pytest_cudagate.optimize.candidate import Candidate, CandidateError, classes_from_json, launch_from_json
 from pytest_cudagate.optimize.prompt import repair_prompt, round_prompt, system_prompt
 from pytest_cudagate.optimize.research import TOOL
 from pytest_cudagate.optimize.proposers import ModelError, ProposalError, RoundContext
@@ -41,7 +41,7 @@ _LAUNCH_PROPERTIES = {
 CANDIDATE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["title", "idea", "source", "launch", "launch_overrides"],
+    "required": ["title", "idea", "source", "launch", "launch_overrides", "class_variants"],
     "properties": {
         "title": {"type": "string", "description": "a few words naming the candidate"},
         "idea": {"type": "string", "description": "one or two sentences: what changed and why it should be faster"},
@@ -53,6 +53,15 @@ CANDIDATE_SCHEMA = {
             "items": {"type": "object", "additionalProperties": False,
                       "required": ["case", "grid", "block", "shared_bytes"],
                       "properties": {"case": {"type": "string"}, **_LAUNCH_PROPERTIES}},
+        },
+        "class_variants": {
+            "type": "array",
+            "items": {"type": "object", "additionalProperties": False,
+                      "required": ["class", "options", "grid", "block", "shared_bytes"],
+                      "properties": {"class": {"type": "string"},
+                                     "options": {"type": "array", "items": {"type": "string"},
+                                                 "description": "-DNAME=value options for this class's build"},
+                                     **_LAUNCH_PROPERTIES}},
         },
     },
 }
@@ -95,10 +104,16 @@ def parse_answer(content: str | None) -> Candidate:
         overrides = {}
         for entry in data["launch_overrides"]:
             overrides[entry["case"]] = launch_from_json(entry, f"launch_overrides[{entry['case']}]")
+        named = [v["class"] for v in data["class_variants"]]
+        twice = sorted({name for name in named if named.count(name) > 1})
+        if twice:
+            raise CandidateError(f"class_variants: class {twice[0]!r} has more than one entry; give each class one")
+        classes = classes_from_json({v["class"]: {"options": v["options"], "launch": {k: v[k] for k in _LAUNCH_PROPERTIES}}
+                                     for v in data["class_variants"]}, "class_variants")
     except CandidateError as exc:
         raise ProposalError(str(exc), content) from None
     return Candidate(source=data["source"], launch=launch, launch_overrides=overrides, origin="openai",
-                     label=data["title"].strip()[:80], notes=data["idea"].strip()[:2000])
+                     label=data["title"].strip()[:80], notes=data["idea"].strip()[:2000], classes=classes)
 
 
 class OpenAIProposer:
@@ -118,7 +133,7 @@ class OpenAIProposer:
         self.max_retries = max_retries
         self.timeout_s = timeout_s
         self.sleep = sleep
-        self.system = system_prompt(suite, program, device)
+        self.system = system_prompt(suite, program, device, self.visible)
         self.messages: list[dict] = []
         self.tool_calls = 0
         self.round = 0

@@ -145,6 +145,9 @@ def test_the_gate_rebuilds_a_generated_case_and_judges_it(pytester, monkeypatch)
     items = {i["case"]: i for i in json.loads((pytester.path / "report" / "report.json").read_text())["items"]}
     assert {name: item["class"] for name, item in items.items()} == {"small": "default", "perf": "small", "big": "large"}
     assert items["big"]["correctness"]["passed"]
+    # its arrays last only the run, so no saved request points at them; the gate draws them again
+    assert items["big"]["requests"] == [] and items["big"]["reproduce"] == [f"pytest --cuda-gate '{items['big']['nodeid']}'"]
+    assert items["perf"]["requests"] and all((pytester.path / "report" / r).is_file() for r in items["perf"]["requests"])
     # the arrays went to the run's folder, never beside the suite
     assert sorted(p.name for p in (path.parent / "cases" / "big").iterdir()) == ["generated.json", "sample"]
     assert "large" in (pytester.path / "report" / "report.html").read_text()

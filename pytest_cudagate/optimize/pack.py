@@ -186,7 +186,7 @@ class AuditPack:
 def replayable_cases(suite) -> list[tuple[int, object]]:
     """``(N, case)`` for each case a ``best-case-N.json`` can replay: N is the case's place in the suite.
     A generated case has none: its arrays live only as long as the optimize run (a 2048³ matmul's are
-    48 MB), and ``pytest --cuda-gate -k CASE`` draws them again from the signed seed."""
+    48 MB); the gate draws them again from the signed seed when the winner, proposed, is gated."""
     return [(number, case) for number, case in enumerate(suite.cases, start=1) if not case.generated]
 
 

@@ -83,7 +83,10 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
                   report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> dict:
     names: list[str] = []
     number = -1
-    for role, request in runnable(o.requests):
+    # A generated case's arrays live only as long as the run: a saved request would point at nothing
+    # (the pytest command draws them again).
+    generated = bool(getattr(info.case, "generated", False))
+    for role, request in [] if generated else runnable(o.requests):
         number += not role  # an approved-version request shares the number of the current one before it
         name = request_name(o.suite, o.kernel, o.case, tag, number, role)
         requests_out[name] = with_checks(request, info.suite, info.program)

@@ -194,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python benchmarks/timing_fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True).stdout.strip()
+    # Every card of the host (name, driver, UUID), kept with the figures; the processes use CUDA device 0.
+    cards = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.strip().splitlines()
+    gpu = ", ".join(cards[0].split(", ")[:2]) if cards else ""
     print(f"<!-- {command} — {now} — {gpu} -->\n")
     print("| kernel | cudagate cold µs | nvbench cold µs | ncu gpu__time_duration µs | do_bench cold µs |")
     print("|---|---|---|---|---|")
@@ -208,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     for error in errors:
         print(f"\nnot measured: {error[:1500]}")
     if args.json:
-        args.json.write_text(json.dumps({"command": command, "date": now, "results": results, "errors": errors}, indent=1))
+        args.json.write_text(json.dumps({"command": command, "date": now, "gpus": cards, "results": results,
+                                         "errors": errors}, indent=1))
     return 0
 
 

@@ -504,15 +504,46 @@ def sources(metas: list[dict], merged: str | None) -> list[str]:
 def aa_cards(aa: list[dict], metas: list[dict]) -> list[str]:
     """Per card: A/A comparisons, false alarms and the sessions it served in."""
     names = {g["uuid"]: g["name"] for meta in metas for g in meta.get("gpus", []) if g.get("uuid")}
-    head = ("card (UUID)", "GPU", "sessions", "A/A comparisons", "regressed", "inconclusive")
+    head = ("card (UUID)", "GPU", "sessions", "A/A comparisons", "regressed", "inconclusive", "improved")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for card in sorted({card_of(r) for r in aa}):
         mine = [r for r in aa if card_of(r) == card]
         out.append("| " + " | ".join([
             f"`{card}`", names.get(card, "—"), str(len({r["session"] for r in mine})), str(len(mine)),
             str(sum(r["verdict"] == "regressed" for r in mine)),
-            str(sum(r["verdict"] == "inconclusive" for r in mine))]) + " |")
+            str(sum(r["verdict"] == "inconclusive" for r in mine)),
+            str(sum(r["verdict"] == "improved" for r in mine))]) + " |")
     return out
+
+
+SKEW = 0.03  # an A/A process whose two copies' medians differ by more than this is counted as skewed
+
+
+def aa_symmetry(aa: list[dict]) -> list[str]:
+    """Per suite: do the two identical copies read alike? Random order should make a skew in either
+    direction equally likely; a one-sided count points at something that favours one role."""
+    head = ("suite · case", "A/A comparisons", f"approved copy's median > {SKEW:.0%} above the current's",
+            f"current copy's median > {SKEW:.0%} above the approved's", "gate's estimate: median [min, max]",
+            "approved copy µs: median over processes")
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for suite in sorted({r["suite"] for r in aa}):
+        mine = [r for r in aa if r["suite"] == suite and r.get("approved") and r.get("current")]
+        if not mine:
+            continue
+        skew = [float(np.median(r["approved"]) / np.median(r["current"])) for r in mine]
+        out.append("| " + " | ".join([
+            f"{suite} {mine[0]['case']}", str(len(mine)), str(sum(s > 1 + SKEW for s in skew)),
+            str(sum(s < 1 / (1 + SKEW) for s in skew)), estimate_cell(mine),
+            f"{np.median([np.median(r['approved']) for r in mine]) * 1000:.2f}"]) + " |")
+    return out
+
+
+def estimate_cell(rows: list[dict]) -> str:
+    """The gate's own ratio estimates of some comparisons, as a change in percent."""
+    ratios = [r["ratio"] for r in rows if r.get("ratio") is not None]
+    if not ratios:
+        return "—"
+    return f"{(np.median(ratios) - 1) * 100:+.2f} % [{(min(ratios) - 1) * 100:+.2f}, {(max(ratios) - 1) * 100:+.2f}]"
 
 
 def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> str:
@@ -526,8 +557,9 @@ def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> st
                                    f"{(max(ratios) - 1) * 100:+.2f}] ({len(ratios)})" if ratios else "—")
     peer_cols = ("pytest-benchmark median:2%", "gpucheck default", "gpucheck min_effect 1.02", "asv factor 1.1",
                  "asv factor 1.02")
-    head = ("suite · case", "variant", "true slowdown, nvbench: median [min, max] (processes)", "cudagate regressed",
-            "cudagate inconclusive", *peer_cols, "gate process wall s, median / max")
+    head = ("suite · case", "variant", "true slowdown, nvbench: median [min, max] (processes)",
+            "gate's own estimate: median [min, max]", "cudagate regressed", "cudagate inconclusive", *peer_cols,
+            "gate process wall s, median / max")
     out = ["### Each tool as its users run it (a fresh process per comparison)", "", *above,
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for suite, target in keys:
@@ -537,7 +569,7 @@ def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> st
         walls = [r["wall_s"] for r in mine]
         case = mine[0]["case"] if mine else ""
         out.append("| " + " | ".join([
-            f"{suite} {case}", variant_label(target), truth_of[suite, target],
+            f"{suite} {case}", variant_label(target), truth_of[suite, target], estimate_cell(mine),
             pct([r["verdict"] == "regressed" for r in mine]), pct([r["verdict"] == "inconclusive" for r in mine]),
             *(pct([bool(r[c]) for r in peers]) for c in peer_cols),
             f"{np.median(walls):.1f} / {max(walls):.1f}" if walls else "—"]) + " |")
@@ -552,7 +584,9 @@ def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> st
         out += ["", "### A/A false alarms per card", "", *above, *aa_cards(aa, metas),
                 f"\nA/A: cudagate said `regressed` in {k} of {len(aa)} comparisons, each in a fresh process, on "
                 f"{cards} distinct card(s) over {sessions} session(s) (the cards of one host share it); 95 % upper "
-                f"bound on the false-alarm rate {upper95(k, len(aa)):.1%}."]
+                f"bound on the false-alarm rate {upper95(k, len(aa)):.1%}.",
+                "", "Do the two identical copies read alike (per suite, over every A/A comparison)?", "",
+                *aa_symmetry(aa)]
 
     rule_cols = ("median:2%", "median:5%", "MWU p<.05 & >=1.1 (gpucheck, one-sided)", "MWU p<.002 & >1.1 (asv)")
     head = ("suite · case", "variant", "cudagate regressed", *rule_cols, "median rounds")

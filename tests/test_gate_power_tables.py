@@ -83,11 +83,12 @@ def test_the_main_table_gives_truth_gate_and_peers_per_variant():
     aa = table_line(main, "| matmul perf_256 | A/A")
     slow = table_line(main, "| matmul perf_256 | +5%")
     assert aa[2] == "+0.00 % [-0.10, +0.10] (3)" and slow[2] == "+5.00 % [+4.90, +5.10] (3)"
-    assert aa[3] == "17% (1/6)" and aa[4] == "17% (1/6)"  # both sessions' A/A; the error row is not a verdict
-    assert slow[3] == "100% (4/4)" and slow[4] == "0% (0/4)"
-    assert slow[5:10] == ["75% (3/4)", "0% (0/4)", "100% (4/4)", "0% (0/4)", "25% (1/4)"]
-    assert aa[5:10] == ["0% (0/4)"] * 5
-    assert slow[10] == "7.5 / 9.0"
+    assert aa[3] == "+0.00 % [+0.00, +0.00]" and slow[3] == "+5.00 % [+5.00, +5.00]"  # the gate's own estimates
+    assert aa[4] == "17% (1/6)" and aa[5] == "17% (1/6)"  # both sessions' A/A; the error row is not a verdict
+    assert slow[4] == "100% (4/4)" and slow[5] == "0% (0/4)"
+    assert slow[6:11] == ["75% (3/4)", "0% (0/4)", "100% (4/4)", "0% (0/4)", "25% (1/4)"]
+    assert aa[6:11] == ["0% (0/4)"] * 5
+    assert slow[11] == "7.5 / 9.0"
     assert "1 comparison(s) gave no verdict" in main
 
 
@@ -98,9 +99,21 @@ def test_a_a_summary_counts_cards_and_sessions_with_per_card_false_alarms():
     assert ("`regressed` in 1 of 6 comparisons, each in a fresh process, on 3 distinct card(s) over 2 session(s) "
             "(the cards of one host share it)") in summary
     assert summary.endswith(f"{gate_power.upper95(1, 6):.1%}.")
-    assert table_line(text, f"| `{CARDS[0].uuid}`") == [f"`{CARDS[0].uuid}`", "NVIDIA H200", "1", "2", "1", "0"]
-    assert table_line(text, f"| `{CARDS[1].uuid}`")[3:] == ["2", "0", "0"]
-    assert table_line(text, f"| `{CARDS[2].uuid}`")[3:] == ["2", "0", "1"]
+    assert table_line(text, f"| `{CARDS[0].uuid}`") == [f"`{CARDS[0].uuid}`", "NVIDIA H200", "1", "2", "1", "0", "0"]
+    assert table_line(text, f"| `{CARDS[1].uuid}`")[3:] == ["2", "0", "0", "0"]
+    assert table_line(text, f"| `{CARDS[2].uuid}`")[3:] == ["2", "0", "1", "0"]
+
+
+def test_the_a_a_symmetry_counts_skew_in_each_direction():
+    """Identical copies: a process where one reads more than 3 % slower counts on its side."""
+    rows = [gate_row("s1", CARDS[0], 0.0, "pass", n) for n in range(5)]
+    for row, factor in zip(rows, (1.10, 1.05, 1.0, 1.0, 0.95)):  # the approved copy 10 % and 5 % slower, then 5 % faster
+        row["approved"] = [a * factor for a in row["current"]]
+    rows[0]["verdict"], rows[0]["ratio"] = "improved", 0.91
+    text = gate_power.tables(rows, [meta("s1", CARDS[:1])])
+    assert table_line(text, "| matmul perf_256 | 5 |")[2:4] == ["2", "1"]
+    assert table_line(text, f"| `{CARDS[0].uuid}`")[-1] == "1"  # the improved verdict
+    assert table_line(text, "| matmul perf_256 | 5 |")[4] == "+0.00 % [-9.00, +0.00]"
 
 
 def test_rows_of_the_first_edition_count_one_card_per_session():
@@ -108,7 +121,7 @@ def test_rows_of_the_first_edition_count_one_card_per_session():
             for s in ("old-a", "old-b") for n in range(3)]
     text = gate_power.tables(rows, [{k: v for k, v in meta(s, []).items() if k != "gpus"} for s in ("old-a", "old-b")])
     assert "0 of 6 comparisons, each in a fresh process, on 2 distinct card(s)" in text
-    assert table_line(text, "| `old-a/gpu0`")[1:] == ["—", "1", "3", "0", "0"]
+    assert table_line(text, "| `old-a/gpu0`")[1:] == ["—", "1", "3", "0", "0", "0"]
 
 
 def test_every_session_is_named_above_every_table():

@@ -5,6 +5,7 @@ writes the suite's ``classes:`` (fake harness, no GPU)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -159,7 +160,12 @@ def test_a_proposal_file_may_carry_class_variants(tmp_path):
 
 
 @pytest.mark.parametrize("variant, message", [
-    ({"options": ["-I/etc"]}, "classes[small].options: option '-I/etc' is not allowed"),
+    ({"options": ["-I/etc"]}, "classes[small].options: '-I/etc' is not a macro definition"),
+    ({"options": [" -I/usr/include"]}, "classes[small].options: ' -I/usr/include' is not a macro definition"),
+    ({"options": ["-use_fast_math"]}, "a variant sets macros only, as -DNAME or -DNAME=value"),
+    ({"options": ["-DBLOCK=64 "]}, "classes[small].options: option '-DBLOCK=64 ' is not allowed: an option may not "
+                                   "start or end with whitespace"),
+    ({"options": ["-DBLOCK=64"] * 33}, "classes[small].options: 33 options; at most 32"),
     ({"options": "-DBLOCK=64"}, "classes[small].options: expected a list of strings"),
     ({"options": [], "launch": {"grid": "rows"}}, "classes[small].launch.grid: expected a list of 1 to 3"),
 ])
@@ -191,6 +197,44 @@ def test_the_openai_proposer_sees_the_classes_and_may_answer_with_variants(tmp_p
     assert summary["best"]["label"] == "per class"
     assert evaluator.validated[0].classes == {"small": Variant(("-DBLOCK=64",), Launch(("rows",), ("64",), "0"))}
     assert_pack_valid(pack)
+
+
+# The suite itself gives the holdout case a class of its own with a variant, and a launch override.
+HIDDEN_CLASS_YAML = replace_once(replace_once(
+    CLASS_YAML,
+    "  - {name: hidden_77x300, kind: performance, holdout: true, scalars: {rows: 77, cols: 300}}\n",
+    "  - {name: hidden_77x300, kind: performance, holdout: true, class: xl, scalars: {rows: 77, cols: 300}}\n"),
+    "    tunables: {BLOCK: [128, 64, 256, 512]}\n",
+    "    tunables: {BLOCK: [128, 64, 256, 512]}\n"
+    "    launch_overrides: {hidden_77x300: {grid: [rows], block: [64]}}\n"
+    "    classes: {xl: {options: [-DBLOCK=256], launch: {grid: [rows], block: [256]}}}\n")
+
+
+def test_the_suites_own_entries_for_hidden_cases_pass_and_never_reach_the_model(tmp_path, monkeypatch):
+    pytest.importorskip("openai")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    suite = write_suite(tmp_path / "scale", yaml_text=HIDDEN_CLASS_YAML)
+    with ScriptedServer([answer(fake_source("latency=0.010"), title="faster")]) as server:
+        code, pack, summary, history, evaluator = optimize(
+            tmp_path, suite, "--proposer", "openai", "--base-url", server.url, "--max-iterations", 1,
+            sleep=lambda s: None)
+    initial = history["attempts"][0]
+    assert initial["status"] == "passed", initial["rejection"]  # the suite's own hidden entries are not the proposer's
+    assert initial["candidate"]["classes"]["xl"]["options"] == ["-DBLOCK=256"]
+    prompt = json.dumps(server.requests[0]["messages"])
+    assert "hidden_77x300" not in prompt and "xl" not in prompt and "-DBLOCK=256" not in prompt
+    assert code == 0 and summary["best"]["label"] == "faster"
+
+
+def test_a_proposer_may_not_add_an_entry_for_a_hidden_class_or_case(tmp_path):
+    suite = write_suite(tmp_path / "scale", yaml_text=HIDDEN_CLASS_YAML)
+    props = write_proposals(tmp_path / "props", [
+        {"marker": "latency=0.010", "label": "changes xl", "classes": {"xl": {"options": ["-DBLOCK=512"]}}},
+        {"marker": "latency=0.010", "label": "changes the override",
+         "launch_overrides": {"hidden_77x300": {"grid": ["rows"], "block": ["512"]}}}])
+    attempts = {a["label"]: a for a in optimize(tmp_path, suite, "--proposer", f"replay:{props}")[3]["attempts"]}
+    assert "classes names 'xl', which is not a class of the cases" in attempts["changes xl"]["rejection"]
+    assert "launch_overrides names 'hidden_77x300'" in attempts["changes the override"]["rejection"]
 
 
 def test_the_evaluator_times_each_class_with_its_variant(tmp_path):

@@ -50,8 +50,11 @@ _REFUSED = (
     (re.compile(r"^(-I|--include-path|-isystem|--system-include|-include\b|--pre-include|-optf|--options-file)"),
      "include paths and pre-included files are the harness's: a kernel includes headers from its suite "
      "folder with #include \"...\", and CUDA headers with #include <...>"),
-    (re.compile(r"^(-time|--time|-fdevice-time-trace|--fdevice-time-trace)\b"),
-     "options that write files are refused"),
+    (re.compile(r"^(-time|--time|-fdevice-time-trace|--fdevice-time-trace|--pch|--create-pch|--use-pch|--pch-dir)\b"),
+     "options that read or write files are refused"),
+    # NVRTC trims an option before reading it, so " -I/x" would pass the anchored patterns above.
+    (re.compile(r"^\s|\s$|[\x00-\x1f\x7f]"), "an option may not start or end with whitespace or hold control "
+                                              "characters; write it as one clean word such as -DNAME=value"),
 )
 COMPILE_TIMEOUT_S = 300
 _RESOURCE_PATTERNS = {

@@ -26,6 +26,10 @@ from pytest_cudagate.suite.expr import ExprError, parse
 from pytest_cudagate.suite.model import Launch, Program, Suite, Variant
 
 MAX_SOURCE_CHARS = 200_000
+# A proposer's class variant may only set macros: -DNAME or -DNAME=value, a bounded number of them.
+VARIANT_OPTION = re.compile(r"-D[A-Za-z_]\w*(=[^\x00-\x1f\x7f]*)?")
+MAX_VARIANT_OPTIONS = 32
+MAX_VARIANT_OPTION_CHARS = 256
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -149,6 +153,13 @@ def classes_from_json(raw, what: str = "classes") -> dict[str, Variant]:
         options = entry.get("options", [])
         if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
             raise CandidateError(f"{where}.options: expected a list of strings such as [\"-DBM=64\"], got {options!r}")
+        if len(options) > MAX_VARIANT_OPTIONS:
+            raise CandidateError(f"{where}.options: {len(options)} options; at most {MAX_VARIANT_OPTIONS}")
+        for option in options:
+            if len(option) > MAX_VARIANT_OPTION_CHARS or not VARIANT_OPTION.fullmatch(option):
+                raise CandidateError(f"{where}.options: {option[:80]!r} is not a macro definition; a variant sets "
+                                     f"macros only, as -DNAME or -DNAME=value (at most {MAX_VARIANT_OPTION_CHARS} "
+                                     "characters)")
         try:
             check_options(options)
         except CompileOptionError as exc:
@@ -216,12 +227,14 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
     names = {c.name for c in visible}
     launches = [("launch", candidate.launch)] + [(f"launch_overrides[{k}]", v) for k, v in candidate.launch_overrides.items()]
     launches += [(f"classes[{k}].launch", v.launch) for k, v in candidate.classes.items() if v.launch]
-    for case in candidate.launch_overrides:
-        if case not in names:
+    # The suite's own entries for hidden cases or classes stay as they are (a candidate keeps them
+    # unchanged, and the initial kernel carries them); a proposer may not add or change one.
+    for case, launch in candidate.launch_overrides.items():
+        if case not in names and launch != program.launch_overrides.get(case):
             problems.append(f"launch_overrides names {case!r}, which is not one of the cases ({', '.join(sorted(names))})")
     classes = {c.shape_class for c in visible}
-    for shape_class in candidate.classes:
-        if shape_class not in classes:
+    for shape_class, variant in candidate.classes.items():
+        if shape_class not in classes and variant != program.classes.get(shape_class):
             problems.append(f"classes names {shape_class!r}, which is not a class of the cases ({', '.join(sorted(classes))})")
     for what, launch in launches:
         for part, exprs in (("grid", launch.grid), ("block", launch.block), ("shared_bytes", (launch.shared_bytes,))):

@@ -29,11 +29,14 @@ def shape_classes(visible) -> list[str]:
 def system_prompt(suite: Suite, program, device: str, visible) -> str:
     scalars = ", ".join(p.name for p in suite.signature if p.kind == "scalar")
     classes = shape_classes(visible)
+    shipped = [c for c in classes if c in program.classes]
     variants = ("- Shape classes: the cases fall into classes (" + ", ".join(classes) + "). class_variants builds the "
-                "same source again for one class's cases with extra -DNAME=value options (a later -D overrides an "
+                "same source again for one class's cases with extra -DNAME=value options only (a later -D overrides an "
                 "#ifndef-guarded #define) and its own launch: use it when that class's shapes want other tiles "
-                "(otherwise []). Without an entry, a class runs the shared build and launch."
-                if len(classes) > 1 else
+                "(otherwise []). Without an entry, a class runs the shared build and launch"
+                + (f"; the initial kernel has variants for {', '.join(shipped)} (its launch shows them), and leaving "
+                   "a class out drops its variant." if shipped else ".")
+                if len(classes) > 1 or shipped else
                 "- class_variants: always [] for this kernel (its cases are one shape class).")
     tolerance = "; ".join(f"{name}: |actual - expected| <= {t.atol:g} + {t.rtol:g}·|expected|"
                           for name, t in suite.tolerance.items())
@@ -73,11 +76,22 @@ def _attempt_line(a) -> str:
     return f"{head}: rejected at {a.stage}: {reason}"
 
 
-def _source_block(title: str, candidate) -> str:
+def visible_launch(candidate, visible) -> dict:
+    """The candidate's launch as a proposer may see it: overrides and class variants of hidden cases
+    left out (the suite's own entries for them ride along unchanged; see ``static_problems``)."""
+    names, classes = {c.name for c in visible}, {c.shape_class for c in visible}
+    launch = candidate.launch_json()
+    launch["launch_overrides"] = {k: v for k, v in launch["launch_overrides"].items() if k in names}
+    if "classes" in launch:
+        launch["classes"] = {k: v for k, v in launch["classes"].items() if k in classes}
+    return launch
+
+
+def _source_block(title: str, candidate, visible) -> str:
     text = candidate.text
     if len(text) > MAX_SOURCE_IN_PROMPT:
         text = text[:MAX_SOURCE_IN_PROMPT] + "\n// ... (cut)"
-    return f"{title} (launch {json.dumps(candidate.launch_json())}):\n```cuda\n{text}\n```"
+    return f"{title} (launch {json.dumps(visible_launch(candidate, visible))}):\n```cuda\n{text}\n```"
 
 
 def _evidence(a, best) -> list[str]:
@@ -119,10 +133,10 @@ def round_prompt(context, suite: Suite, visible, description: str = "") -> str:
         parts.append(f"- {case.name}: {case.kind}, {shape_class}" + ", ".join(f"{k}={v}" for k, v in case.scalars.items())
                      + timing)
     parts.append("")
-    parts.append(_source_block("The initial kernel", initial.candidate))
+    parts.append(_source_block("The initial kernel", initial.candidate, visible))
     if best is not None and best is not initial:
         parts.append(_source_block(f"The current best (attempt {best.index}, {best.speedup:.2f}× the initial)",
-                                   best.candidate))
+                                   best.candidate, visible))
     history = [a for a in context.history if a.round >= 1]
     if history:
         parts.append("")

@@ -144,6 +144,36 @@ def test_a_replay_of_a_per_class_pack_builds_and_launches_what_was_recorded(tmp_
     assert replayed == recorded and any(classes for _, _, classes in replayed)
 
 
+def test_a_replayed_pack_keeps_the_rules_its_attempts_were_searched_under(tmp_path):
+    """The suite's own template behind the autotune header may include what the suite's file includes;
+    any other text is held to a proposer's rules, and an edited attempt is refused."""
+    suite = load_suite(write_suite(tmp_path / "scale", yaml_text=CLASS_YAML))
+    program = suite.kernel("scale2")
+    tuned = Candidate(source=program.source.read_text(), launch=program.launch, defines={"BLOCK": 64}, origin="autotune")
+    replayed = Candidate(source=tuned.text, launch=program.launch, origin="replay")
+    assert replayed.is_own_source(program)
+    assert not Candidate(source=tuned.text.replace("BLOCK 64", "BLOCK 64\n#include <x>"), launch=program.launch,
+                         origin="replay").is_own_source(program)
+    assert not Candidate(source="// mine\n" + program.source.read_text(), launch=program.launch,
+                         origin="replay").is_own_source(program)
+    pack = run(tmp_path / "first", PER_CLASS)[1]
+    history = json.loads((pack / "history.json").read_text())
+    history["attempts"][1]["candidate"]["source"] += "\n// edited\n"
+    (pack / "history.json").write_text(json.dumps(history))
+    with pytest.raises(CudagateError, match="attempt 1: its source does not match its recorded source_sha256"):
+        optimize(tmp_path / "again", write_suite(tmp_path / "again" / "scale", yaml_text=CLASS_YAML),
+                 "--proposer", f"replay:{pack}")
+
+
+def test_a_class_named_twice_in_a_proposal_file_is_refused(tmp_path):
+    suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
+    props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010"}])
+    doc = (props / "01.json").read_text()
+    (props / "01.json").write_text(doc[:-1] + ', "classes": {"small": {"options": []}, "small": {"options": ["-DBLOCK=64"]}}}')
+    with pytest.raises(CudagateError, match=r"01\.json: not JSON: key 'small' appears twice in one object"):
+        optimize(tmp_path, suite, "--proposer", f"replay:{props}")
+
+
 def test_a_proposal_file_may_carry_class_variants(tmp_path):
     suite = write_suite(tmp_path / "scale", yaml_text=CLASS_YAML)
     small = {"options": ["-DBLOCK=64"], "launch": {"grid": ["rows"], "block": ["64"]}}

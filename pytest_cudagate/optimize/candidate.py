@@ -26,6 +26,9 @@ from pytest_cudagate.suite.expr import ExprError, parse
 from pytest_cudagate.suite.model import Launch, Program, Suite, Variant
 
 MAX_SOURCE_CHARS = 200_000
+AUTOTUNE_COMMENT = "// cudagate optimize --proposer autotune: tunables of this build"
+# What Candidate.text puts before the source: nothing, or the comment and one guarded #define per tunable.
+AUTOTUNE_HEADER = re.compile(rf"(?:{re.escape(AUTOTUNE_COMMENT)}(?:\n#ifndef (\w+)\n#define \1 -?\d+\n#endif)*\n)?")
 # A proposer's class variant may only set macros: -DNAME or -DNAME=value, a bounded number of them.
 VARIANT_OPTION = re.compile(r"-D[A-Za-z_]\w*(=[^\x00-\x1f\x7f]*)?")
 MAX_VARIANT_OPTIONS = 32
@@ -84,9 +87,21 @@ class Candidate:
         """The source as compiled: the defines first (each overridable by a -D option), then the source."""
         if not self.defines:
             return self.source
-        lines = ["// cudagate optimize --proposer autotune: tunables of this build"]
+        lines = [AUTOTUNE_COMMENT]
         lines += [f"#ifndef {name}\n#define {name} {value}\n#endif" for name, value in self.defines.items()]
         return "\n".join(lines) + "\n" + self.source
+
+    def is_own_source(self, program: Program) -> bool:
+        """Is this the suite's own kernel or tuning template (after at most the autotune header of
+        ``#define`` defaults)? Such text may include what the suite's file includes. Decided from the
+        text, so a replayed audit pack is held to the rules its attempts were searched under."""
+        if self.origin in ("initial", "autotune"):
+            return True
+        for path in (program.source, program.tuning_source):
+            own = path.read_text(encoding="utf-8") if path is not None else None
+            if own is not None and self.text.endswith(own) and AUTOTUNE_HEADER.fullmatch(self.text[:len(self.text) - len(own)]):
+                return True
+        return False
 
     @property
     def sha256(self) -> str:

@@ -194,7 +194,7 @@ class Optimizer:
     def _compile_all(self, candidates: list[Candidate]) -> list[dict | None]:
         """Host compiles of a batch in parallel (NVRTC releases the GIL); None where a static check fails."""
         ok = [c for c in candidates if not static_problems(c, self.suite, self.program, self.visible,
-                                                           own_source=c.origin in ("initial", "autotune"))]
+                                                           own_source=c.is_own_source(self.program))]
         if len(ok) <= 1:
             return [None] * len(candidates)
         self.progress.stage(self.rounds_run, self.budgets.max_iterations, f"compiling {len(ok)} candidates", self.best)
@@ -226,7 +226,7 @@ class Optimizer:
                                                                "and launch): not measured again")
             return
         problems = static_problems(candidate, self.suite, self.program, self.visible,
-                                   own_source=candidate.origin in ("initial", "autotune"))
+                                   own_source=candidate.is_own_source(self.program))
         if problems:
             attempt.rejection = attempt.rejection_for_model = "\n".join(problems)
             return

@@ -44,6 +44,15 @@ def _candidate(raw: dict, base: Path, label: str) -> Candidate:
                      label=raw.get("label") or label, notes=raw.get("notes", ""), classes=classes)
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are unique: a proposal naming one class twice says two things."""
+    keys = [k for k, _ in pairs]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise ValueError(f"key {twice!r} appears twice in one object; give it once")
+    return dict(pairs)
+
+
 def load_rounds(folder: Path) -> list[list[Candidate]]:
     folder = Path(folder)
     if not folder.is_dir():
@@ -58,7 +67,11 @@ def load_rounds(folder: Path) -> list[list[Candidate]]:
             cand = dict(attempt["candidate"])
             cand["defines"] = {}  # the recorded source already carries them as #define lines
             label = cand.get("label") or f"attempt {attempt.get('attempt')}"
-            rounds.setdefault(attempt["round"], []).append(_candidate(cand, folder, label))
+            rebuilt = _candidate(cand, folder, label)
+            if cand.get("source_sha256") and rebuilt.sha256 != cand["source_sha256"]:
+                raise CudagateError(f"{history}: attempt {attempt.get('attempt')}: its source does not match its "
+                                    "recorded source_sha256; the pack was edited, replay an unedited one")
+            rounds.setdefault(attempt["round"], []).append(rebuilt)
         return [rounds[r] for r in sorted(rounds)]
     files = sorted(p for p in folder.glob("*.json") if p.is_file())
     if not files:
@@ -66,7 +79,7 @@ def load_rounds(folder: Path) -> list[list[Candidate]]:
     rounds_list = []
     for path in files:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_keys)
         except ValueError as exc:
             raise CudagateError(f"{path}: not JSON: {exc}") from None
         entries = raw.get("proposals", [raw]) if isinstance(raw, dict) else raw

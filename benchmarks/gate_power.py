@@ -526,16 +526,16 @@ def aa_symmetry(aa: list[dict]) -> list[str]:
             f"current copy's median > {SKEW:.0%} above the approved's", "gate's estimate: median [min, max]",
             "approved copy µs: median over processes")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for suite in sorted({r["suite"] for r in aa}):
-        mine = [r for r in aa if r["suite"] == suite and r.get("approved") and r.get("current")]
-        if not mine:
+    for suite, case in sorted({(r["suite"], r["case"]) for r in aa}):
+        mine = [r for r in aa if (r["suite"], r["case"]) == (suite, case) and r.get("approved") and r.get("current")]
+        if not mine:  # rows of the first edition kept no samples
             continue
         skew = [float(np.median(r["approved"]) / np.median(r["current"])) for r in mine]
         out.append("| " + " | ".join([
-            f"{suite} {mine[0]['case']}", str(len(mine)), str(sum(s > 1 + SKEW for s in skew)),
+            f"{suite} {case}", str(len(mine)), str(sum(s > 1 + SKEW for s in skew)),
             str(sum(s < 1 / (1 + SKEW) for s in skew)), estimate_cell(mine),
             f"{np.median([np.median(r['approved']) for r in mine]) * 1000:.2f}"]) + " |")
-    return out
+    return out if len(out) > 2 else []
 
 
 def estimate_cell(rows: list[dict]) -> str:
@@ -543,7 +543,8 @@ def estimate_cell(rows: list[dict]) -> str:
     ratios = [r["ratio"] for r in rows if r.get("ratio") is not None]
     if not ratios:
         return "—"
-    return f"{(np.median(ratios) - 1) * 100:+.2f} % [{(min(ratios) - 1) * 100:+.2f}, {(max(ratios) - 1) * 100:+.2f}]"
+    return (f"{(np.median(ratios) - 1) * 100:+.2f} % [{(min(ratios) - 1) * 100:+.2f}, {(max(ratios) - 1) * 100:+.2f}]"
+            f" ({len(ratios)})")
 
 
 def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> str:
@@ -585,8 +586,8 @@ def tables(rows: list[dict], metas: list[dict], merged: str | None = None) -> st
                 f"\nA/A: cudagate said `regressed` in {k} of {len(aa)} comparisons, each in a fresh process, on "
                 f"{cards} distinct card(s) over {sessions} session(s) (the cards of one host share it); 95 % upper "
                 f"bound on the false-alarm rate {upper95(k, len(aa)):.1%}.",
-                "", "Do the two identical copies read alike (per suite, over every A/A comparison)?", "",
-                *aa_symmetry(aa)]
+                *(["", "Do the two identical copies read alike (per case, over the A/A comparisons with samples)?", "",
+                   *symmetry] if (symmetry := aa_symmetry(aa)) else [])]
 
     rule_cols = ("median:2%", "median:5%", "MWU p<.05 & >=1.1 (gpucheck, one-sided)", "MWU p<.002 & >1.1 (asv)")
     head = ("suite · case", "variant", "cudagate regressed", *rule_cols, "median rounds")

@@ -197,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     command = "python benchmarks/timing_fidelity.py " + " ".join(argv if argv is not None else sys.argv[1:])
     # Every card of the host (name, driver, UUID), kept with the figures; the processes use CUDA device 0.
-    cards = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
-                           capture_output=True, text=True).stdout.strip().splitlines()
+    try:
+        cards = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,uuid", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.strip().splitlines()
+    except OSError:  # no nvidia-smi: the figures are still written
+        cards = []
     gpu = ", ".join(cards[0].split(", ")[:2]) if cards else ""
     print(f"<!-- {command} — {now} — {gpu} -->\n")
     print("| kernel | cudagate cold µs | nvbench cold µs | ncu gpu__time_duration µs | do_bench cold µs |")

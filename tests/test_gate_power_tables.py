@@ -83,7 +83,7 @@ def test_the_main_table_gives_truth_gate_and_peers_per_variant():
     aa = table_line(main, "| matmul perf_256 | A/A")
     slow = table_line(main, "| matmul perf_256 | +5%")
     assert aa[2] == "+0.00 % [-0.10, +0.10] (3)" and slow[2] == "+5.00 % [+4.90, +5.10] (3)"
-    assert aa[3] == "+0.00 % [+0.00, +0.00]" and slow[3] == "+5.00 % [+5.00, +5.00]"  # the gate's own estimates
+    assert aa[3] == "+0.00 % [+0.00, +0.00] (6)" and slow[3] == "+5.00 % [+5.00, +5.00] (4)"  # the gate's own estimates
     assert aa[4] == "17% (1/6)" and aa[5] == "17% (1/6)"  # both sessions' A/A; the error row is not a verdict
     assert slow[4] == "100% (4/4)" and slow[5] == "0% (0/4)"
     assert slow[6:11] == ["75% (3/4)", "0% (0/4)", "100% (4/4)", "0% (0/4)", "25% (1/4)"]
@@ -113,7 +113,7 @@ def test_the_a_a_symmetry_counts_skew_in_each_direction():
     text = gate_power.tables(rows, [meta("s1", CARDS[:1])])
     assert table_line(text, "| matmul perf_256 | 5 |")[2:4] == ["2", "1"]
     assert table_line(text, f"| `{CARDS[0].uuid}`")[-1] == "1"  # the improved verdict
-    assert table_line(text, "| matmul perf_256 | 5 |")[4] == "+0.00 % [-9.00, +0.00]"
+    assert table_line(text, "| matmul perf_256 | 5 |")[4] == "+0.00 % [-9.00, +0.00] (5)"
 
 
 def test_rows_of_the_first_edition_count_one_card_per_session():
@@ -121,6 +121,8 @@ def test_rows_of_the_first_edition_count_one_card_per_session():
             for s in ("old-a", "old-b") for n in range(3)]
     text = gate_power.tables(rows, [{k: v for k, v in meta(s, []).items() if k != "gpus"} for s in ("old-a", "old-b")])
     assert "0 of 6 comparisons, each in a fresh process, on 2 distinct card(s)" in text
+    bare = [{k: v for k, v in row.items() if k not in ("approved", "current")} for row in rows]
+    assert "identical copies" in text and "identical copies" not in gate_power.tables(bare, [meta("old-a", [])])
     assert table_line(text, "| `old-a/gpu0`")[1:] == ["—", "1", "3", "0", "0", "0"]
 
 

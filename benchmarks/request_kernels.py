@@ -69,6 +69,8 @@ class RequestKernel:
             (include / name).write_text(text, encoding="utf-8")
         module = cupy.RawModule(code=self.source, options=(*self.options, f"-I{include}"), backend="nvrtc")
         function = module.get_function(self.entry)
+        if self.shared_bytes > 48 * 1024:  # past the default limit a kernel must opt in, as the harness does
+            function.max_dynamic_shared_size_bytes = self.shared_bytes
         args = tuple(cupy.asarray(self.host[p["name"]]) if p["kind"] == "buffer"
                      else SCALARS[p["dtype"]](self.scalars[p["name"]]) for p in self.params)
 

@@ -1,11 +1,15 @@
 """Our matmul kernels against cuBLAS SGEMM, timed the same way, interleaved, with an interval on the ratio.
 
     python benchmarks/vs_library.py [--quick] [--rounds 300] [--procs 3] [--request LABEL=RUN_REQUEST.json ...]
+                                    [--pack LABEL=OPTIMIZE_PACK ...]
 
 Rows: the shipped matmul kernel on the example's performance cases (256³, 384×256×320) and on 2048³ (inputs
 drawn here, its grid scaled from the 256³ case's), plus any ``--request`` (e.g. ``best-case-N.json`` of a
-``cudagate optimize`` pack, a run request for one case). Kernels come from the run requests the gate saves
-(``pytest --cuda-gate --cuda-gate-report``). Both sides get exactly the same treatment:
+``cudagate optimize`` pack, a run request for one case), plus each ``--pack``'s winner (its best.cu and
+summary.json) on the same three shapes, each shape built as the gate builds it: with the variant of its
+shape class for a per-class winner (2048³ is class ``large``), on inputs drawn here. Kernels come from the
+run requests the gate saves (``pytest --cuda-gate --cuda-gate-report``). Both sides get exactly the same
+treatment:
 - each is captured once in a CUDA graph (ours launched by CuPy, cuBLAS by PyTorch with TF32 off), so no
   host-side dispatch sits between the events of either;
 - warm-up alternates the two until 50 ms have passed (and 10 launches each), the gate's time floor;
@@ -36,9 +40,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from request_kernels import RequestKernel  # noqa: E402
+from optimize_matmul import SUITE, shapes, winner, write_inputs  # noqa: E402
 from timing_fidelity import gate_requests, scaled, with_repeat  # noqa: E402
 
 from pytest_cudagate.judge import stats  # noqa: E402
+from pytest_cudagate.suite.loader import load_suite  # noqa: E402
+from pytest_cudagate.worker.requests import run_request  # noqa: E402
 
 WARMUP_S, WARMUP_MIN = 0.050, 10
 
@@ -99,6 +106,27 @@ def measure(kernel: RequestKernel, rounds: int, seed: int) -> dict:
             "max_rel_error": error}
 
 
+def pack_requests(label: str, pack: Path, work: Path) -> dict[str, Path]:
+    """Run requests of ``pack``'s winner on the matmul shapes, one per shape (its class's build)."""
+    suite = load_suite(SUITE)
+    candidate = winner(pack, label)
+    if candidate is None:
+        raise SystemExit(f"--pack {label}={pack}: no gated winner in that pack")
+    program = candidate.program(suite.kernel("matmul_f32"))
+    found = {}
+    for case in shapes(suite):
+        folder = work / f"pack-{len(found)}-{case.name}"
+        write_inputs(folder, case)
+        request = run_request(suite, program, [case], output_dir=folder / "out", source_text=candidate.text,
+                              data_dir=folder)
+        path = folder / "request.json"
+        path.write_text(json.dumps(request))
+        s = case.scalars
+        shape = f"{s['m']}³" if s["m"] == s["n"] == s["k"] else f"{s['m']}×{s['n']}×{s['k']}"
+        found[f"{label}, {shape}"] = path
+    return found
+
+
 def child(args) -> int:
     spec = json.loads(Path(args.child).read_text())
     answer = {}
@@ -115,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds per process (default 300)")
     parser.add_argument("--procs", type=int, help="fresh processes (default 3)")
     parser.add_argument("--request", action="append", default=[], metavar="LABEL=FILE")
+    parser.add_argument("--pack", action="append", default=[], metavar="LABEL=DIR",
+                        help="a `cudagate optimize` pack: its winner on 256³, 384×256×320 and 2048³")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -133,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.request:
             label, _, path = item.partition("=")
             kernels[label] = Path(path).resolve()
+        for item in args.pack:
+            label, _, path = item.partition("=")
+            kernels.update(pack_requests(label, Path(path).resolve(), work))
         for proc in range(procs):
             spec, out = work / f"spec-{proc}.json", work / f"out-{proc}.json"
             spec.write_text(json.dumps({"kernels": [{"label": label, "request": str(path)} for label, path in kernels.items()],

@@ -12,13 +12,17 @@
 // out of shared memory, then stored into the other shared buffer: one barrier per tile. (When that
 // would hold more than 32 registers a thread, with few threads and large tiles, tile t+1 is copied
 // straight to the other buffer after the multiply instead, so no point of the space spills.)
+// STAGES >= 3 replaces that with an asynchronous pipeline (cp.async, sm_80+): STAGES shared buffers, and
+// STAGES-1 tiles in flight while one is multiplied, no registers held for them. On µs-sized problems the
+// chain of memory round trips along K, not the arithmetic, sets the time, and more tiles in flight
+// shorten it; B moves as 16-byte copies, A (transposed on the way) as 4-byte ones.
 // Global loads are float4 (A along K, B along N) when the matrix is 16-byte aligned, its row length a
 // multiple of 4 and the four elements in range; anything else (edges, odd sizes such as 31×37×29)
 // takes a scalar path with bounds checks, so every M, N, K is correct.
 // A is stored transposed (as[k][m], so a thread's TM rows are contiguous), each row padded by PAD
 // floats: PAD=4 moves the four transposed stores of neighbouring threads to distinct banks.
 // Launch: grid (cdiv(n, BN), cdiv(m, BM)), block (BN / TN, BM / TM),
-//         shared_bytes 2 * BK * (BM + PAD + BN) * 4.
+//         shared_bytes STAGES * BK * (BM + PAD + BN) * 4.
 #ifndef BM
 #define BM 128
 #endif
@@ -37,6 +41,9 @@
 #ifndef PAD
 #define PAD 4
 #endif
+#ifndef STAGES
+#define STAGES 2
+#endif
 
 #define SG_TX (BN / TN)  // threads along N
 #define SG_TY (BM / TM)  // threads along M
@@ -50,6 +57,7 @@
 #define SG_B_STEPS ((SG_B_VECS + SG_THREADS - 1) / SG_THREADS)
 #define SG_STAGE (BK * SG_LDA + BK * BN)  // floats per buffer: A tile, then B tile
 #define SG_STAGED (SG_A_STEPS + SG_B_STEPS <= 8)
+#define SG_ISSUE_UNROLL (SG_STAGED ? 8 : 1)  // a long copy unrolled would hold every address in registers
 
 // Elements (row, col..col+3) of a row-major matrix with `rows` rows, `cols` columns; zero outside it.
 __device__ __forceinline__ float4 sg_load4(const float* __restrict__ p, int row, int col, int rows, int cols,
@@ -69,6 +77,23 @@ __device__ __forceinline__ bool sg_aligned(const void* p)
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
 }
 
+// Asynchronous copies global -> shared (STAGES >= 3). A 4-byte copy of `bytes` = 0 reads nothing and
+// writes a zero, which fills the tile's edges; `src` must then still be a valid address.
+__device__ __forceinline__ void sg_copy4(float* dst, const float* src, bool in_range)
+{
+    const unsigned int d = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(in_range ? 4u : 0u)
+                 : "memory");
+}
+__device__ __forceinline__ void sg_copy16(float* dst, const float* src)
+{
+    const unsigned int d = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void sg_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void sg_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
+
 extern "C" __global__ void __launch_bounds__(SG_THREADS)
 matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m, int n, int k)
 {
@@ -76,7 +101,8 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
     static_assert(TM % SG_VA == 0 && TN % SG_VB == 0, "TM and TN: 1, 2 or a multiple of 4");
     static_assert(BK % 4 == 0 && BN % 4 == 0 && BM % 4 == 0 && PAD % 4 == 0,
                   "BM, BN, BK and PAD multiples of 4: tiles are moved as float4");
-    extern __shared__ float4 smem4[];  // 2 * SG_STAGE floats (the launch's shared_bytes)
+    static_assert(STAGES >= 2, "STAGES >= 2: one buffer is multiplied while the next ones load");
+    extern __shared__ float4 smem4[];  // STAGES * SG_STAGE floats (the launch's shared_bytes)
     float* smem = reinterpret_cast<float*>(smem4);
 
     const int tid = threadIdx.y * SG_TX + threadIdx.x;
@@ -142,6 +168,41 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
             if (b_step(s))
                 store_b(buffer, s, load_b(t, s));
     };
+    // STAGES >= 3: tile t's copies into `buffer`, issued without waiting (the same elements as load_a/b,
+    // and zeros past the edges).
+    auto issue = [&](int t, int buffer) {
+#pragma unroll SG_ISSUE_UNROLL
+        for (int s = 0; s < SG_A_STEPS; ++s) {
+            if (!a_step(s))
+                continue;
+            const int i = s * SG_THREADS + tid;
+            const int row = row0 + i / (BK / 4), col = t * BK + (i % (BK / 4)) * 4;
+            float* as = smem + buffer * SG_STAGE + (i % (BK / 4)) * 4 * SG_LDA + i / (BK / 4);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const bool ok = row < m && col + e < k;
+                sg_copy4(as + e * SG_LDA, ok ? a + static_cast<long long>(row) * k + col + e : a, ok);
+            }
+        }
+#pragma unroll SG_ISSUE_UNROLL
+        for (int s = 0; s < SG_B_STEPS; ++s) {
+            if (!b_step(s))
+                continue;
+            const int i = s * SG_THREADS + tid;
+            const int row = t * BK + i / (BN / 4), col = col0 + (i % (BN / 4)) * 4;
+            float* bs = smem + buffer * SG_STAGE + BK * SG_LDA + (i / (BN / 4)) * BN + (i % (BN / 4)) * 4;
+            const float* src = b + static_cast<long long>(row) * n + col;
+            if (vec_b && row < k && col + 3 < n) {
+                sg_copy16(bs, src);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const bool ok = row < k && col + e < n;
+                    sg_copy4(bs + e, ok ? src + e : b, ok);
+                }
+            }
+        }
+    };
 
     float acc[TM][TN];
 #pragma unroll
@@ -150,15 +211,7 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
         for (int j = 0; j < TN; ++j)
             acc[i][j] = 0.0f;
 
-    if (tiles > 0)
-        copy(0, 0);
-    __syncthreads();
-    for (int t = 0; t < tiles; ++t) {
-        const int buffer = t & 1;
-        if constexpr (SG_STAGED) {
-            if (t + 1 < tiles)
-                fetch(t + 1);  // in flight while this tile is multiplied
-        }
+    auto multiply = [&](int buffer) {
         const float* as = smem + buffer * SG_STAGE;
         const float* bs = as + BK * SG_LDA;
 #pragma unroll
@@ -194,13 +247,43 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
                 for (int j = 0; j < TN; ++j)
                     acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
-        if (t + 1 < tiles) {  // buffer ^ 1's last readers finished before the previous barrier
-            if constexpr (SG_STAGED)
-                stash(buffer ^ 1);
-            else
-                copy(t + 1, buffer ^ 1);
+    };
+
+    if constexpr (STAGES >= 3) {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {  // the first STAGES-1 tiles in flight at once
+            if (s < tiles)
+                issue(s, s);
+            sg_commit();  // one group per tile, empty past the end, so the count below holds
         }
+        for (int t = 0; t < tiles; ++t) {
+            sg_wait<STAGES - 2>();  // this thread's copies of tile t have landed ...
+            __syncthreads();        // ... everyone's, and everyone is done with tile t-1's buffer
+            if (t + STAGES - 1 < tiles)
+                issue(t + STAGES - 1, (t + STAGES - 1) % STAGES);  // into tile t-1's buffer
+            sg_commit();
+            multiply(t % STAGES);
+        }
+        sg_wait<0>();
+    } else {
+        if (tiles > 0)
+            copy(0, 0);
         __syncthreads();
+        for (int t = 0; t < tiles; ++t) {
+            const int buffer = t & 1;
+            if constexpr (SG_STAGED) {
+                if (t + 1 < tiles)
+                    fetch(t + 1);  // in flight while this tile is multiplied
+            }
+            multiply(buffer);
+            if (t + 1 < tiles) {  // buffer ^ 1's last readers finished before the previous barrier
+                if constexpr (SG_STAGED)
+                    stash(buffer ^ 1);
+                else
+                    copy(t + 1, buffer ^ 1);
+            }
+            __syncthreads();
+        }
     }
 
     const bool vec_c = (n % 4 == 0) && sg_aligned(c);

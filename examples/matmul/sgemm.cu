@@ -16,13 +16,17 @@
 // STAGES-1 tiles in flight while one is multiplied, no registers held for them. On µs-sized problems the
 // chain of memory round trips along K, not the arithmetic, sets the time, and more tiles in flight
 // shorten it; B moves as 16-byte copies, A (transposed on the way) as 4-byte ones.
+// SK > 1 splits K inside the block: SK groups of threads (threadIdx.z) each multiply their own run of K
+// tiles through their own buffers, and their partial sums meet in shared memory at the end. Small
+// outputs (a 384×256 C is 96 blocks of 32×32) then get SK times the threads, and each group's chain
+// along K is SK times shorter.
 // Global loads are float4 (A along K, B along N) when the matrix is 16-byte aligned, its row length a
 // multiple of 4 and the four elements in range; anything else (edges, odd sizes such as 31×37×29)
 // takes a scalar path with bounds checks, so every M, N, K is correct.
 // A is stored transposed (as[k][m], so a thread's TM rows are contiguous), each row padded by PAD
 // floats: PAD=4 moves the four transposed stores of neighbouring threads to distinct banks.
-// Launch: grid (cdiv(n, BN), cdiv(m, BM)), block (BN / TN, BM / TM),
-//         shared_bytes STAGES * BK * (BM + PAD + BN) * 4.
+// Launch: grid (cdiv(n, BN), cdiv(m, BM)), block (BN / TN, BM / TM, SK),
+//         shared_bytes max(SK * STAGES * BK * (BM + PAD + BN), (SK - 1) * BM * BN) * 4.
 #ifndef BM
 #define BM 128
 #endif
@@ -43,6 +47,9 @@
 #endif
 #ifndef STAGES
 #define STAGES 2
+#endif
+#ifndef SK
+#define SK 1
 #endif
 
 #define SG_TX (BN / TN)  // threads along N
@@ -94,7 +101,7 @@ __device__ __forceinline__ void sg_commit() { asm volatile("cp.async.commit_grou
 template <int PENDING>
 __device__ __forceinline__ void sg_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
 
-extern "C" __global__ void __launch_bounds__(SG_THREADS)
+extern "C" __global__ void __launch_bounds__(SG_THREADS * SK)
 matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m, int n, int k)
 {
     static_assert(BM % TM == 0 && BN % TN == 0, "BM must be a multiple of TM, and BN of TN");
@@ -102,15 +109,19 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
     static_assert(BK % 4 == 0 && BN % 4 == 0 && BM % 4 == 0 && PAD % 4 == 0,
                   "BM, BN, BK and PAD multiples of 4: tiles are moved as float4");
     static_assert(STAGES >= 2, "STAGES >= 2: one buffer is multiplied while the next ones load");
-    extern __shared__ float4 smem4[];  // STAGES * SG_STAGE floats (the launch's shared_bytes)
-    float* smem = reinterpret_cast<float*>(smem4);
+    static_assert(SK >= 1, "SK >= 1 groups of threads along K");
+    // SK groups × STAGES buffers of SG_STAGE floats; after the last tile, (SK-1) × BM × BN partial sums
+    extern __shared__ float4 smem4[];
+    const int group = threadIdx.z;
+    float* smem = reinterpret_cast<float*>(smem4) + group * (STAGES * SG_STAGE);  // this group's buffers
 
     const int tid = threadIdx.y * SG_TX + threadIdx.x;
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
     const int row0 = blockIdx.y * BM;
     const int col0 = blockIdx.x * BN;
-    const int tiles = (k + BK - 1) / BK;
+    const int tiles = ((k + BK - 1) / BK + SK - 1) / SK;  // per group; tiles past K load as zeros
+    const int first = group * tiles;                       // this group's first tile of K
     const bool vec_a = (k % 4 == 0) && sg_aligned(a);
     const bool vec_b = (n % 4 == 0) && sg_aligned(b);
 
@@ -118,11 +129,11 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
     // or of B (consecutive columns), read from global memory, then written to shared buffer `buffer`.
     auto load_a = [&](int t, int s) {
         const int i = s * SG_THREADS + tid;
-        return sg_load4(a, row0 + i / (BK / 4), t * BK + (i % (BK / 4)) * 4, m, k, vec_a);
+        return sg_load4(a, row0 + i / (BK / 4), (first + t) * BK + (i % (BK / 4)) * 4, m, k, vec_a);
     };
     auto load_b = [&](int t, int s) {
         const int i = s * SG_THREADS + tid;
-        return sg_load4(b, t * BK + i / (BN / 4), col0 + (i % (BN / 4)) * 4, k, n, vec_b);
+        return sg_load4(b, (first + t) * BK + i / (BN / 4), col0 + (i % (BN / 4)) * 4, k, n, vec_b);
     };
     auto store_a = [&](int buffer, int s, float4 v) {
         const int i = s * SG_THREADS + tid;
@@ -176,7 +187,7 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
             if (!a_step(s))
                 continue;
             const int i = s * SG_THREADS + tid;
-            const int row = row0 + i / (BK / 4), col = t * BK + (i % (BK / 4)) * 4;
+            const int row = row0 + i / (BK / 4), col = (first + t) * BK + (i % (BK / 4)) * 4;
             float* as = smem + buffer * SG_STAGE + (i % (BK / 4)) * 4 * SG_LDA + i / (BK / 4);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -189,7 +200,7 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
             if (!b_step(s))
                 continue;
             const int i = s * SG_THREADS + tid;
-            const int row = t * BK + i / (BN / 4), col = col0 + (i % (BN / 4)) * 4;
+            const int row = (first + t) * BK + i / (BN / 4), col = col0 + (i % (BN / 4)) * 4;
             float* bs = smem + buffer * SG_STAGE + BK * SG_LDA + (i / (BN / 4)) * BN + (i % (BN / 4)) * 4;
             const float* src = b + static_cast<long long>(row) * n + col;
             if (vec_b && row < k && col + 3 < n) {
@@ -284,6 +295,28 @@ matmul_f32(const float* __restrict__ a, const float* __restrict__ b, float* __re
             }
             __syncthreads();
         }
+    }
+
+    if constexpr (SK > 1) {  // groups 1..SK-1 hand their sums to group 0, which adds them in a fixed order
+        float* partial = reinterpret_cast<float*>(smem4);  // the tile buffers, once every group is done with them
+        __syncthreads();
+        if (group > 0) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    partial[((group - 1) * TM * TN + i * TN + j) * SG_THREADS + tid] = acc[i][j];
+        }
+        __syncthreads();
+        if (group > 0)
+            return;
+#pragma unroll 1
+        for (int g = 1; g < SK; ++g)
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j)
+                    acc[i][j] += partial[((g - 1) * TM * TN + i * TN + j) * SG_THREADS + tid];
     }
 
     const bool vec_c = (n % 4 == 0) && sg_aligned(c);

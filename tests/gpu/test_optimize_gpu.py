@@ -109,7 +109,7 @@ def test_autotune_finds_a_faster_matmul(tmp_path):
     code, pack, summary, history = optimize(tmp_path, "--proposer", "autotune", "--max-iterations", "2", "--batch", "8")
     assert code == 0, summary
     best = summary["best"]
-    assert best["origin"] == "autotune" and best["validated"] and set(best["defines"]) == {"BM", "BN", "BK", "TM", "TN", "PAD"}
+    assert best["origin"] == "autotune" and best["validated"] and set(best["defines"]) == {"BM", "BN", "BK", "TM", "TN", "PAD", "STAGES", "SK"}
     assert best["speedup_vs_initial"] > 1.05, best
     assert all(c["gate"]["passed"] for c in best["cases"])
     assert summary["usage"]["model_calls"] == 0 and summary["stop_reason"] in ("max_iterations", "proposer_exhausted")
@@ -119,8 +119,9 @@ def test_autotune_finds_a_faster_matmul(tmp_path):
 
 
 # Points of the SGEMM template (examples/matmul/sgemm.cu) across its space: the default, the 128×128 tiles with
-# 8×8 and 4×4 register tiles at every BK, both paddings, narrow and tall tiles, 2×2 register tiles, and the
-# few-thread points that copy tiles straight through instead of staging them in registers.
+# 8×8 and 4×4 register tiles at every BK, both paddings, narrow and tall tiles, 2×2 register tiles, the
+# few-thread points that copy tiles straight through instead of staging them in registers, and the cp.async
+# pipeline (STAGES 3, 4) and split K (SK 2, 4) on each of those paths. Tunables not named keep their defaults.
 TEMPLATE_POINTS = [
     {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4},
     {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "PAD": 0},
@@ -133,6 +134,13 @@ TEMPLATE_POINTS = [
     {"BM": 16, "BN": 128, "BK": 16, "TM": 2, "TN": 8, "PAD": 4},
     {"BM": 16, "BN": 16, "BK": 32, "TM": 8, "TN": 8, "PAD": 4},
     {"BM": 128, "BN": 16, "BK": 32, "TM": 8, "TN": 2, "PAD": 0},
+    {"BM": 16, "BN": 32, "BK": 32, "TM": 2, "TN": 2, "PAD": 4, "STAGES": 3},
+    {"BM": 16, "BN": 64, "BK": 32, "TM": 2, "TN": 4, "PAD": 4, "STAGES": 4, "SK": 2},
+    {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "PAD": 0, "STAGES": 4, "SK": 4},
+    {"BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 3},
+    {"BM": 64, "BN": 64, "BK": 8, "TM": 4, "TN": 4, "PAD": 4, "SK": 4},
+    {"BM": 16, "BN": 16, "BK": 32, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 4, "SK": 4},
+    {"BM": 16, "BN": 16, "BK": 32, "TM": 8, "TN": 8, "PAD": 0, "SK": 2},
 ]
 BIG = Case("template_2048x2048x2048", "performance", {"m": 2048, "n": 2048, "k": 2048})
 
@@ -155,7 +163,8 @@ def template_run(tmp_path_factory):
         client.start()
 
         def run(point: dict) -> dict:
-            candidate = tuner.candidate(tuple(point[n] for n in tuner.names))
+            values = {name: choices[0] for name, choices in kernel.tunables.items()} | point
+            candidate = tuner.candidate(tuple(values[n] for n in tuner.names))
             assert candidate is not None, point
             program = candidate.program(kernel)
             out = work / "out" / candidate.key()

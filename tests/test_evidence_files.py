@@ -11,7 +11,8 @@ import pytest
 from pytest_cudagate import schema
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence"
-SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity"}
+SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity", "vs-library-": "vs-library",
+             "optimize-summary-": "optimize-summary"}
 
 
 def kept() -> list[Path]:

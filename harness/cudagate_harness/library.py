@@ -53,7 +53,8 @@ class Adapter:
     buffers: Mapping[str, tuple[str, bool]]  # role -> (dtype, written by the call)
     scalars: tuple[str, ...]  # integer scalar roles
     load: Callable[[object], LibraryBaseline]  # (harness Device) -> a ready baseline; LibraryUnavailable
-    fits: Callable[[Mapping[str, int], Mapping[str, int]], str | None]  # (counts, scalars) -> why not, or None
+    # (elements per buffer role, value per scalar role, parameter per role) -> why the call does not fit, or None
+    fits: Callable[[Mapping[str, int], Mapping[str, int], Mapping[str, str]], str | None]
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -86,7 +87,7 @@ class LibraryLaunch:
             if not isinstance(value, int) or isinstance(value, bool):
                 return f"{role}: {self.args[role]!r} is not an integer scalar of the case"
         return self.adapter.fits({role: buffers[self.args[role]].count for role in self.adapter.buffers},
-                                 {role: int(scalars[self.args[role]]) for role in self.adapter.scalars})
+                                 {role: int(scalars[self.args[role]]) for role in self.adapter.scalars}, self.args)
 
     def enqueue(self, pointers: Mapping[str, int], scalars: Mapping[str, int]) -> None:
         self.baseline.enqueue({role: pointers[self.args[role]] for role in self.adapter.buffers},
@@ -177,13 +178,14 @@ class CublasSgemm:
                                             pointers["c"], n), "cublasSgemm_v2")
 
 
-def _sgemm_fits(counts: Mapping[str, int], scalars: Mapping[str, int]) -> str | None:
+def _sgemm_fits(counts: Mapping[str, int], scalars: Mapping[str, int], names: Mapping[str, str]) -> str | None:
     m, n, k = scalars["m"], scalars["n"], scalars["k"]
     if not all(1 <= v <= INT32_MAX for v in (m, n, k)):
         return f"m, n, k = {m}, {n}, {k}: each must be 1 to {INT32_MAX}"
     for role, need in (("a", m * k), ("b", k * n), ("c", m * n)):
         if counts[role] < need:
-            return f"buffer {role} holds {counts[role]} elements, the call reads or writes {need} (m={m}, n={n}, k={k})"
+            return (f"{role}: buffer {names[role]} holds {counts[role]} elements, the call reads or writes {need} "
+                    f"(m={m}, n={n}, k={k})")
     return None
 
 

@@ -65,7 +65,6 @@ class Adapter:
 class LibraryLaunch:
     """An adapter bound to one suite's mapping of roles to parameter names (a request's ``library``)."""
 
-    name: str
     adapter: Adapter
     args: Mapping[str, str]  # role -> parameter name
     baseline: LibraryBaseline
@@ -138,8 +137,8 @@ class CublasSgemm:
     with ld n. Pointer mode host (alpha = 1, beta = 0 live in host memory), default math mode.
     """
 
-    def __init__(self, device, path: str | None = None):
-        path, how = (path, "given") if path else find_cublas()
+    def __init__(self, device):
+        path, how = find_cublas()
         if path is None:
             raise LibraryUnavailable(f"cuBLAS not found ({how}): {CUBLAS_HINT}")
         try:
@@ -213,4 +212,4 @@ def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> Lib
         except (LibraryUnavailable, LibraryCallError) as exc:
             loaded[name] = str(exc)
     baseline = loaded[name]
-    return baseline if isinstance(baseline, str) else LibraryLaunch(name, adapter, args, baseline)
+    return baseline if isinstance(baseline, str) else LibraryLaunch(adapter, args, baseline)

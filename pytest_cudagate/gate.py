@@ -32,6 +32,7 @@ from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.generated import materialise
@@ -99,12 +100,14 @@ class Gate:
         if case.kind != "performance":
             body, compile_info = self._run(outcome, suite, program, case, None, out, source_text, extra)
         elif approval is None:
-            body, compile_info = self._run(outcome, suite, program, case, suite.timing.to_json(), out, source_text, extra)
+            body, compile_info = self._run(outcome, suite, program, case, suite.timing.to_json(), out, source_text, extra,
+                                           library=True)
             outcome.latency = incomparable(threshold, f"no approved version of {program.name} in {ledger.path.name}; "
                                            f"run `cudagate approve {suite.path} {program.name}` on a GPU runner",
                                            self.fingerprint_text)
         elif source_text is None and build_identity(program) == approval.identity():
-            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
+            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra,
+                                                            library=True)
             with phases.clock(outcome, "statistics"):
                 outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
                     suite, approval, case, body, threshold)
@@ -112,7 +115,7 @@ class Gate:
         else:
             body, compile_info, outcome.latency = self._interleaved(
                 outcome, suite, program, case, ledger.approved_spec(approval, case), ledger.approved_launch(approval, case),
-                threshold, out, source_text, extra)
+                threshold, out, source_text, extra, library=True)
         if (self.release is not None and outcome.latency is not None and compile_info is not None
                 and compile_info.get("ok") and body.get("status") == "ok"):
             outcome.latency.release = self._against_release(outcome, suite, program, case, approval, threshold, out,
@@ -181,6 +184,10 @@ class Gate:
             outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(),
                                              suite.tolerance, resolved.shapes, checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
+        if body.get("library"):  # informational: judged beside the verdict, never into it
+            with phases.clock(outcome, "statistics"):
+                outcome.library = judge_library(body["library"], case.name, resolved.expected_outputs(), suite.tolerance,
+                                                resolved.shapes, checks)
         with phases.clock(outcome, "sanitizer"):
             self._sanitize(outcome, suite, program, case, body, checks, source_text)
         decide(outcome, self.options)
@@ -233,8 +240,9 @@ class Gate:
             outcome.correctness.passed = False
 
     # -- the three measurement paths ------------------------------------------------------------
-    def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None):
-        request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text)
+    def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None, library: bool = False):
+        request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text,
+                              library=library)
         outcome.requests.append(self._harden(request, request["cases"][0], extra))
         with phases.RoundTrip(outcome, self.client) as trip:
             result = self.client.run(request)
@@ -243,13 +251,13 @@ class Gate:
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
 
-    def _quiet_run(self, outcome, suite, program, case, timing, out, extra):
+    def _quiet_run(self, outcome, suite, program, case, timing, out, extra, library: bool = False):
         """The timed run of a kernel identical to its approval, repeated while NVML saw the GPU
         disturbed (harmful throttling or another process) around it; the discarded reasons too."""
         discarded: list[str] = []
         while True:
             before = self._device_state()
-            body, compile_info = self._run(outcome, suite, program, case, timing, out, None, extra)
+            body, compile_info = self._run(outcome, suite, program, case, timing, out, None, extra, library)
             after = self._device_state()
             # Each snapshot is judged alone: between items an idle GPU's clock is legitimately low,
             # so a clock change from `before` to `after` says nothing here.
@@ -301,10 +309,11 @@ class Gate:
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
     def _interleaved(self, outcome, suite, program, case, approved_spec: dict, approved_launch: Launch, threshold, out,
-                     source_text, extra=None, which: str = "the approved version"):
-        """``program`` timed interleaved against ``approved_spec`` (``which`` names it in messages)."""
+                     source_text, extra=None, which: str = "the approved version", library: bool = False):
+        """``program`` timed interleaved against ``approved_spec`` (``which`` names it in messages);
+        ``library``: its library baseline too, after the rounds that decide (the PR comparison only)."""
         request = compare_request(suite, program, case, approved=approved_spec, approved_launch=approved_launch,
-                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text)
+                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text, library=library)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         with phases.RoundTrip(outcome, self.client) as trip:

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from .driver import CudaError, Device, check
+from .library import LibraryCallError, LibraryLaunch
 from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_TIMED, all_bytes, numpy_dtype,
                        unwritten_mask)
 
@@ -44,6 +45,7 @@ MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue l
 DEFAULT_PAD_MAX = 3
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
+LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
 
 
 def rotation_copies(signature: list[dict], case: dict, requested: int | None) -> int:
@@ -350,7 +352,10 @@ class CaseRun:
             if buf.intent == "inout":
                 self.device.copy(buf.ptrs[slot], buf.pristine, buf.nbytes)
 
-    def _launch(self, kernel: Launchable, slot: int = 0) -> None:
+    def _launch(self, kernel: Launchable | LibraryLaunch, slot: int = 0) -> None:
+        if isinstance(kernel, LibraryLaunch):  # enqueued on the same stream, on the same copy of the buffers
+            kernel.enqueue({name: buf.ptrs[slot] for name, buf in self.buffers.items()}, self.case["scalars"])
+            return
         self.device.launch(kernel.function, kernel.grid, kernel.block, kernel.shared, self.params[slot])
 
     @_step("validation")
@@ -458,6 +463,45 @@ class CaseRun:
                 dev.destroy_event(start)
                 dev.destroy_event(end)
         return samples, firsts
+
+    def time_library(self, kernel: Launchable, library: LibraryLaunch | str, adapter: str, timing: dict,
+                     output_dir: Path) -> dict:
+        """The library baseline beside ``kernel`` (the current kernel, after its own timed launches
+        were checked): one validation launch of the library, then the warm-up and interleaved rounds
+        of the two exactly as the gate times kernels (flush, pads, random order, same buffer copy per
+        round), ``timing["repeat"]`` rounds. The kernel's verdict never sees these samples.
+
+        ``library`` is a string when there is no baseline to run (why); every failure of the library
+        is said in the entry's ``error``, never as the case's error, unless the context is lost.
+        """
+        entry: dict = {"adapter": adapter}
+        problem = library if isinstance(library, str) else library.problem(self.buffers, self.case["scalars"])
+        if problem:
+            entry["error"] = problem
+            return entry
+        cold = timing.get("cache", "cold") == "cold"
+        try:
+            with self.phase("the library baseline's validation launch"):
+                first = self._validation_launch(library, POISON_FIRST)
+            with self.phase("the library baseline's warm-up launches"):
+                self.warm_up([kernel, library], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+            samples, _ = self.time_rounds([kernel, library], int(timing["repeat"]), cold=cold,
+                                          pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
+                                          batch=int(timing.get("batch", 1)))
+        except (LibraryCallError, CudaError) as exc:
+            if isinstance(exc, CudaError) and exc.sticky:
+                raise
+            entry["error"] = str(exc)
+            return entry
+        finally:
+            self.last_writer.clear()  # the kernels' copies were checked before; these are the library's rounds
+        self.check_guards("the library baseline's launches", who=LIBRARY)
+        self.check_inputs("the library baseline's launches", who=LIBRARY)
+        found = self.findings(LIBRARY, output_dir, prefix="library.")
+        entry.update({"current_ms": samples[0], "library_ms": samples[1],
+                      **self.outputs(first, first, output_dir, prefix="library."),
+                      **{key: found[key] for key in ("guards", "input_writes") if key in found}})
+        return entry
 
     @_step("timed_output_check")
     def timed_check_launch(self, index: int, kernel: Launchable, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
@@ -660,8 +704,11 @@ def error_body(exc: Exception) -> dict:
 
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
-             checks: dict | None = None) -> dict:
+             checks: dict | None = None, library: tuple[str, LibraryLaunch | str] | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
+
+    ``library``: ``(adapter, baseline or why none)``, timed beside the kernel after its own timed
+    launches (:meth:`CaseRun.time_library`) when the case is timed.
 
     ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
@@ -695,6 +742,8 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                     run.check_timed(0, first)
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
+                    if library is not None:
+                        body["library"] = run.time_library(kernel, library[1], library[0], timing, output_dir)
                     body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
                                       "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold")}
                 if checks.get("second_launch", True):

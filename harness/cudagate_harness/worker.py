@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PROTOCOL_VERSION, telemetry
+from . import PROTOCOL_VERSION, library, telemetry
 from .compiler import CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
 from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, request_problems, worker_checks
@@ -54,6 +54,14 @@ class Worker:
         self._pad: Launchable | None = None
         self._scrub = None  # the scrub callable once built; False when this device cannot run it
         self.scrub_note: str | None = None
+        self.libraries: dict[str, object] = {}  # adapter -> loaded baseline, or why it cannot be (once per worker)
+
+    def library_for(self, request: dict) -> tuple[str, object] | None:
+        """The request's library baseline as ``(adapter, LibraryLaunch or why none)``; None when it names none."""
+        spec = request.get("library")
+        if not spec:
+            return None
+        return str(spec.get("adapter")), library.bind(spec, self.device, self.libraries)
 
     def flush_l2(self) -> None:
         # Writing twice the L2's size evicts whatever the last launch left there (cold-cache timing).
@@ -161,10 +169,11 @@ class Worker:
         pad = self.pad() if timing and timing.get("pad_max", DEFAULT_PAD_MAX) else None
         checks = worker_checks(request)
         scrub = self.scrubber() if checks["scrub_shared"] else None
+        baseline = self.library_for(request) if timing else None
         for case in request["cases"]:
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
-                            scrub=scrub, checks=checks)
+                            scrub=scrub, checks=checks, library=baseline)
             self._note(body, checks)
             self.answer(rid, body)
 
@@ -187,6 +196,7 @@ class Worker:
         checks = worker_checks(request)
         base = Path(request.get("base_dir", "."))
         current = ROLES.index("current")
+        baseline = self.library_for(request)
         start = time.perf_counter()
         try:
             with CaseRun(self.device, request["signature"], case, base, self.flush_l2, self.pad(),
@@ -221,6 +231,9 @@ class Worker:
                     with run.clock("waiting"):  # the host's decision: its time, not the worker's
                         rounds = self._next_rounds()
                 run.check_inputs("the interleaved timed launches", who=None)
+                # After the verdict's rounds, so the library changes neither their samples nor their budget.
+                library_entry = (run.time_library(kernels[current], baseline[1], baseline[0], timing, Path(request["output_dir"]))
+                                 if baseline else None)
                 seconds = []
                 for index, kernel in enumerate(kernels):
                     with run.phase(f"validation launch 2 of the {ROLES[index]} kernel"):
@@ -236,6 +249,8 @@ class Worker:
                     body["fresh"] = fresh
                 body.update(run.findings(current, output_dir))
                 body["approved"].update(run.findings(approved, output_dir, prefix="approved."))
+                if library_entry is not None:
+                    body["library"] = library_entry
                 self._note(body, checks)
         except (CaseInputError, CudaError) as exc:
             body = error_body(exc)

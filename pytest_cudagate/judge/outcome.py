@@ -16,6 +16,7 @@ from typing import Any
 from pytest_cudagate.judge.correctness import CaseVerdict
 from pytest_cudagate.judge.elementwise import OutputCheck
 from pytest_cudagate.judge.latency import LatencyResult
+from pytest_cudagate.judge.library import LibraryResult
 
 SAMPLE_DECIMALS = 6  # ms to the nanosecond: below CUDA event resolution, and keeps the file small
 
@@ -36,6 +37,7 @@ class CaseOutcome:
     worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
     shape_class: str = "default"  # the case's `class:` in the suite
+    library: LibraryResult | None = None  # the kernel's library baseline on this case: informational only
 
     @property
     def outcome(self) -> str:
@@ -88,6 +90,7 @@ class CaseOutcome:
             "latency": latency_json(self.latency) if self.latency is not None else None,
             "samples_ms": self.samples(), "worker_s": self.worker_s,
             "phases": dict(self.phases),
+            "library": plain(self.library.to_json()) if self.library is not None else None,
         }
 
 

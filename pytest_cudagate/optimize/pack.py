@@ -235,16 +235,25 @@ def _oracle(suite) -> dict:
         return {"reference": None, "cases": {}, "problems": [f"could not hash the oracle: {exc}"]}
 
 
+def _ratio(estimate: dict | None) -> dict | None:
+    return ({k: finite(estimate.get(k)) for k in ("ratio", "low", "high")}
+            | {"confidence": estimate["confidence"], "n": estimate["n"]} if estimate else None)
+
+
 def _gate_summary(case: dict) -> dict:
-    """The headline figures of one gate case (:meth:`CaseOutcome.to_json`) for the summary."""
+    """The headline figures of one gate case (:meth:`CaseOutcome.to_json`) for the summary; the
+    library baseline's ratio only where the suite names one (informational)."""
     latency = case.get("latency") or {}
-    estimate = latency.get("estimate")
-    return {"passed": case["passed"], "status": case.get("status"), "warning": case.get("warning"),
-            "latency_verdict": latency.get("verdict"),
-            "ratio_vs_approved": {k: finite(estimate.get(k)) for k in ("ratio", "low", "high")}
-            | {"confidence": estimate["confidence"], "n": estimate["n"]} if estimate else None,
-            "approved_ms": finite((latency.get("approved") or {}).get("median")),
-            "current_ms": finite((latency.get("current") or {}).get("median"))}
+    summary = {"passed": case["passed"], "status": case.get("status"), "warning": case.get("warning"),
+               "latency_verdict": latency.get("verdict"), "ratio_vs_approved": _ratio(latency.get("estimate")),
+               "approved_ms": finite((latency.get("approved") or {}).get("median")),
+               "current_ms": finite((latency.get("current") or {}).get("median"))}
+    library = case.get("library")
+    if library:
+        summary["library"] = {"label": library["label"], "ratio": _ratio(library.get("estimate")),
+                              "error": library.get("error"),
+                              "library_ms": finite((library.get("library") or {}).get("median"))}
+    return summary
 
 
 def _best_json(opt, attempt, pack) -> dict | None:

@@ -103,6 +103,15 @@ def ratio(r) -> str:
     return f"{r['ratio']:.3f}{interval}" + (f" ({level:.0%})" if level else "")
 
 
+def library_cell(library: dict | None) -> str:
+    """The winner's latency as a multiple of the library's on one case, or why there is none."""
+    if not library:
+        return DASH
+    if not (library.get("ratio") or {}).get("ratio"):
+        return f'<span class="muted">{e(library.get("error") or "no ratio")}</span>'
+    return e(ratio(library["ratio"]) + f" · {us(library.get('library_ms'))}")
+
+
 def inline(items) -> str:
     """``(name, value)`` pairs on one line; pairs whose value is None are left out."""
     shown = [f"{e(k)} <b>{value_html(v)}</b>" for k, v in items if v is not None]
@@ -244,15 +253,18 @@ def gate_html(summary: dict, history: dict) -> str:
         head += f" · {overview['gpu_seconds']:.1f} s of GPU time"
     level = next((c["gate"]["ratio_vs_approved"].get("confidence") for c in best.get("cases", [])
                   if (c.get("gate") or {}).get("ratio_vs_approved")), None)
+    labels = sorted({c["gate"]["library"]["label"] for c in best.get("cases", []) if (c.get("gate") or {}).get("library")})
     rows = "".join(
         f"<tr><td>{e(c.get('case'))}</td><td>{e(c.get('kind'))}</td><td>{'holdout' if c.get('holdout') else ''}</td>"
         f"<td>{_case_verdict(c)}</td><td class=num>{ratio((c.get('gate') or {}).get('ratio_vs_approved'))}</td>"
         f"<td class=num>{us((c.get('gate') or {}).get('approved_ms'))}</td>"
         f"<td class=num>{us((c.get('gate') or {}).get('current_ms'))}</td>"
-        f"<td>{e((c.get('gate') or {}).get('warning') or '')}</td></tr>" for c in best.get("cases", []))
+        + (f"<td class=num>{library_cell((c.get('gate') or {}).get('library'))}</td>" if labels else "")
+        + f"<td>{e((c.get('gate') or {}).get('warning') or '')}</td></tr>" for c in best.get("cases", []))
+    library = f"<th>× {e(labels[0] if len(labels) == 1 else 'library')} (informational)</th>" if labels else ""
     table = ("<table class=gate><tr><th>case</th><th>kind</th><th>holdout</th><th>verdict</th>"
              f"<th>ratio vs approved{f' [{level:.0%} CI]' if level else ' [CI]'}</th><th>approved median</th>"
-             f"<th>winner median</th><th>warning</th></tr>{rows}</table>")
+             f"<th>winner median</th>{library}<th>warning</th></tr>{rows}</table>")
     checks = _checks_html(overview.get("checks") or {})
     if not checks and overview.get("fresh_seed") is not None:
         checks = f"fresh inputs: seed {e(overview['fresh_seed'])}"

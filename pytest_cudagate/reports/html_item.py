@@ -114,6 +114,23 @@ def latency(item: dict) -> str:
     return rows(pairs)
 
 
+def library(item: dict) -> str:
+    """The library baseline beside the latency: × of the library, or why there is no ratio."""
+    lib = item.get("library")
+    if not lib:
+        return ""
+    est = lib.get("estimate")
+    if not est:
+        return rows([(f"× {lib['label']}", '<span class="note">no ratio</span>'), ("why", e(lib.get("error")))])
+    return rows([
+        (f"× {lib['label']} (current / library)", f"<b>{e(fmt.ratio(est))}</b>"),
+        ("confidence interval", e(fmt.interval(est))),
+        (f"median {lib['label']}", e(fmt.us((lib.get("library") or {}).get("median")))),
+        ("median current (same rounds)", e(fmt.us((lib.get("current") or {}).get("median")))),
+        ("rounds", e(f"{est.get('n', 0):,} interleaved; informational, never part of the verdict")),
+    ])
+
+
 def plot(item: dict, uid: str) -> str:
     with run_phase("plots"):
         svg = plots.timing_svg(item.get("samples_ms") or {}, uid, (item.get("latency") or {}).get("threshold"))
@@ -183,7 +200,8 @@ def article(item: dict, anchor: str, run: dict, signature: str | None) -> str:
         f"<p><code>{e(item['nodeid'])}</code></p>",
         f'<pre class="message">{e(message)}</pre>' if message and status != "skipped" else "",
         f'<div class="cols"><div><h4>Correctness</h4>{correctness(item)}</div>'
-        f"<div><h4>Latency</h4>{latency(item)}</div></div>",
+        f"<div><h4>Latency</h4>{latency(item)}"
+        + (f"<h4>Library baseline</h4>{library(item)}" if item.get("library") else "") + "</div></div>",
         plot(item, anchor),
         f"<h4>Clocks, temperature, clock events</h4>{telemetry(item)}" if item.get("latency") else "",
         f"<h4>Evidence</h4>{provenance(item, run, signature)}",

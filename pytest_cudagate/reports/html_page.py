@@ -22,7 +22,18 @@ def _run_label(doc: dict, run: int) -> str:
     return fp["description"].split(" (")[0].removeprefix("NVIDIA ") + f" {fp['key'][:8]}" if fp else "no GPU"
 
 
-def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
+def _library_cell(item: dict) -> str:
+    """× of the library with its interval, or why there is none (informational only)."""
+    library = item.get("library")
+    if not library:
+        return "–"
+    est = library.get("estimate")
+    if est:
+        return e(f"{fmt.ratio(est)}× {fmt.interval(est, confidence=False)}")
+    return f'<span class="note" title="{e(library.get("error"))}">{e(fmt.clip(library.get("error") or "", 80))}</span>'
+
+
+def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool, library: bool = False) -> str:
     lat = item.get("latency") or {}
     est = lat.get("estimate")
     approved, current = (lat.get("approved") or {}).get("median"), (lat.get("current") or {}).get("median")
@@ -34,8 +45,10 @@ def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool) -> str:
     if several_runs:
         cells.append((e(_run_label(doc, item["run"])), ""))
     cells += [(e(fmt.us(approved)), "num"), (e(fmt.us(current)), "num"), (e(fmt.ratio(est)), "num"),
-              (e(fmt.interval(est, confidence=False)), "num"), (pill(lat["verdict"]) if lat else "–", ""),
-              (e(fmt.clip(detail, 200)), "detail")]
+              (e(fmt.interval(est, confidence=False)), "num")]
+    if library:
+        cells.append((_library_cell(item), "num"))
+    cells += [(pill(lat["verdict"]) if lat else "–", ""), (e(fmt.clip(detail, 200)), "detail")]
     return "<tr>" + "".join(f'<td class="{cls}">{html}</td>' if cls else f"<td>{html}</td>" for html, cls in cells) + "</tr>"
 
 
@@ -43,9 +56,11 @@ def results_table(doc: dict, items: list[tuple[dict, str]]) -> str:
     several = len(doc["runs"]) > 1
     levels = {((i.get("latency") or {}).get("estimate") or {}).get("confidence") for i, _ in items} - {None}
     interval = f"interval ({levels.pop():.0%})" if len(levels) == 1 else "interval"
+    labels = sorted({i["library"]["label"] for i, _ in items if i.get("library")})
+    library = [f"× {labels[0] if len(labels) == 1 else 'library'} (informational)"] if labels else []
     head = ["result", "kernel × case", "suite", "problem / kind · class"] + (["GPU"] if several else []) + [
-        "approved median", "current median", "ratio", interval, "latency", "detail"]
-    body = "".join(_result_row(doc, item, anchor, several) for item, anchor in items)
+        "approved median", "current median", "ratio", interval, *library, "latency", "detail"]
+    body = "".join(_result_row(doc, item, anchor, several, bool(library)) for item, anchor in items)
     return f"<div class=scroll><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table></div>"
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import yaml
 
 from cudagate_harness.compiler import CompileOptionError, check_options
+from cudagate_harness.library import ADAPTERS
 from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate import schema
@@ -20,8 +21,8 @@ from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_fini
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
-from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, Param, Program, Reference,
-                                        Suite, Tolerance, Timing, Variant)
+from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
+                                        Program, Reference, Suite, Tolerance, Timing, Variant)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -119,7 +120,7 @@ class _Checker:
         )
 
     def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str],
-                case_classes: set[str] = frozenset()) -> Program:
+                case_classes: set[str] = frozenset(), signature: tuple[Param, ...] = ()) -> Program:
         tunables = self.tunables(raw.get("tunables", {}), parts + ["tunables"], scalars)
         names = scalars | set(tunables)  # launch expressions may use tunables' names
         defaults = {tunable: values[0] for tunable, values in tunables.items()}
@@ -159,7 +160,38 @@ class _Checker:
             tuning_source=tuning_source,
             classes={shape_class: self.variant(variant, parts + ["classes", shape_class], names, defaults, case_classes)
                      for shape_class, variant in raw.get("classes", {}).items()},
+            library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
+                              if "library_baseline" in raw else None),
         )
+
+    def library_baseline(self, raw: dict, parts: list, signature: tuple[Param, ...]) -> LibraryBaseline:
+        """``library_baseline:``: a registered adapter whose every role names a parameter it can read."""
+        name, args = raw["adapter"], dict(raw["args"])
+        adapter = ADAPTERS.get(name)
+        if adapter is None:
+            self.add(parts + ["adapter"], f"unknown library baseline adapter {name!r}; known adapters: "
+                                          f"{', '.join(sorted(ADAPTERS))}")
+            return LibraryBaseline(name, args)
+        params = {p.name: p for p in signature}
+        for role in sorted(set(args) - set(adapter.roles)):
+            self.add(parts + ["args", role], f"{name} has no role {role!r} (its roles: {', '.join(adapter.roles)})")
+        for role in adapter.roles:
+            if role not in args:
+                self.add(parts + ["args"], f"{name} needs role {role!r}: map it to a parameter, e.g. `{role}: {role}`")
+                continue
+            param = params.get(args[role])
+            if role in adapter.buffers:
+                dtype, writes = adapter.buffers[role]
+                if param is None or param.kind != "buffer" or param.dtype != dtype:
+                    self.add(parts + ["args", role], f"{name}'s {role} is a {dtype} buffer; {args[role]!r} is not one "
+                                                     "of the signature's")
+                elif writes and not param.is_output:
+                    self.add(parts + ["args", role], f"{name} writes {role}; {args[role]!r} has intent in: map an "
+                                                     "output buffer")
+            elif param is None or param.kind != "scalar" or param.dtype not in INT_DTYPES:
+                self.add(parts + ["args", role], f"{name}'s {role} is an integer scalar; {args[role]!r} is not one "
+                                                 "of the signature's")
+        return LibraryBaseline(name, args)
 
     def variant(self, raw: dict, parts: list, names: set[str], defaults: dict[str, int],
                 case_classes: set[str]) -> Variant:
@@ -242,7 +274,7 @@ class _Checker:
             reference = Reference(program=self.program(ref_raw, ["reference"], scalars, "reference", case_names))
 
         case_classes = {c.shape_class for c in cases}
-        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes)
+        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes, tuple(signature))
                    for i, k in enumerate(raw["kernels"])]
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 

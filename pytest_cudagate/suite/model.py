@@ -192,6 +192,18 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class LibraryBaseline:
+    """``library_baseline:`` of a kernel: a registered adapter (cudagate_harness.library.ADAPTERS)
+    and the parameter each of its roles reads, timed beside the kernel for information only."""
+
+    adapter: str
+    args: dict[str, str]  # role -> parameter name
+
+    def to_json(self) -> dict:
+        return {"adapter": self.adapter, "args": dict(self.args)}
+
+
+@dataclass(frozen=True)
 class Program:
     """CUDA source compiled and launched the same way for a kernel or a CUDA reference.
 
@@ -217,6 +229,9 @@ class Program:
     tuning_source: Path | None = None
     classes: dict[str, Variant] = field(default_factory=dict)  # shape class -> its variant
     variant: str | None = None  # set by for_class: the class whose variant this build is
+    # Informational only (never a verdict), so not signed, as tunables are not: the manifest signs a
+    # kernel's entry and launches, and a pull request that edits the mapping changes only a column.
+    library_baseline: LibraryBaseline | None = None
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,

@@ -10,7 +10,8 @@ gate threshold.
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
 its autotune settings (tunables, tuning_launch,
-tuning_source: the gate never uses them), the description, comments and formatting.
+tuning_source: the gate never uses them), its library_baseline (an informational column that never
+changes a verdict), the description, comments and formatting.
 """
 
 from __future__ import annotations

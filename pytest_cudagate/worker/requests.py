@@ -62,11 +62,17 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
     return spec
 
 
+def library_spec(program: Program) -> dict:
+    """A request's ``library`` field: the kernel's library baseline, timed beside it (empty: none)."""
+    return {"library": program.library_baseline.to_json()} if program.library_baseline else {}
+
+
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,
                 timing: dict | None = None, expected: bool = False, source_text: str | None = None,
-                data_dir: Path | None = None) -> dict:
+                data_dir: Path | None = None, library: bool = False) -> dict:
     """A ``run`` request of ``program`` on ``cases``, which must all run one build of it (cases of
-    classes with different variants go in separate requests: see :meth:`Program.builds`)."""
+    classes with different variants go in separate requests: see :meth:`Program.builds`).
+    ``library``: time the kernel's library baseline beside it too (the gate's timed runs)."""
     builds = program.builds(cases)
     if len(builds) > 1:
         raise ValueError(f"{program.name}: cases {', '.join(c.name for c in cases)} run {len(builds)} builds "
@@ -80,11 +86,13 @@ def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir
         "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
         "timing": timing,
         "output_dir": str(output_dir),
+        **(library_spec(program) if library and timing else {}),
     }
 
 
 def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch,
-                    output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None) -> dict:
+                    output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None,
+                    library: bool = False) -> dict:
     """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given) timed
     interleaved with the ``approved`` kernel spec on ``case``, ``chunk`` rounds per answer."""
     timing = {**suite.timing.to_json(), "chunk": chunk, **({"seed": seed} if seed is not None else {})}
@@ -97,4 +105,5 @@ def compare_request(suite: Suite, program: Program, case: Case, *, approved: dic
         "case": case_spec(suite, program, case),
         "timing": timing,
         "output_dir": str(output_dir),
+        **(library_spec(program) if library else {}),
     }

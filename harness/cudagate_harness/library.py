@@ -1,0 +1,215 @@
+"""Library baselines: a vendor routine (cuBLAS SGEMM) timed beside the kernel, for information only.
+
+A suite's kernel may name ``library_baseline: {adapter: NAME, args: {ROLE: PARAMETER, ...}}``. The
+adapter is a :class:`LibraryBaseline` that the runner enqueues on the worker's stream exactly where
+it would launch a kernel (:meth:`cudagate_harness.runner.CaseRun.time_library`): same poisoned
+outputs, cold-L2 flush, pad launches, warm-up floor and interleaved rounds. Its answer never
+changes a verdict: a library that is missing, refuses the call or computes something else than
+the reference is reported in the baseline's column instead of failing the case.
+
+:data:`ADAPTERS` is the registry; the suite loader reads the roles from it, the worker loads the
+library through it (``$CUDAGATE_CUBLAS``, then pip's CUDA wheels, then the system's loader path).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .protocol import numpy_dtype
+
+INT32_MAX = 2**31 - 1
+
+
+class LibraryUnavailable(RuntimeError):
+    """The library cannot be used here (not installed, wrong version); the message says what to do."""
+
+
+class LibraryCallError(RuntimeError):
+    """The library refused or failed one call (a status other than success)."""
+
+
+class LibraryBaseline(Protocol):
+    """A library routine the runner enqueues like a kernel launch.
+
+    ``pointers`` maps each buffer role to the device address of this launch's copy of the buffer
+    the suite mapped to it, ``scalars`` each scalar role to its value on the case.
+    """
+
+    def enqueue(self, pointers: Mapping[str, int], scalars: Mapping[str, int]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """What an adapter needs from a suite's signature, and how the worker obtains it."""
+
+    label: str  # how reports name the library
+    buffers: Mapping[str, tuple[str, bool]]  # role -> (dtype, written by the call)
+    scalars: tuple[str, ...]  # integer scalar roles
+    load: Callable[[object], LibraryBaseline]  # (harness Device) -> a ready baseline; LibraryUnavailable
+    # (elements per buffer role, value per scalar role, parameter per role) -> why the call does not fit, or None
+    fits: Callable[[Mapping[str, int], Mapping[str, int], Mapping[str, str]], str | None]
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (*self.buffers, *self.scalars)
+
+
+@dataclass(frozen=True)
+class LibraryLaunch:
+    """An adapter bound to one suite's mapping of roles to parameter names (a request's ``library``)."""
+
+    adapter: Adapter
+    args: Mapping[str, str]  # role -> parameter name
+    baseline: LibraryBaseline
+
+    def problem(self, buffers: Mapping[str, object], scalars: Mapping[str, object]) -> str | None:
+        """Why the call does not fit the case (``buffers``: the runner's, with dtype, intent and
+        count), or None. Checked before anything runs: a call reading past a buffer would fault and
+        take the kernel's case with it; one writing an input would corrupt the kernel's inputs."""
+        for role, (dtype, writes) in self.adapter.buffers.items():
+            buf = buffers.get(self.args[role])
+            if buf is None:
+                return f"{role}: {self.args[role]!r} is not a buffer of the signature"
+            if buf.dtype != numpy_dtype(dtype):
+                return f"{role}: buffer {buf.name} holds {buf.dtype}, the call needs {dtype}"
+            if writes and buf.intent == "in":
+                return f"{role}: the call writes it, but buffer {buf.name} is an input"
+        for role in self.adapter.scalars:
+            value = scalars.get(self.args[role])
+            if not isinstance(value, int) or isinstance(value, bool):
+                return f"{role}: {self.args[role]!r} is not an integer scalar of the case"
+        return self.adapter.fits({role: buffers[self.args[role]].count for role in self.adapter.buffers},
+                                 {role: int(scalars[self.args[role]]) for role in self.adapter.scalars}, self.args)
+
+    def enqueue(self, pointers: Mapping[str, int], scalars: Mapping[str, int]) -> None:
+        self.baseline.enqueue({role: pointers[self.args[role]] for role in self.adapter.buffers},
+                              {role: int(scalars[self.args[role]]) for role in self.adapter.scalars})
+
+
+# -- cuBLAS ---------------------------------------------------------------------------------------------
+
+CUBLAS_HINT = "pip install 'cuda-toolkit[cublas]' (or torch, whose wheels bring it) or set CUDAGATE_CUBLAS=/path/to/libcublas.so"
+# Folders of the pip wheels that ship libcublas, under a site-packages folder: CUDA 13's single
+# wheel layout first, then CUDA 12's per-library one.
+WHEEL_FOLDERS = ("nvidia/cu13/lib", "nvidia/cublas/lib")
+_STATUS = {1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH", 11: "MAPPING_ERROR",
+           13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED", 16: "LICENSE_ERROR"}
+CUBLAS_OP_N = 0
+CUBLAS_POINTER_MODE_HOST = 0
+CUBLAS_DEFAULT_MATH = 0  # no TF32: SGEMM in full float32, as the kernel it is compared with
+
+
+def find_cublas(environ: Mapping[str, str] = os.environ, search: Iterable[str] | None = None) -> tuple[str | None, str]:
+    """Where libcublas is: ``(path or loader name, how it was found)``, or ``(None, where it was looked for)``.
+
+    Order: ``$CUDAGATE_CUBLAS`` (a file; when set, nothing else is tried), ``libcublas.so.*`` in
+    :data:`WHEEL_FOLDERS` under each folder of ``search`` (default ``sys.path``, where pip's
+    site-packages are), then ``ctypes.util.find_library("cublas")``.
+    """
+    given = environ.get("CUDAGATE_CUBLAS")
+    if given:
+        if Path(given).is_file():
+            return given, "CUDAGATE_CUBLAS"
+        return None, f"CUDAGATE_CUBLAS={given} is not a file"
+    for root in (sys.path if search is None else search):
+        for folder in WHEEL_FOLDERS:
+            found = sorted(Path(root or ".", folder).glob("libcublas.so*"), key=lambda p: (len(p.name), p.name))
+            if found:
+                return str(found[0]), f"the pip wheel folder {Path(root, folder)}"
+    name = ctypes.util.find_library("cublas")
+    if name:
+        return name, "the system's library path"
+    return None, f"not in CUDAGATE_CUBLAS, {' or '.join(WHEEL_FOLDERS)} under site-packages, or the system's library path"
+
+
+class CublasSgemm:
+    """Row-major float32 C(m×n) = A(m×k)·B(k×n) with ``cublasSgemm_v2`` on the worker's stream.
+
+    cuBLAS is column-major: the row-major buffers read as C^T (n×m), A^T (k×m) and B^T (n×k), so
+    the call computes C^T = B^T·A^T: no transposes, m' = n, n' = m, B with ld n, A with ld k, C
+    with ld n. Pointer mode host (alpha = 1, beta = 0 live in host memory), default math mode.
+    """
+
+    def __init__(self, device):
+        path, how = find_cublas()
+        if path is None:
+            raise LibraryUnavailable(f"cuBLAS not found ({how}): {CUBLAS_HINT}")
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as exc:
+            raise LibraryUnavailable(f"cuBLAS at {path} (found in {how}) does not load: {exc}; {CUBLAS_HINT}") from None
+        self.lib, self.path = lib, path
+        self.handle = ctypes.c_void_p()
+        for fn, types in (("cublasCreate_v2", [ctypes.POINTER(ctypes.c_void_p)]),
+                          ("cublasSetStream_v2", [ctypes.c_void_p, ctypes.c_void_p]),
+                          ("cublasSetPointerMode_v2", [ctypes.c_void_p, ctypes.c_int]),
+                          ("cublasSetMathMode", [ctypes.c_void_p, ctypes.c_int]),
+                          ("cublasSgemm_v2", [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                              ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p,
+                                              ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                              ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int])):
+            function = getattr(lib, fn, None)
+            if function is None:
+                raise LibraryUnavailable(f"{path} has no {fn}: not a cuBLAS library this adapter can use; {CUBLAS_HINT}")
+            function.argtypes, function.restype = types, ctypes.c_int
+        self._check(lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate_v2", LibraryUnavailable)
+        self._check(lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(int(device.stream))), "cublasSetStream_v2")
+        self._check(lib.cublasSetPointerMode_v2(self.handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode_v2")
+        self._check(lib.cublasSetMathMode(self.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+
+    @staticmethod
+    def _check(status: int, call: str, error: type[Exception] = LibraryCallError) -> None:
+        if status:
+            raise error(f"{call}: CUBLAS_STATUS_{_STATUS.get(status, status)}")
+
+    def enqueue(self, pointers: Mapping[str, int], scalars: Mapping[str, int]) -> None:
+        m, n, k = scalars["m"], scalars["n"], scalars["k"]
+        self._check(self.lib.cublasSgemm_v2(self.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, ctypes.byref(self.alpha),
+                                            pointers["b"], n, pointers["a"], k, ctypes.byref(self.beta),
+                                            pointers["c"], n), "cublasSgemm_v2")
+
+
+def _sgemm_fits(counts: Mapping[str, int], scalars: Mapping[str, int], names: Mapping[str, str]) -> str | None:
+    m, n, k = scalars["m"], scalars["n"], scalars["k"]
+    if not all(1 <= v <= INT32_MAX for v in (m, n, k)):
+        return f"m, n, k = {m}, {n}, {k}: each must be 1 to {INT32_MAX}"
+    for role, need in (("a", m * k), ("b", k * n), ("c", m * n)):
+        if counts[role] < need:
+            return (f"{role}: buffer {names[role]} holds {counts[role]} elements, the call reads or writes {need} "
+                    f"(m={m}, n={n}, k={k})")
+    return None
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "cublas_sgemm": Adapter(label="cuBLAS SGEMM", buffers={"a": ("float32", False), "b": ("float32", False),
+                                                           "c": ("float32", True)},
+                            scalars=("m", "n", "k"), load=CublasSgemm, fits=_sgemm_fits),
+}
+
+
+def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:
+    """A request's ``library`` field bound to its adapter, loaded once per worker into ``loaded``
+    (the baseline, or why it is unavailable); a string says why there is no baseline."""
+    name = str(spec.get("adapter"))
+    adapter = ADAPTERS.get(name)
+    if adapter is None:
+        return f"unknown library baseline adapter {name!r} (known: {', '.join(ADAPTERS)})"
+    args = dict(spec.get("args") or {})
+    missing = [role for role in adapter.roles if role not in args]
+    if missing:
+        return f"library baseline {name}: args name no parameter for {', '.join(missing)}"
+    if name not in loaded:
+        try:
+            loaded[name] = adapter.load(device)
+        except (LibraryUnavailable, LibraryCallError) as exc:
+            loaded[name] = str(exc)
+    baseline = loaded[name]
+    return baseline if isinstance(baseline, str) else LibraryLaunch(adapter, args, baseline)

@@ -82,6 +82,7 @@ class FakeDevice:
         self.clock = 0.0
         self.shared_word = 0  # what "uninitialised" shared memory holds right now
         self.launches = 0
+        self.holds = self.released = 0  # host-released holds of the stream (Device.hold / release)
         self.flushed = False  # a memset of 1 MiB or more (the L2 flush) happened; kernels may clear it
 
     # -- like Device ----------------------------------------------------------------------------
@@ -190,6 +191,13 @@ class FakeDevice:
             pass  # a fault: sticky, reported at the next synchronisation like a real one
         if function.params:  # any launch but the empty pad kernel: the next one sees no flush before it
             self.flushed = False
+
+    # -- a host-released hold: the fake stream runs at once, so only the count is kept -------------
+    def hold(self) -> None:
+        self.holds += 1
+
+    def release(self) -> None:
+        self.released += 1
 
     # -- events -----------------------------------------------------------------------------------
     def event(self):

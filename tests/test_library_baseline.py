@@ -220,7 +220,11 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
                                                                        "n": "n", "k": "k"}}
     assert schema.problems(request, "harness-request") == []
     lines: list[dict] = []
-    make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append).handle({**request, "id": 1})
+    worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append)
+    worker.handle({**request, "id": 1})
+    # the library's rounds (kernel and library, 100 each) hold the stream until each pair is enqueued, and
+    # release it every time; the kernel's own rounds do not
+    assert worker.device.holds == worker.device.released == 200
     assert [schema.problems(line, "harness-response") for line in lines] == [[]] * len(lines)
     (answer,) = [line for line in lines if line["type"] == "case"]
     entry = answer["library"]

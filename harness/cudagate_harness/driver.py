@@ -7,6 +7,8 @@ the worker can tell a sticky fault (context lost: exit and be restarted) from a 
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from .protocol import STICKY_ERRORS
@@ -56,6 +58,8 @@ class Device:
         self.context = check(cu.cuDevicePrimaryCtxRetain(self.handle), "cuDevicePrimaryCtxRetain")
         check(cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+        self._hold: tuple[int, object] | None = None  # (host address, device address) of the hold's word
+        self._holds = 0
 
     def attribute(self, name: str) -> int:
         cu = _cu()
@@ -131,6 +135,24 @@ class Device:
     def launch(self, function, grid, block, shared_bytes: int, params: np.ndarray) -> None:
         check(_cu().cuLaunchKernel(function, *grid, *block, shared_bytes, self.stream, params.ctypes.data, 0),
               "cuLaunchKernel")
+
+    # -- a host-released hold -------------------------------------------------------------------------
+    def hold(self) -> None:
+        """Stop the stream here until :meth:`release`: a wait on a host-mapped word. Work enqueued in
+        between then runs back to back, so an event pair around a call whose host side is slow (a
+        library's dispatch) times the GPU's work, not the host's enqueueing (nvbench holds its stream
+        alike). Raises CudaError where the driver has no stream memory operations."""
+        cu = _cu()
+        if self._hold is None:
+            host = int(check(cu.cuMemHostAlloc(4, cu.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc"))
+            ctypes.c_uint32.from_address(host).value = 0
+            self._hold = host, check(cu.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+        self._holds = (self._holds + 1) & 0xFFFFFFFF
+        check(cu.cuStreamWaitValue32(self.stream, self._hold[1], self._holds,
+                                     cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32")
+
+    def release(self) -> None:
+        ctypes.c_uint32.from_address(self._hold[0]).value = self._holds
 
     # -- events ------------------------------------------------------------------------------------
     def event(self):

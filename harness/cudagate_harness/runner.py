@@ -404,8 +404,10 @@ class CaseRun:
                 launched += 1
             self.device.synchronize()
 
-    def _timed_launch(self, kernel: Launchable, slot: int, start, end, *, cold: bool, pad_max: int, batch: int) -> None:
-        """One timed launch (``batch`` of them between one event pair): restore, poison, flush, pad."""
+    def _timed_launch(self, kernel: Launchable, slot: int, start, end, *, cold: bool, pad_max: int, batch: int,
+                      held: bool = False) -> None:
+        """One timed launch (``batch`` of them between one event pair): restore, poison, flush, pad;
+        ``held``: the stream waits for the host until the event pair and the launch are enqueued."""
         dev = self.device
         self._restore(slot)
         if self.timed_outputs:
@@ -414,19 +416,25 @@ class CaseRun:
             self.flush()
         for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
             self._launch(self.pad)
-        dev.record(start)
-        for _ in range(batch):
-            self._launch(kernel, slot)
-        dev.record(end)
+        if held:
+            dev.hold()
+        try:
+            dev.record(start)
+            for _ in range(batch):
+                self._launch(kernel, slot)
+            dev.record(end)
+        finally:
+            if held:
+                dev.release()  # even after a failed enqueue: a stream left waiting would hang the worker
 
     @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
-                    batch: int = 1) -> tuple[list[list[float]], list[int]]:
+                    batch: int = 1, held: bool = False) -> tuple[list[list[float]], list[int]]:
         """Time ``rounds`` rounds; each round times every kernel once, in random order.
 
         Returns one sample list per kernel (ms per launch) and, per round, the index of the kernel
         that went first. ``batch`` > 1 (hot cache only) puts that many launches in one event pair
-        for kernels too short for one pair to resolve.
+        for kernels too short for one pair to resolve. ``held``: see :meth:`_timed_launch`.
         """
         if cold and batch > 1:
             raise ValueError("batching launches in one event pair needs hot-cache timing: a flush cannot sit between them")
@@ -451,7 +459,8 @@ class CaseRun:
                         self._slot += 1
                         for index in order:
                             start, end = pairs[len(slots)]
-                            self._timed_launch(kernels[index], slot, start, end, cold=cold, pad_max=pad_max, batch=batch)
+                            self._timed_launch(kernels[index], slot, start, end, cold=cold, pad_max=pad_max, batch=batch,
+                                               held=held)
                             self.last_writer[slot] = int(index)
                             slots.append((int(index), start, end))
                     dev.synchronize()
@@ -469,7 +478,10 @@ class CaseRun:
         """The library baseline beside ``kernel`` (the current kernel, after its own timed launches
         were checked): one validation launch of the library, then the warm-up and interleaved rounds
         of the two exactly as the gate times kernels (flush, pads, random order, same buffer copy per
-        round), ``timing["repeat"]`` rounds. The kernel's verdict never sees these samples.
+        round), ``timing["repeat"]`` rounds. The kernel's verdict never sees these samples. Both are held
+        (:meth:`Device.hold`): a library call spends microseconds on the host (ctypes, the library's
+        dispatch) that a kernel launch does not, and unheld, µs kernels would read as that much faster
+        than the library.
 
         ``library`` is a string when there is no baseline to run (why); every failure of the library
         is said in the entry's ``error``, never as the case's error, unless the context is lost.
@@ -487,7 +499,7 @@ class CaseRun:
                 self.warm_up([kernel, library], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
             samples, _ = self.time_rounds([kernel, library], int(timing["repeat"]), cold=cold,
                                           pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                          batch=int(timing.get("batch", 1)))
+                                          batch=int(timing.get("batch", 1)), held=True)
         except (LibraryCallError, CudaError) as exc:
             if isinstance(exc, CudaError) and exc.sticky:
                 raise

@@ -106,7 +106,10 @@ def gate_directly(tmp_path: Path, recorded: dict) -> dict:
 
 
 def test_autotune_finds_a_faster_matmul(tmp_path):
-    code, pack, summary, history = optimize(tmp_path, "--proposer", "autotune", "--max-iterations", "2", "--batch", "8")
+    # Two rounds sample the space widely; some fast points (small tiles, K split 4 ways) lose on the holdout
+    # shape, which the gate must catch, so more than the default 3 are gated.
+    code, pack, summary, history = optimize(tmp_path, "--proposer", "autotune", "--max-iterations", "2", "--batch", "8",
+                                            "--validate-top", "8")
     assert code == 0, summary
     best = summary["best"]
     assert best["origin"] == "autotune" and best["validated"] and set(best["defines"]) == {"BM", "BN", "BK", "TM", "TN", "PAD", "STAGES", "SK"}

@@ -234,6 +234,32 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     assert got.shape == (24 * 40,) and np.isfinite(got).all()
 
 
+def test_a_kernel_writing_past_its_buffer_only_during_the_library_rounds_fails_its_case(tmp_path):
+    """The kernel runs in the library's rounds too: a stray write there is the kernel's finding."""
+    enqueued = []
+
+    class CountingSgemm(FakeSgemm):
+        def enqueue(self, pointers, scalars) -> None:
+            enqueued.append(1)
+            super().enqueue(pointers, scalars)
+
+    def late_stray(launch) -> None:
+        mm_kernel(launch)
+        if 0 < len(enqueued) < 50:  # only while the library series runs (it enqueues cuBLAS 100+ times)
+            launch.at("c", np.float32, 24 * 40, 2)[:] = 7.0
+
+    suite = load_suite(write_mm(tmp_path / "mm"))
+    request = json.loads(json.dumps(run_request(suite, suite.kernels[0], [suite.case("wide")], output_dir=tmp_path / "out",
+                                                timing=suite.timing.to_json(), library=True)))
+    lines: list[dict] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(ADAPTERS, "cublas_sgemm", dataclasses.replace(ADAPTERS["cublas_sgemm"], load=CountingSgemm))
+        make_worker({"mm": FakeKernel(late_stray, PARAMS)}, emit=lines.append).handle({**request, "id": 1})
+    (answer,) = [line for line in lines if line["type"] == "case"]
+    assert len(enqueued) > 100 and answer["guards"]["c"]["after"]["phase"] == "the library baseline's launches"
+    assert "guards" not in answer["library"]
+
+
 # -- the gate and its reports ---------------------------------------------------------------------
 
 def test_each_performance_case_shows_its_multiple_of_cublas_and_nothing_else_changes(pytester, monkeypatch,

@@ -2,6 +2,7 @@
 users run it, one fresh process per comparison, each slowdown measured by nvbench.
 
     python benchmarks/gate_power.py [--quick] [--reps R] [--truth-procs 10] [--gpus N] [--json OUT.json]
+    python benchmarks/gate_power.py --targets 0,3,5 --gate-only --json rerun.json  # the gate's rows only
     python benchmarks/gate_power.py --aa-only 200 --json aa-session1.json      # A/A false alarms only
     python benchmarks/gate_power.py --merge aa-session1.json aa-session2.json  # tables over several runs
 
@@ -418,10 +419,22 @@ def same_samples(row: dict) -> dict:
 
 # -- the runs ------------------------------------------------------------------------------------------
 
+def parse_targets(text: str) -> tuple[float, ...]:
+    """``--targets 0,3,5``: slowdowns in percent, A/A as 0; each from 0 to 50, none twice."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of percents: write e.g. 0,3,5") from None
+    if any(not 0 <= v <= 50 for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each slowdown from 0 to 50 (percent), none twice: write e.g. 0,3,5")
+    return tuple(sorted(v / 100 for v in values))
+
+
 def measure(args, gpus: list[Gpu], work: Path, meta: dict) -> list[dict]:
-    meta["peers"] = check_peer_tools(peers_env(gpus[0]))  # before any GPU time is spent
+    if not args.gate_only:
+        meta["peers"] = check_peer_tools(peers_env(gpus[0]))  # before any GPU time is spent
     suites = ("matmul",) if args.quick else SUITES
-    targets = (0.0, 0.05) if args.quick else TARGETS
+    targets = args.targets or ((0.0, 0.05) if args.quick else TARGETS)
     started = time.perf_counter()
     first = gpus[0].env()
     prepared = [prepare(name, work, first) for name in suites]
@@ -447,7 +460,8 @@ def measure(args, gpus: list[Gpu], work: Path, meta: dict) -> list[dict]:
                 out.append({"tool": "cudagate", "suite": p.name, "case": p.case, "target": t, "rep": rep, **result})
                 if "error" in result:
                     log(f"cudagate {p.name} {variant_label(t)} on GPU {gpu.index}: {result['error']}")
-        out += peers_rep(prepared, variants, rep, work, peers_env(gpu))
+        if not args.gate_only:
+            out += peers_rep(prepared, variants, rep, work, peers_env(gpu))
         log(f"repetition {rep + 1} done on GPU {gpu.index} at {time.perf_counter() - started:.0f} s")
         return out
 
@@ -635,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  "4 or one per GPU if more, as far as --deadline allows; with --quick "
                                                  "one per GPU)")
     parser.add_argument("--truth-procs", type=int, help="fresh nvbench processes (default 10; 2 with --quick)")
+    parser.add_argument("--targets", type=parse_targets, metavar="P,P,...",
+                        help="slowdowns in percent, 0 for A/A (default: 0,1.5,2.5,3,5,10; 0,5 with --quick)")
+    parser.add_argument("--gate-only", action="store_true",
+                        help="no peer tools: cudagate's comparisons and nvbench's truth only (peer columns read —)")
     parser.add_argument("--aa-only", type=int, metavar="N", help="only N A/A comparisons, a fresh process each")
     parser.add_argument("--gpus", type=int, metavar="N",
                         help="concurrent streams, one per GPU (default: every GPU NVML sees)")

@@ -303,3 +303,54 @@ def test_aa_only_spreads_fresh_comparisons_over_the_cards_and_writes_a_mergeable
     assert {(r["rep"], r["gpu_uuid"]) for r in document["rows"]} == {(n, CARDS[n % 2].uuid) for n in range(6)}
     text = capsys.readouterr().out
     assert "`regressed` in 1 of 6 comparisons, each in a fresh process, on 2 distinct card(s)" in text
+
+
+@pytest.mark.parametrize("text, expected", [("0,3,5", (0.0, 0.03, 0.05)), ("5,0", (0.0, 0.05)), ("1.5", (0.015,))])
+def test_targets_are_percents_sorted(text, expected):
+    assert gate_power.parse_targets(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["0,three", "0,60", "3,3", "-1"])
+def test_bad_targets_are_refused_in_one_line(text, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gate_power.main(["--targets", text])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--targets" in err and "write e.g. 0,3,5" in err
+
+
+def test_gate_only_runs_no_peer_and_only_the_targets_asked(tmp_path, monkeypatch):
+    """--targets 0,3,5 --gate-only: the gate's comparisons and nvbench's truth for those variants, no peer tool
+    (not even its version check)."""
+    compared = []
+
+    def fake_prepare(name: str, work: Path, env: dict) -> gate_power.Prepared:
+        root = work / name / "approved"
+        root.mkdir(parents=True)
+        (root / "k.cu").write_text("__global__ void k() {}\n")
+        (root / "cudagate.yaml").write_text("kernels: []\n")
+        return gate_power.Prepared(name, root, "k.cu", "k", f"perf_{name}", root / "request.json", 10.0)
+
+    def no_peers(*args, **kwargs):
+        raise AssertionError("a peer tool ran under --gate-only")
+
+    def fake_comparison(suite_yaml: Path, report: Path, env: dict) -> dict:
+        compared.append(report.name)
+        return {"verdict": "pass", "status": "passed", "ratio": 1.0, "low": 0.99, "high": 1.01, "pairs": 80,
+                "measurement_s": 1.2, "wall_s": 3.0, "exit": 0, "approved": [0.015] * 5, "current": [0.015] * 5}
+
+    monkeypatch.setattr(gate_power, "visible_gpus", lambda: CARDS[:1])
+    monkeypatch.setattr(gate_power, "prepare", fake_prepare)
+    monkeypatch.setattr(gate_power, "calibrate", lambda prepared, targets, work, env: {
+        (p.name, t): int(t * 1e5) for p in prepared for t in targets})
+    monkeypatch.setattr(gate_power, "nvbench", lambda probes, work, env: {p["label"]: 1e-5 for p in probes})
+    monkeypatch.setattr(gate_power, "check_peer_tools", no_peers)
+    monkeypatch.setattr(gate_power, "peers_rep", no_peers)
+    monkeypatch.setattr(gate_power, "gate_comparison", fake_comparison)
+    out = tmp_path / "rerun.json"
+    assert gate_power.main(["--targets", "0,3,5", "--gate-only", "--reps", "2", "--truth-procs", "1",
+                            "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted({r["target"] for r in rows if r["tool"] == "cudagate"}) == pytest.approx([0.0, 0.03, 0.05])
+    assert not [r for r in rows if r["tool"] == "peers"]
+    assert len(compared) == 2 * len(gate_power.SUITES) * 3

@@ -258,7 +258,9 @@ class Gate:
         while True:
             before = self._device_state()
             body, compile_info = self._run(outcome, suite, program, case, timing, out, None, extra, library)
-            after = self._device_state()
+            # The worker's snapshot right after the kernel's timed launches, where it has NVML: the
+            # library baseline's rounds come after them and are no part of this decision.
+            after = (body.get("timing") or {}).get("state") or self._device_state()
             # Each snapshot is judged alone: between items an idle GPU's clock is legitimately low,
             # so a clock change from `before` to `after` says nothing here.
             reasons = sorted(set(disturbances(before, before) + disturbances(after, after)))

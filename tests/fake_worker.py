@@ -255,9 +255,10 @@ def scale_kernels(body=honest, entry: str = "scale2") -> dict[str, FakeKernel]:
     return {entry: FakeKernel(body, SCALE_PARAMS)}
 
 
-def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, source=None) -> Worker:
+def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, source=None,
+                state: Callable[[], dict] | None = None) -> Worker:
     """A real :class:`Worker` on a :class:`FakeDevice`; a kernel spec compiles to ``kernels[entry]``
-    (or ``kernels(spec)``, which may read the source)."""
+    (or ``kernels(spec)``, which may read the source). ``state``: the worker's NVML view (none: {})."""
     builtin = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel()}
 
     class FakeDeviceWorker(Worker):
@@ -268,7 +269,7 @@ def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, s
             return FakeCompileResult(entry, arch), function
 
         def state(self) -> dict:
-            return {}
+            return state() if state is not None else {}
 
     return FakeDeviceWorker(device or FakeDevice(), emit or (lambda message: None), source or iter(()))
 
@@ -280,8 +281,10 @@ class FakeWorker:
     A sticky fault ends the worker (as a real one exits); the next request gets a fresh one.
     """
 
-    def __init__(self, kernels: Kernels, *, timeout_s: float = 60.0, env: dict | None = None):
+    def __init__(self, kernels: Kernels, *, timeout_s: float = 60.0, env: dict | None = None,
+                 state: Callable[[], dict] | None = None):
         self.kernels = kernels
+        self.state = state
         self.timeout_s = timeout_s
         self.env = env
         self.worker: Worker | None = None
@@ -308,7 +311,7 @@ class FakeWorker:
 
     def _worker(self, lines: list) -> Worker:
         if self.worker is None:
-            self.worker = make_worker(self.kernels)
+            self.worker = make_worker(self.kernels, state=self.state)
         self.worker.emit = lines.append
         return self.worker
 

@@ -231,10 +231,12 @@ def identical(tmp_path, monkeypatch):
     ledger = Ledger.for_suite(scale)
     ledger.approvals["scale2"] = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now",
                                               git={}, tool_version="test")
-    worker = FakeWorker(scale_kernels())
+    worker_states: list = []  # what the worker's own NVML reads after the timed launches, in turn (none: {})
+    worker = FakeWorker(scale_kernels(), state=lambda: worker_states.pop(0) if worker_states else {})
     fingerprint = Fingerprint.from_hello(worker.start())
 
-    def replay(states):
+    def replay(states, at_worker=()):
+        worker_states[:] = list(at_worker)
         feed = iter(states)
 
         def fake_state(ordinal, pci_bus_id=None):
@@ -277,6 +279,15 @@ def test_a_run_that_is_never_clean_ends_unstable(identical):
     outcome, runs = identical([BUSY] * 20)
     assert outcome.latency.verdict is Latency.UNSTABLE and len(outcome.latency.discarded) == MAX_DISTURBED_CHUNKS + 1
     assert runs == MAX_DISTURBED_CHUNKS + 2
+
+
+def test_the_workers_snapshot_after_the_timed_launches_decides_not_the_hosts_after_the_library(identical):
+    """The worker reads NVML right after the kernel's timed launches; the host's later snapshot also spans the
+    library baseline's rounds, so it is used only where the worker has no reading."""
+    outcome, runs = identical([QUIET, BUSY], at_worker=[QUIET])
+    assert outcome.latency.discarded == [] and runs == 1
+    outcome, runs = identical([QUIET, QUIET, QUIET, QUIET], at_worker=[BUSY, QUIET])
+    assert runs == 2 and len(outcome.latency.discarded) == 1 and "999" in outcome.latency.discarded[0]
 
 
 def test_telemetry_failure_is_not_a_disturbance(identical):

@@ -717,11 +717,16 @@ def error_body(exc: Exception) -> dict:
 
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
-             checks: dict | None = None, library: tuple[str, LibraryLaunch | str] | None = None) -> dict:
+             checks: dict | None = None, library: tuple[str, LibraryLaunch | str] | None = None,
+             state: Callable[[], dict] | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
     ``library``: ``(adapter, baseline or why none)``, timed beside the kernel after its own timed
     launches (:meth:`CaseRun.time_library`) when the case is timed.
+
+    ``state``: the GPU's NVML state, read right after the kernel's timed launches (``timing.state``),
+    so a disturbance the host judges the run by is the one around those launches, not one caused by
+    the library's rounds that follow.
 
     ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
@@ -755,10 +760,11 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                     run.check_timed(0, first)
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
+                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
+                                      "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold"),
+                                      **({"state": state()} if state is not None else {})}
                     if library is not None:
                         body["library"] = run.time_library(kernel, library[1], library[0], timing, output_dir)
-                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
-                                      "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold")}
                 if checks.get("second_launch", True):
                     with run.phase("validation launch 2"):
                         second = run.validation_launch(kernel, POISON_SECOND)

@@ -173,7 +173,7 @@ class Worker:
         for case in request["cases"]:
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
-                            scrub=scrub, checks=checks, library=baseline)
+                            scrub=scrub, checks=checks, library=baseline, state=self.state if timing else None)
             self._note(body, checks)
             self.answer(rid, body)
 

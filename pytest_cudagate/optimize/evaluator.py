@@ -7,6 +7,13 @@ then every visible performance case is timed **interleaved with the initial kern
 ``timing.repeat`` rounds). Each case thus yields the candidate's median and its latency ratio to
 the initial kernel measured side by side, so clock and placement drift between rounds cancels.
 
+Library baseline (a kernel's ``library_baseline:``, e.g. cuBLAS SGEMM): the library does not change
+between candidates, so it is timed **once per visible performance case per session**, beside the
+initial kernel (a timed ``run`` with the library's interleaved rounds, its output checked against the
+reference by :func:`judge_library`). A candidate's multiple of the library is then derived through the
+initial kernel: (candidate / initial) × (initial / library), its interval the product of the two
+intervals' bounds. It informs the model and the pack; it never decides a candidate.
+
 Winner (:meth:`HarnessEvaluator.validate`): :meth:`Gate.replay` on **every** case of the suite,
 holdout cases included, exactly as a pull request is judged: correctness with the gate's checks
 (fresh inputs, compute-sanitizer where present), then interleaved, adaptive timing against the
@@ -33,12 +40,16 @@ from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_re
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
+from pytest_cudagate.judge.library import LibraryResult, judge_library
 from pytest_cudagate.defences import sanitizer
 from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.nsight import profile
 
 RATIO_CONFIDENCE = 0.99
+# Both 99% intervals hold together with probability >= 98% (Bonferroni); when they do, the product of
+# their bounds holds the true candidate/library ratio (both ratios are positive).
+DERIVED_CONFIDENCE = 1 - 2 * (1 - RATIO_CONFIDENCE)
 
 
 def finite(value) -> float | None:
@@ -58,11 +69,13 @@ class CaseResult:
     ratio: dict | None = None  # candidate / initial: {ratio, low, high, confidence, n}
     samples: int = 0
     disturbances: list[str] = field(default_factory=list)
+    vs_library: dict | None = None  # candidate / the suite's library baseline, via the initial kernel (see vs_library)
 
     def to_json(self) -> dict:
         return {"case": self.case, "kind": self.kind, "passed": self.passed, "launch": self.launch,
                 "message": self.message, "latency_ms": self.latency_ms, "initial_ms": self.initial_ms,
-                "ratio_vs_initial": self.ratio, "samples": self.samples, "disturbances": self.disturbances}
+                "ratio_vs_initial": self.ratio, "samples": self.samples, "disturbances": self.disturbances,
+                "vs_library": self.vs_library}
 
 
 @dataclass
@@ -123,6 +136,24 @@ def ratio_json(estimate) -> dict:
             "confidence": estimate.confidence, "n": estimate.n}
 
 
+def vs_library(ratio: dict | None, library: LibraryResult) -> dict:
+    """A candidate's latency as a multiple of the library's on one case: its ratio to the initial kernel
+    (``ratio``, paired) times the initial kernel's to the library (``library``, paired, timed once);
+    or, with no ratio, why (the library's error, or no ratio to the initial kernel)."""
+    est = library.estimate
+    error = library.error or ("" if ratio and ratio.get("ratio") and ratio.get("low") and ratio.get("high")
+                              else "no ratio to the initial kernel in this run")
+    derived = {"ratio": None, "low": None, "high": None}
+    if not error:
+        derived = {"ratio": finite(ratio["ratio"] * est.ratio), "low": finite(ratio["low"] * est.low),
+                   "high": finite(ratio["high"] * est.high)}
+    return {"adapter": library.adapter, "label": library.label, "via": "the initial kernel", **derived,
+            "confidence": DERIVED_CONFIDENCE,
+            "initial_vs_library": ratio_json(est) if est else None,
+            "library_ms": finite(library.library.median) if library.library else None,
+            "error": error or None}
+
+
 class HarnessEvaluator:
     """Candidates on one GPU worker (``client``), judged against ``suite``'s visible cases."""
 
@@ -143,6 +174,7 @@ class HarnessEvaluator:
                 materialise(suite, case, client=client, root=self.work_dir / "generated")
         self.arch = client.device.get("arch", "sm_90")
         self._seed = 0
+        self._library: dict[str, LibraryResult] = {}  # per performance case: the initial kernel / the library
 
     # -- what the loop asks -----------------------------------------------------------------------
     def device(self) -> dict:
@@ -253,7 +285,32 @@ class HarnessEvaluator:
             verdict_result.latency_ms = float(np.median(samples["current"]))
             verdict_result.initial_ms = float(np.median(samples["approved"]))
             verdict_result.samples = len(samples["current"])
+        library = self._library_baseline(case, out)
+        if library is not None:
+            verdict_result.vs_library = vs_library(verdict_result.ratio, library)
         return True
+
+    def _library_baseline(self, case: Case, out: Path) -> LibraryResult | None:
+        """The initial kernel / the kernel's library baseline on ``case``, measured the first time the
+        case is timed in this session (the library and the initial kernel never change); None when the
+        kernel names no baseline. Its GPU time counts in the evaluation that measured it."""
+        initial = self.initial.program(self.program)
+        if initial.library_baseline is None:
+            return None
+        if case.name not in self._library:
+            request = run_request(self.suite, initial, [case], output_dir=out, timing=self.suite.timing.to_json(),
+                                  source_text=self.initial.text, library=True)
+            result = self.client.run(request)
+            body = result.cases.get(case.name) or {}
+            entry = body.get("library")
+            if not entry:  # the initial kernel's own run failed: say why instead of a ratio
+                why = ((body.get("error") or {}).get("message") or (result.compile or {}).get("log") or "no answer")
+                entry = {"adapter": initial.library_baseline.adapter,
+                         "error": f"the initial kernel's timed run beside it failed: {why.strip()[:300]}"}
+            resolved = self.suite.resolved(case)
+            self._library[case.name] = judge_library(entry, case.name, resolved.expected_outputs(), self.suite.tolerance,
+                                                     resolved.shapes, confidence=RATIO_CONFIDENCE)
+        return self._library[case.name]
 
     def validate(self, candidate: Candidate) -> Validation:
         start = time.monotonic()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from cudagate_harness.library import ADAPTERS
+
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.optimize.candidate import SYSTEM_HEADERS, allowed_headers, c_prototype
 from pytest_cudagate.optimize.nsight import describe
@@ -19,6 +21,32 @@ MAX_SOURCE_IN_PROMPT = 24_000
 
 def us(ms: float | None) -> str:
     return "–" if ms is None else f"{ms * 1000:.2f} µs"
+
+
+def library_label(program) -> str:
+    adapter = program.library_baseline.adapter
+    return ADAPTERS[adapter].label if adapter in ADAPTERS else adapter
+
+
+def library_note(vs: dict | None) -> str:
+    """A case's multiple of the suite's library baseline, as the model reads it ("" without a baseline)."""
+    if not vs:
+        return ""
+    if vs.get("ratio") is None:
+        return f"; × {vs['label']}: no ratio ({(vs.get('error') or 'not measured')[:300]})"
+    return (f"; {vs['ratio']:.3f}× {vs['label']} (derived via the initial kernel, {vs['confidence']:.0%} interval "
+            f"[{vs['low']:.3f}, {vs['high']:.3f}]; {vs['label']} median {us(vs.get('library_ms'))})")
+
+
+def initial_vs_library(vs: dict | None) -> str:
+    """The initial kernel's own multiple of the library baseline, measured beside it ("" without one)."""
+    if not vs:
+        return ""
+    ratio = vs.get("initial_vs_library")
+    if not ratio or ratio.get("ratio") is None:
+        return f"; × {vs['label']}: no ratio ({(vs.get('error') or 'not measured')[:300]})"
+    return (f"; {vs['label']} {us(vs.get('library_ms'))}, the initial kernel takes {ratio['ratio']:.3f}× its time "
+            f"({ratio['confidence']:.0%} CI [{ratio['low']:.3f}, {ratio['high']:.3f}], interleaved)")
 
 
 def shape_classes(visible) -> list[str]:
@@ -60,7 +88,10 @@ def system_prompt(suite: Suite, program, device: str, visible) -> str:
         "(an expression, \"0\" if none). launch_overrides replaces the launch for a named case (normally []).",
         variants,
         "- Timing: each performance case is timed cold (L2 flushed) as the median of 100 launches, interleaved "
-        "with the initial kernel; candidates are ranked by the geometric mean over the performance cases.",
+        "with the initial kernel; candidates are ranked by the geometric mean over the performance cases."
+        + (f" The library baseline {library_label(program)} is timed once per case beside the initial kernel; a "
+           "candidate's multiple of it is derived through the initial kernel (for information; ranking is as above)."
+           if program.library_baseline else ""),
         "",
         "Answer with one JSON object of the given schema: title (a few words), idea (one or two sentences), "
         "source (the complete .cu file), launch, launch_overrides, class_variants.",
@@ -110,7 +141,7 @@ def _evidence(a, best) -> list[str]:
                 vs_best = f", {a.anchored[c.case] / best.anchored[c.case]:.3f}× the current best"
             lines.append(f"  case {c.case}: median {us(c.latency_ms)} (initial {us(c.initial_ms)} in the same run; "
                          f"ratio {ratio.get('ratio', 0):.3f}, 99% CI [{ratio.get('low') or 0:.3f}, "
-                         f"{ratio.get('high') or 0:.3f}]{vs_best})")
+                         f"{ratio.get('high') or 0:.3f}]{vs_best}{library_note(c.vs_library)})")
         res = (a.evaluation.compile or {}).get("resources") or {}
         if res:
             lines.append(f"  compile: {res.get('registers', '?')} registers, {res.get('spill_store_bytes', 0)} B spill "
@@ -128,7 +159,8 @@ def round_prompt(context, suite: Suite, visible, description: str = "") -> str:
     parts.append("Cases you may see (there are hidden ones too):")
     for case in visible:
         a = initial.evaluation.case(case.name) if initial.evaluation else None
-        timing = f", initial kernel {us(a.latency_ms)}" if a is not None and a.latency_ms is not None else ""
+        timing = (f", initial kernel {us(a.latency_ms)}{initial_vs_library(a.vs_library)}"
+                  if a is not None and a.latency_ms is not None else "")
         shape_class = f"class {case.shape_class}, " if len(shape_classes(visible)) > 1 else ""
         parts.append(f"- {case.name}: {case.kind}, {shape_class}" + ", ".join(f"{k}={v}" for k, v in case.scalars.items())
                      + timing)

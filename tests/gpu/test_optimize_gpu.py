@@ -1,19 +1,22 @@
 """`cudagate optimize` on a real GPU: a replay of recorded matmul candidates (naive → tiled → planted wrong →
 planted overfit → register-blocked) and the autotune proposer on the matmul example, each ending in the full
 gate against the approved kernel; the SGEMM template the autotune proposer searches, checked at points across
-its space on every signed case and on 2048³. Packs are copied to $CUDAGATE_KEEP_PACKS when it is set (benchmarks)."""
+its space on every signed case and on 2048³, and its cp.async pipeline with split K under compute-sanitizer
+on a case long enough in K for every K group to reuse its buffers. Packs are copied to $CUDAGATE_KEEP_PACKS when it is set (benchmarks)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import numpy as np
 
+from cudagate_harness import sanitizer
 from gpu_support import EXAMPLES, REPO, run
 from pytest_cudagate.optimize.cli import main
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
@@ -148,6 +151,14 @@ TEMPLATE_POINTS = [
 BIG = Case("template_2048x2048x2048", "performance", {"m": 2048, "n": 2048, "k": 2048})
 
 
+def template_candidate(tuner: AutotuneProposer, point: dict):
+    """The template's candidate at ``point``; tunables it does not name keep their defaults (first values)."""
+    values = {name: choices[0] for name, choices in tuner.program.tunables.items()} | point
+    candidate = tuner.candidate(tuple(values[n] for n in tuner.names))
+    assert candidate is not None, point
+    return candidate
+
+
 @pytest.fixture(scope="module")
 def template_run(tmp_path_factory):
     """Runs a template point on every case of the suite and on 2048³; yields (run, the 2048³ reference)."""
@@ -166,9 +177,7 @@ def template_run(tmp_path_factory):
         client.start()
 
         def run(point: dict) -> dict:
-            values = {name: choices[0] for name, choices in kernel.tunables.items()} | point
-            candidate = tuner.candidate(tuple(values[n] for n in tuner.names))
-            assert candidate is not None, point
+            candidate = template_candidate(tuner, point)
             program = candidate.program(kernel)
             out = work / "out" / candidate.key()
             outputs = {}
@@ -201,6 +210,83 @@ def test_the_sgemm_template_is_correct_across_its_space(template_run, point):
     got = outputs[BIG.name].reshape(reference.shape)
     worst = float(np.max(np.abs(got - reference)))
     assert np.isfinite(got).all() and worst < 2e-3, (point, worst)
+
+
+# The cp.async pipeline (STAGES 3, 4) with split K (SK 2, 4) in steady state, under compute-sanitizer. The gate
+# sanitizes a suite's smallest correctness case (31×37×29), where with BK=16 and SK=4 each K group gets at most
+# one tile, so racecheck never sees a group refill a buffer it multiplied out of. Here K = 520 gives each group
+# 8 to 33 tiles (at least twice its STAGES buffers), and M, N are no multiple of any tile (edges on both).
+SANITIZED = Case("sanitized_67x45x520", "correctness", {"m": 67, "n": 45, "k": 520})
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+SANITIZER_POINTS = [
+    {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "PAD": 4, "STAGES": 3, "SK": 2},
+    {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "PAD": 0, "STAGES": 4, "SK": 4},
+    {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "PAD": 4, "STAGES": 4, "SK": 4},
+    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "PAD": 4, "STAGES": 4, "SK": 1},
+    {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "PAD": 4, "STAGES": 3, "SK": 2},
+]
+
+
+def point_id(point: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in point.items())
+
+
+def sanitized_case(folder: Path) -> np.ndarray:
+    """SANITIZED's inputs under ``folder`` (uniform in [-1, 1], as the suite draws them); its float64 product."""
+    m, n, k = (SANITIZED.scalars[s] for s in "mnk")
+    rng = np.random.default_rng(520)
+    a = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    (folder / SANITIZED.name).mkdir(parents=True, exist_ok=True)
+    np.save(folder / SANITIZED.name / "a.npy", a)
+    np.save(folder / SANITIZED.name / "b.npy", b)
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def sanitizer_requests(folder: Path) -> list[tuple[dict, dict]]:
+    """(point, a run request of the template at that point on SANITIZED, inputs under ``folder``)."""
+    suite = load_suite(MATMUL)
+    kernel = suite.kernel("matmul_f32")
+    tuner = AutotuneProposer(suite, kernel, [c for c in suite.cases if not c.holdout])
+    requests = []
+    for point in SANITIZER_POINTS:
+        candidate = template_candidate(tuner, point)
+        requests.append((point, run_request(suite, candidate.program(kernel), [SANITIZED], source_text=candidate.text,
+                                            output_dir=folder / "out" / point_id(point), data_dir=folder)))
+    return requests
+
+
+def test_the_sgemm_pipeline_with_split_k_is_correct_and_clean_under_compute_sanitizer(tmp_path):
+    exe = sanitizer.find()
+    if exe is None:
+        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+    reference = sanitized_case(tmp_path / "data")
+    requests = sanitizer_requests(tmp_path / "data")
+    with HarnessClient(timeout_s=120) as client:
+        client.start()
+        for point, request in requests:
+            result = client.run(request)
+            assert result.compile.get("ok"), (point, result.compile.get("log"))
+            body = result.cases[SANITIZED.name]
+            assert body.get("status") == "ok", (point, body.get("error"))
+            got = np.load(body["outputs"]["c"]["path"]).reshape(reference.shape)
+            # sums of 520 products of magnitude <= 1 carry float32 rounding near 1e-5; a skipped or twice-counted
+            # tile, or a wrong index, is off by ~0.1 or more
+            worst = float(np.max(np.abs(got - reference)))
+            assert np.isfinite(got).all() and worst < 1e-3, (point, worst)
+
+    def sanitize(item):  # each point's tools run in parallel (run_tools), and the points too
+        point, request = item
+        return point, sanitizer.run_tools(request, SANITIZER_TOOLS, exe=exe, timeout_s=240, use_cache=False,
+                                          workdir=tmp_path / "sanitizer" / point_id(point))
+
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        verdicts = list(pool.map(sanitize, requests))
+    findings = {point_id(point): [results[tool].describe() for tool in SANITIZER_TOOLS
+                                  if results[tool].status != "clean"] for point, results in verdicts}
+    assert findings == {point_id(point): [] for point in SANITIZER_POINTS}
+    seconds = {point_id(point): {t: round(r.seconds, 1) for t, r in results.items()} for point, results in verdicts}
+    print("compute-sanitizer seconds per point and tool:", json.dumps(seconds))
 
 
 def test_nsight_summary_of_the_shipped_kernel(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 
 from cudagate_harness.protocol import POISON_FIRST, POISON_SECOND, all_bytes, unwritten_mask
 from cudagate_harness.runner import _changed
+from pytest_cudagate import trash
 
 
 def bytewise_all(array: np.ndarray, byte: int) -> np.ndarray:
@@ -41,3 +42,20 @@ def test_changed_tells_nan_payloads_and_signed_zeros_apart():
     b = np.array([-0.0, np.nan, 1.0], dtype=np.float32)
     b.view(np.uint32)[1] ^= 1  # another NaN payload
     assert _changed(a, b) == 2
+
+
+def test_a_discarded_folder_is_gone_from_view_at_once_and_deleted_in_the_background(tmp_path):
+    folder = tmp_path / "ref"
+    (folder / "c0" / "case").mkdir(parents=True)
+    np.save(folder / "c0" / "case" / "a.npy", np.zeros(1000, np.float32))
+    trash.discard(folder)
+    assert not folder.exists()
+    folder.mkdir()  # the name is free again at once
+    trash.wait()
+    assert [p.name for p in tmp_path.iterdir()] == ["ref"] and not any(folder.iterdir())
+
+
+def test_a_folder_that_cannot_be_renamed_is_deleted_in_place(tmp_path):
+    trash.discard(tmp_path / "missing")  # nothing to rename: nothing happens, nothing raises
+    trash.wait()
+    assert not any(tmp_path.iterdir())

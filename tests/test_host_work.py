@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import numpy as np
 import pytest
 
+import cudagate_schemas
+
 from cudagate_harness.protocol import POISON_FIRST, POISON_SECOND, all_bytes, unwritten_mask
 from cudagate_harness.runner import _changed
-from pytest_cudagate import trash
+from helpers import EXAMPLES
+from pytest_cudagate import schema, trash
 
 
 def bytewise_all(array: np.ndarray, byte: int) -> np.ndarray:
@@ -59,3 +65,15 @@ def test_a_folder_that_cannot_be_renamed_is_deleted_in_place(tmp_path):
     trash.discard(tmp_path / "missing")  # nothing to rename: nothing happens, nothing raises
     trash.wait()
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0, float("nan"), "1.5", True, None, [1.0]])
+def test_the_schema_shortcut_for_sample_arrays_reports_exactly_what_jsonschema_reports(bad):
+    ledger = json.loads((EXAMPLES / "softmax" / "cudagate.approvals.json").read_text())
+    plain = jsonschema.validators.validator_for(cudagate_schemas.load("approvals"))(cudagate_schemas.load("approvals"))
+    assert schema.problems(ledger, "approvals") == [] == list(plain.iter_errors(ledger))
+    baseline = next(iter(ledger["approvals"]["softmax_rows"]["baselines"].values()))
+    baseline["cases"]["perf_2048x128"]["samples_ms"][500] = bad
+    want = sorted(f"{schema.format_path(e.absolute_path)}: {e.message}" for e in plain.iter_errors(ledger))
+    assert sorted(schema.problems(ledger, "approvals")) == want
+    assert want or bad != bad  # every bad value is an error, but NaN, which jsonschema lets through both ways

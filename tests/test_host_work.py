@@ -14,6 +14,9 @@ from cudagate_harness.protocol import POISON_FIRST, POISON_SECOND, all_bytes, un
 from cudagate_harness.runner import _changed
 from helpers import EXAMPLES
 from pytest_cudagate import schema, trash
+from pytest_cudagate.judge.elementwise import BLOCK, check_output
+from pytest_cudagate.suite.model import Tolerance
+from test_judge_equality import oracle_check, outputs
 
 
 def bytewise_all(array: np.ndarray, byte: int) -> np.ndarray:
@@ -77,3 +80,16 @@ def test_the_schema_shortcut_for_sample_arrays_reports_exactly_what_jsonschema_r
     want = sorted(f"{schema.format_path(e.absolute_path)}: {e.message}" for e in plain.iter_errors(ledger))
     assert sorted(schema.problems(ledger, "approvals")) == want
     assert want or bad != bad  # every bad value is an error, but NaN, which jsonschema lets through both ways
+
+
+@pytest.mark.parametrize("kind", ["right", "exact", "wrong", "zeros", "tiny", "nearly-constant"])
+@pytest.mark.parametrize("dtypes", [(np.float16, np.float16), (np.float64, np.float64), (np.float64, np.float32),
+                                    (np.int32, np.float32)])
+def test_the_one_pass_check_equals_the_oracle_on_other_dtypes_and_block_remainders(kind, dtypes):
+    size = 3 * BLOCK + 17
+    expected, actual = outputs(kind, size, np.random.default_rng([size, len(kind)]))
+    expected, actual = expected.astype(dtypes[1]), actual.astype(dtypes[0])
+    tol = Tolerance(atol=1e-3, rtol=1e-3)
+    with np.errstate(all="ignore"):
+        want = oracle_check("c", actual, expected, tol, (size,), 0)
+    assert repr(check_output("c", actual, expected, tol, (size,))) == repr(want)

@@ -85,18 +85,24 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(DTYPES[name][0])
 
 
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # one unsigned word per element
+
+
+def element_words(array: np.ndarray) -> np.ndarray:
+    """``array``'s elements as unsigned words of their own width, so a byte-wise test of each element
+    is one integer comparison (a 4M-element output: about 2 ms instead of 100 ms over its bytes)."""
+    return array.reshape(-1).view(_WORDS[array.dtype.itemsize])
+
+
 def all_bytes(array: np.ndarray, byte: int) -> np.ndarray:
     """Elements of ``array`` whose every byte is ``byte`` (a poison pattern still in place)."""
-    itemsize = array.dtype.itemsize
-    return np.all(array.reshape(-1).view(np.uint8).reshape(-1, itemsize) == byte, axis=1)
+    words = element_words(array)
+    return words == words.dtype.type(int.from_bytes(bytes([byte]) * array.dtype.itemsize, "little"))
 
 
 def unwritten_mask(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """Elements that still held the first poison after launch 1 and the second after launch 2."""
-    itemsize = first.dtype.itemsize
-    a = first.reshape(-1).view(np.uint8).reshape(-1, itemsize)
-    b = second.reshape(-1).view(np.uint8).reshape(-1, itemsize)
-    return np.all(a == POISON_FIRST, axis=1) & np.all(b == POISON_SECOND, axis=1)
+    return all_bytes(first, POISON_FIRST) & all_bytes(second, POISON_SECOND)
 
 
 # -- request limits: a request file can come from a pull request, so the worker checks it before use --

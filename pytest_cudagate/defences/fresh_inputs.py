@@ -113,7 +113,8 @@ def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator
         if values.size >= 4 and (values < 0).any() and (values > 0).any():
             where = rng.random(x.shape) < ZERO_FRACTION
             negative = rng.random(x.shape) < 0.5
-            np.copyto(values, np.where(negative, -0.0, 0.0), where=where)
+            np.copyto(values, 0.0, where=where & ~negative)  # no third array as large as the case
+            np.copyto(values, -0.0, where=where & negative)
             zeros += int(np.count_nonzero(where))
         out[param.name] = values
     return out, zeros
@@ -159,8 +160,9 @@ def scaled(suite: Suite, spread_inputs: dict[str, np.ndarray], exponent: int) ->
             continue
         values = spread_inputs[param.name]
         if param.dtype in FLOAT_DTYPES:
-            with np.errstate(over="ignore"):
-                values = np.ldexp(values, exponent).astype(numpy_dtype(param.dtype))
+            with np.errstate(over="ignore"):  # rounded to the input's dtype as it is computed: no float64 copy
+                values = np.ldexp(values, exponent, out=np.empty(values.shape, numpy_dtype(param.dtype)),
+                                  casting="same_kind")
         out[param.name] = values
     return out
 
@@ -185,7 +187,8 @@ def usable(suite: Suite, outputs: dict | None) -> bool:
 
 def _rms(values) -> float:
     v = np.asarray(values, dtype=np.float64).reshape(-1)
-    v = v[np.isfinite(v)]
+    if v.size and not (np.isfinite(v.min()) and np.isfinite(v.max())):  # min and max see any NaN or infinity
+        v = v[np.isfinite(v)]
     return float(np.sqrt(np.mean(v * v))) if v.size else 0.0
 
 

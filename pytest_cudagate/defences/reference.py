@@ -18,6 +18,7 @@ import numpy as np
 
 from cudagate_harness.protocol import numpy_dtype
 
+from pytest_cudagate import trash
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.worker.requests import case_spec, run_request
@@ -129,8 +130,8 @@ class ReferenceRunner:
         inputs); otherwise the full checks, so unwritten outputs are found (generated cases)."""
         suite, program = self.suite, self.suite.reference.program
         self.runs += 1
-        with tempfile.TemporaryDirectory(prefix="cudagate-ref-", dir=self.work) as out:
-            folder = Path(out)
+        folder = Path(tempfile.mkdtemp(prefix="cudagate-ref-", dir=self.work))
+        try:
             specs = []
             for i, (case, inputs) in enumerate(sets):
                 data = folder / f"c{i}"
@@ -164,6 +165,8 @@ class ReferenceRunner:
                 except ReferenceFailure as exc:
                     outputs.append(str(exc))
             return outputs
+        finally:
+            trash.discard(folder)  # its arrays are read: delete them while the worker runs the next request
 
     # -- the two uses ---------------------------------------------------------------------------
     def expected(self, cases: list[Case], inputs: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:

@@ -34,6 +34,37 @@ class Trivial:
     distance: float  # ||expected - value||
 
 
+@dataclass(frozen=True)
+class Allowance:
+    """What decides whether a trivial output passes on an expected output ``e`` with per-element
+    allowance ``allowed = atol + rtol*|e|``; the elementwise check gathers it in its own pass."""
+
+    zeros_pass: bool  # every |e| <= allowed
+    lowest_top: float  # min(e + allowed)
+    highest_bottom: float  # max(e - allowed)
+    largest: float  # max |e|
+    widest: float  # max allowed
+
+    @classmethod
+    def of(cls, e: np.ndarray, magnitude: np.ndarray, allowed: np.ndarray) -> Allowance:
+        return cls(bool(np.all(magnitude <= allowed)), float(np.min(e + allowed)), float(np.max(e - allowed)),
+                   float(np.max(magnitude)), float(np.max(allowed)))
+
+    def merged(self, other: Allowance) -> Allowance:
+        """Both parts of an output together (min and max are exact, so blocks merge without rounding)."""
+        return Allowance(self.zeros_pass and other.zeros_pass, min(self.lowest_top, other.lowest_top),
+                         max(self.highest_bottom, other.highest_bottom), max(self.largest, other.largest),
+                         max(self.widest, other.widest))
+
+    def constant_may_pass(self) -> bool:
+        """False only when no constant can pass: one that does lies in every [e - allowed, e + allowed],
+        so max(e - allowed) <= min(e + allowed) up to rounding, for which the margin allows generously.
+        On a real output the intervals are far apart, and this saves the mean, the median and three
+        passes over the output that cannot succeed."""
+        margin = 8 * np.finfo(np.float64).eps * (self.largest + self.widest)
+        return not self.highest_bottom - self.lowest_top > margin
+
+
 def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | None:
     """The trivial output nearest to ``expected`` that passes ``|t - e| <= atol + rtol*|e|``
     everywhere, or None. Only finite expected outputs qualify (a constant never matches an
@@ -43,10 +74,18 @@ def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | 
         return None
     magnitude = np.abs(e)
     allowed = atol + rtol * magnitude
-    if np.all(magnitude <= allowed):  # zeros first: the fake people actually write
-        return Trivial("all zeros", 0.0, float(np.linalg.norm(e)))
-    if not _a_constant_may_pass(e, allowed, float(np.max(magnitude))):
+    return trivial_given(e, Allowance.of(e, magnitude, allowed), float(np.linalg.norm(e)), lambda: allowed)
+
+
+def trivial_given(e: np.ndarray, allowance: Allowance, norm: float, allowed) -> Trivial | None:
+    """:func:`trivial_output` of the finite, non-empty float64 output ``e`` from its
+    :class:`Allowance` and ``norm`` (||e||); ``allowed()`` gives the allowance array, needed only
+    when a constant may pass (rare: the expected output is nearly constant)."""
+    if allowance.zeros_pass:  # zeros first: the fake people actually write
+        return Trivial("all zeros", 0.0, norm)
+    if not allowance.constant_may_pass():
         return None
+    allowed = allowed()
     best = None
     for value in dict.fromkeys((float(np.mean(e)), float(np.median(e)), float((e.min() + e.max()) / 2))):
         if not np.all(np.abs(value - e) <= allowed):
@@ -55,16 +94,6 @@ def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | 
         if best is None or distance < best.distance:
             best = Trivial(f"the constant {value:.6g}", value, distance)
     return best
-
-
-def _a_constant_may_pass(e: np.ndarray, allowed: np.ndarray, largest: float) -> bool:
-    """False only when no constant can pass: one that does lies in every [e - allowed, e + allowed],
-    so max(e - allowed) <= min(e + allowed) up to rounding, for which the margin allows generously.
-    On a real output the intervals are far apart, and this saves the mean, the median and three
-    passes over the output that cannot succeed."""
-    lowest_top, highest_bottom = float(np.min(e + allowed)), float(np.max(e - allowed))
-    margin = 8 * np.finfo(np.float64).eps * (largest + float(np.max(allowed)))
-    return not highest_bottom - lowest_top > margin
 
 
 @dataclass(frozen=True)
@@ -90,18 +119,29 @@ def scale_check(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: flo
     if np.asarray(expected).size < MIN_ELEMENTS:
         return None
     trivial = trivial_output(expected, atol, rtol)
-    if trivial is None or trivial.distance == 0.0:
+    if trivial is None:
         return None
     a = np.asarray(actual).reshape(-1).astype(np.float64)
     e = np.asarray(expected).reshape(-1).astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         error = float(np.linalg.norm(a - e)) if np.all(np.isfinite(a)) else float("inf")
+    return scale_verdict(actual, trivial, error)
+
+
+def scale_verdict(actual: np.ndarray, trivial: Trivial, error: float) -> ScaleVerdict | None:
+    """The rule itself, given the trivial output that passes and the kernel's error ||actual - e||
+    (None when the expected output is exactly that trivial output)."""
+    if trivial.distance == 0.0:
+        return None
     fraction = error / trivial.distance
+    a = np.asarray(actual).reshape(-1)
+    if a.dtype.kind != "f":
+        a = a.astype(np.float64)  # integers compare as the float64 values the error was taken from
     wrote = ""
     if a.size and np.all(a == 0):
         wrote = "all zeros"
     elif a.size and np.all(a == a[0]):
-        wrote = f"the constant {a[0]:.6g} everywhere"
+        wrote = f"the constant {float(a[0]):.6g} everywhere"
     return ScaleVerdict(fraction <= SCALE_FRACTION, trivial, error, fraction, wrote)
 
 

@@ -236,10 +236,13 @@ def materialise(suite: Suite, case: Case, *, client, root: Path, notes: list[str
     expected = ReferenceRunner(suite, client, root).expected([case], {case.name: inputs})[case.name]
     for param in suite.outputs:
         _check_sample(suite, case, param.name, seed, expected[param.name])
-    shutil.rmtree(folder, ignore_errors=True)  # never write through a link into a cache entry
-    folder = write_case(suite, case, inputs, expected, root)
-    if drawn and key is not None:
-        cache.store(key, folder, {"case": case.name})
+    if drawn:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder = write_case(suite, case, inputs, expected, root)
+        if key is not None:
+            cache.store(key, folder, {"case": case.name})
+    else:  # the verified inputs stay as the cache placed them (links, never written through): outputs only
+        folder = write_case(suite, case, {}, expected, root)
     suite.use_arrays(case, folder)
     return folder
 

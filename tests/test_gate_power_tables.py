@@ -270,17 +270,19 @@ def test_gpus_beyond_the_cards_is_refused(requested, found, message):
         gate_power.streams_for(requested, found)
 
 
+def fake_prepare(name: str, work: Path, env: dict) -> gate_power.Prepared:
+    """gate_power.prepare without a GPU: an approved one-kernel suite folder."""
+    root = work / name / "approved"
+    root.mkdir(parents=True)
+    (root / "k.cu").write_text("__global__ void k() {}\n")
+    (root / "cudagate.yaml").write_text("kernels: []\n")
+    return gate_power.Prepared(name, root, "k.cu", "k", f"perf_{name}", root / "request.json", 10.0)
+
+
 def test_aa_only_spreads_fresh_comparisons_over_the_cards_and_writes_a_mergeable_file(tmp_path, monkeypatch,
                                                                                        capsys):
     """The whole --aa-only path with the GPU parts faked: which card, which report folder, which file."""
     calls = []
-
-    def fake_prepare(name: str, work: Path, env: dict) -> gate_power.Prepared:
-        root = work / name / "approved"
-        root.mkdir(parents=True)
-        (root / "k.cu").write_text("__global__ void k() {}\n")
-        (root / "cudagate.yaml").write_text("kernels: []\n")
-        return gate_power.Prepared(name, root, "k.cu", "k", f"perf_{name}", root / "request.json", 10.0)
 
     def fake_comparison(suite_yaml: Path, report: Path, env: dict) -> dict:
         calls.append((suite_yaml.parent.parent.name, report, env["CUDA_VISIBLE_DEVICES"]))
@@ -323,13 +325,6 @@ def test_gate_only_runs_no_peer_and_only_the_targets_asked(tmp_path, monkeypatch
     """--targets 0,3,5 --gate-only: the gate's comparisons and nvbench's truth for those variants, no peer tool
     (not even its version check)."""
     compared = []
-
-    def fake_prepare(name: str, work: Path, env: dict) -> gate_power.Prepared:
-        root = work / name / "approved"
-        root.mkdir(parents=True)
-        (root / "k.cu").write_text("__global__ void k() {}\n")
-        (root / "cudagate.yaml").write_text("kernels: []\n")
-        return gate_power.Prepared(name, root, "k.cu", "k", f"perf_{name}", root / "request.json", 10.0)
 
     def no_peers(*args, **kwargs):
         raise AssertionError("a peer tool ran under --gate-only")

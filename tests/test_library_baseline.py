@@ -19,6 +19,7 @@ from helpers import line_of, replace_once
 from optimize_fakes import FakeEvaluator, opt_suite
 from pytest_cudagate import schema
 from pytest_cudagate.cli import main
+from pytest_cudagate.gate import baseline_timing
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.library import LibraryResult
 from pytest_cudagate.judge.outcome import plain
@@ -217,7 +218,7 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     request = json.loads(json.dumps(run_request(suite, program, [case], output_dir=tmp_path / "out",
                                                 timing=suite.timing.to_json(), library=True)))
     assert request["library"] == {"adapter": "cublas_sgemm", "args": {"a": "a", "b": "b", "c": "c", "m": "m",
-                                                                       "n": "n", "k": "k"}}
+                                                                       "n": "n", "k": "k"}, "rounds": 100}
     assert schema.problems(request, "harness-request") == []
     lines: list[dict] = []
     worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append)
@@ -232,6 +233,23 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     assert answer["timing"]["samples_ms"] == pytest.approx([KERNEL_MS] * 100)  # the kernel's own rounds, unchanged
     got = np.load(entry["outputs"]["c"]["path"])
     assert got.shape == (24 * 40,) and np.isfinite(got).all()
+
+
+def test_a_kernel_timed_alone_times_its_library_for_one_block_only(tmp_path, fake_cublas):
+    """A kernel identical to its approval takes 10 blocks alone; the informational column needs one."""
+    suite = load_suite(write_mm(tmp_path / "mm"))
+    program, case = suite.kernels[0], suite.case("wide")
+    request = json.loads(json.dumps(run_request(suite, program, [case], output_dir=tmp_path / "out",
+                                                timing=baseline_timing(suite), library=True)))
+    assert request["timing"]["repeat"] == 1000 and request["library"]["rounds"] == 100
+    assert schema.problems(request, "harness-request") == []
+    lines: list[dict] = []
+    worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append)
+    worker.handle({**request, "id": 1})
+    (answer,) = [line for line in lines if line["type"] == "case"]
+    assert len(answer["timing"]["samples_ms"]) == 1000
+    assert len(answer["library"]["current_ms"]) == len(answer["library"]["library_ms"]) == 100
+    assert worker.device.holds == 200
 
 
 def test_a_kernel_writing_past_its_buffer_only_during_the_library_rounds_fails_its_case(tmp_path):

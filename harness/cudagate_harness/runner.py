@@ -473,12 +473,13 @@ class CaseRun:
                 dev.destroy_event(end)
         return samples, firsts
 
-    def time_library(self, kernel: Launchable, library: LibraryLaunch | str, adapter: str, timing: dict,
+    def time_library(self, kernel: Launchable, baseline: tuple[str, LibraryLaunch | str, int], timing: dict,
                      output_dir: Path) -> dict:
-        """The library baseline beside ``kernel`` (the current kernel, after its own timed launches
-        were checked): one validation launch of the library, then the warm-up and interleaved rounds
-        of the two exactly as the gate times kernels (flush, pads, random order, same buffer copy per
-        round), ``timing["repeat"]`` rounds. The kernel's verdict never sees these samples. Both are held
+        """The library baseline ``(adapter, library, rounds)`` beside ``kernel`` (the current kernel,
+        after its own timed launches were checked): one validation launch of the library, then the
+        warm-up and ``rounds`` interleaved rounds of the two exactly as the gate times kernels (flush,
+        pads, random order, same buffer copy per round): one measurement block, however many rounds
+        the kernel's own decision took. The kernel's verdict never sees these samples. Both are held
         (:meth:`Device.hold`): a library call spends microseconds on the host (ctypes, the library's
         dispatch) that a kernel launch does not, and unheld, µs kernels would read as that much faster
         than the library.
@@ -486,6 +487,7 @@ class CaseRun:
         ``library`` is a string when there is no baseline to run (why); every failure of the library
         is said in the entry's ``error``, never as the case's error, unless the context is lost.
         """
+        adapter, library, rounds = baseline
         entry: dict = {"adapter": adapter}
         problem = library if isinstance(library, str) else library.problem(self.buffers, self.case["scalars"])
         if problem:
@@ -497,7 +499,7 @@ class CaseRun:
                 first = self._validation_launch(library, POISON_FIRST)
             with self.phase("the library baseline's warm-up launches"):
                 self.warm_up([kernel, library], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
-            samples, _ = self.time_rounds([kernel, library], int(timing["repeat"]), cold=cold,
+            samples, _ = self.time_rounds([kernel, library], rounds, cold=cold,
                                           pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
                                           batch=int(timing.get("batch", 1)), held=True)
         except (LibraryCallError, CudaError) as exc:
@@ -719,11 +721,11 @@ def error_body(exc: Exception) -> dict:
 
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
-             checks: dict | None = None, library: tuple[str, LibraryLaunch | str] | None = None,
+             checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int] | None = None,
              state: Callable[[], dict] | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
-    ``library``: ``(adapter, baseline or why none)``, timed beside the kernel after its own timed
+    ``library``: ``(adapter, baseline or why none, rounds)``, timed beside the kernel after its own timed
     launches (:meth:`CaseRun.time_library`) when the case is timed.
 
     ``state``: the GPU's NVML state, read right after the kernel's timed launches (``timing.state``),
@@ -766,7 +768,7 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                                       "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold"),
                                       **({"state": state()} if state is not None else {})}
                     if library is not None:
-                        body["library"] = run.time_library(kernel, library[1], library[0], timing, output_dir)
+                        body["library"] = run.time_library(kernel, library, timing, output_dir)
                 if checks.get("second_launch", True):
                     with run.phase("validation launch 2"):
                         second = run.validation_launch(kernel, POISON_SECOND)

@@ -56,12 +56,12 @@ class Worker:
         self.scrub_note: str | None = None
         self.libraries: dict[str, object] = {}  # adapter -> loaded baseline, or why it cannot be (once per worker)
 
-    def library_for(self, request: dict) -> tuple[str, object] | None:
-        """The request's library baseline as ``(adapter, LibraryLaunch or why none)``; None when it names none."""
+    def library_for(self, request: dict) -> tuple[str, object, int] | None:
+        """The request's library baseline as ``(adapter, LibraryLaunch or why none, rounds)``; None when it names none."""
         spec = request.get("library")
         if not spec:
             return None
-        return str(spec.get("adapter")), library.bind(spec, self.device, self.libraries)
+        return str(spec.get("adapter")), library.bind(spec, self.device, self.libraries), int(spec["rounds"])
 
     def flush_l2(self) -> None:
         # Writing twice the L2's size evicts whatever the last launch left there (cold-cache timing).
@@ -232,7 +232,7 @@ class Worker:
                         rounds = self._next_rounds()
                 run.check_inputs("the interleaved timed launches", who=None)
                 # After the verdict's rounds, so the library changes neither their samples nor their budget.
-                library_entry = (run.time_library(kernels[current], baseline[1], baseline[0], timing, Path(request["output_dir"]))
+                library_entry = (run.time_library(kernels[current], baseline, timing, Path(request["output_dir"]))
                                  if baseline else None)
                 seconds = []
                 for index, kernel in enumerate(kernels):

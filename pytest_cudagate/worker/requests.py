@@ -62,9 +62,13 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
     return spec
 
 
-def library_spec(program: Program) -> dict:
-    """A request's ``library`` field: the kernel's library baseline, timed beside it (empty: none)."""
-    return {"library": program.library_baseline.to_json()} if program.library_baseline else {}
+def library_spec(suite: Suite, program: Program) -> dict:
+    """A request's ``library`` field: the kernel's library baseline, timed beside it for one
+    measurement block (``timing.repeat`` rounds, also where the kernel alone takes
+    :attr:`Timing.baseline_rounds`: the column is informational); empty when it has none."""
+    if not program.library_baseline:
+        return {}
+    return {"library": {**program.library_baseline.to_json(), "rounds": suite.timing.repeat}}
 
 
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,
@@ -86,7 +90,7 @@ def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir
         "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
         "timing": timing,
         "output_dir": str(output_dir),
-        **(library_spec(program) if library and timing else {}),
+        **(library_spec(suite, program) if library and timing else {}),
     }
 
 
@@ -105,5 +109,5 @@ def compare_request(suite: Suite, program: Program, case: Case, *, approved: dic
         "case": case_spec(suite, program, case),
         "timing": timing,
         "output_dir": str(output_dir),
-        **(library_spec(program) if library else {}),
+        **(library_spec(suite, program) if library else {}),
     }

@@ -66,7 +66,7 @@ def test_approve_records_a_kernel_the_gate_passes_with_its_baseline(tmp_path, mo
     approval = Ledger.for_suite(suite).approvals["scale2"]
     (baseline,) = approval.baselines.values()
     assert set(baseline.cases) == {"perf"}
-    assert len(baseline.cases["perf"]["samples_ms"]) == 10 * suite.timing.repeat
+    assert len(baseline.cases["perf"]["samples_ms"]) == suite.timing.baseline_rounds == 300
     fresh = [r for r in workers[0].requests if any(c.get("fresh") for c in r.get("cases", []))]
     assert fresh, "approve checks fresh inputs, as the gate does"
     assert len(workers) == 1 and workers[0].closed

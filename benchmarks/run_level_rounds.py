@@ -1,0 +1,73 @@
+"""How many launches a kernel timed alone needs for its run level. Prints a markdown table.
+
+    python benchmarks/run_level_rounds.py [LEDGER ...]     # default: examples/*/cudagate.approvals.json
+
+A kernel identical to its approval is judged by its run level (the 10th percentile of its launches,
+``stats.run_level``) against the levels of the approval runs, with their spread floored at the
+between-card spread (``stats.RUN_SPREAD_FLOOR``). The ledgers keep one approval run's launches per
+case (GPU data, recorded by ``cudagate approve`` on an H200). This script takes the level from the
+first and from the last N launches of that run and prints how far each lands from the level of all
+of them, beside the spread of the approval runs' levels and the floor: a run of N launches is long
+enough when that offset is small against both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pytest_cudagate.judge import stats  # noqa: E402
+
+COUNTS = (100, 200, 300, 500)
+
+
+def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float]]:
+    """(kernel::case, launches stored, {N: worst offset of a first/last-N level, %}, run spread %)."""
+    found = []
+    for approval in json.loads(ledger.read_text()).get("approvals", {}).values():
+        for baseline in (approval.get("baselines") or {}).values():
+            for case, entry in baseline.get("cases", {}).items():
+                samples = np.asarray(entry.get("samples_ms") or [], dtype=float)
+                runs = entry.get("run_p10_ms") or []
+                if samples.size < max(COUNTS) or len(runs) < 2:
+                    continue
+                level = stats.run_level(samples)
+                worst = {n: 100 * max(abs(stats.run_level(part) / level - 1) for part in (samples[:n], samples[-n:]))
+                         for n in COUNTS}
+                spread = 100 * math.expm1(float(np.std(np.log(runs), ddof=1)))
+                found.append((f"{approval.get('kernel', '?')}::{case}", int(samples.size), worst, spread))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ledgers", nargs="*", type=Path,
+                        default=sorted((ROOT / "examples").glob("*/cudagate.approvals.json")))
+    args = parser.parse_args()
+    table = [row for ledger in args.ledgers for row in rows(ledger)]
+    if not table:
+        print("no baseline with stored launches and approval runs in " + ", ".join(map(str, args.ledgers)))
+        return 1
+    floor = 100 * math.expm1(stats.RUN_SPREAD_FLOOR)
+    print(f"Level = 10th percentile. Offset: the larger of |level(first N) / level(all) - 1| and the same for the "
+          f"last N launches, %. Spread: standard deviation of ln(level) over the approval runs, %; the gate "
+          f"floors it at {floor:.1f}% (RUN_SPREAD_FLOOR).\n")
+    print("| case | launches | " + " | ".join(f"offset, N={n}" for n in COUNTS) + " | spread of the approval runs |")
+    print("|---|---|" + "---|" * len(COUNTS) + "---|")
+    for name, count, worst, spread in table:
+        print(f"| {name} | {count} | " + " | ".join(f"{worst[n]:.2f}" for n in COUNTS) + f" | {spread:.2f} |")
+    print("| **worst** | | " + " | ".join(f"**{max(r[2][n] for r in table):.2f}**" for n in COUNTS)
+          + f" | {max(r[3] for r in table):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

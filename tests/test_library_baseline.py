@@ -252,6 +252,27 @@ def test_a_kernel_timed_alone_times_its_library_for_one_block_only(tmp_path, fak
     assert worker.device.holds == 200
 
 
+def test_the_library_warms_up_by_count_alone_after_the_kernels_timed_launches(tmp_path, fake_cublas):
+    """The clocks were ramped by the kernel's own timed launches: no second time floor."""
+    calls = []
+
+    class Counting(FakeSgemm):
+        def enqueue(self, pointers, scalars) -> None:
+            calls.append(1)
+            super().enqueue(pointers, scalars)
+
+    fake_cublas(Counting)
+    suite = load_suite(write_mm(tmp_path / "mm"))
+    program, case = suite.kernels[0], suite.case("wide")
+    timing = {**suite.timing.to_json(), "warmup": 2, "warmup_ms": 300.0}
+    request = json.loads(json.dumps(run_request(suite, program, [case], output_dir=tmp_path / "out", timing=timing,
+                                                library=True)))
+    worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lambda line: None)
+    worker.handle({**request, "id": 1})
+    # one validation launch, 2 to 4 warm-up launches, one block of rounds
+    assert 1 + 2 + suite.timing.repeat <= len(calls) <= 1 + 4 + suite.timing.repeat
+
+
 def test_a_kernel_writing_past_its_buffer_only_during_the_library_rounds_fails_its_case(tmp_path):
     """The kernel runs in the library's rounds too: a stray write there is the kernel's finding."""
     enqueued = []

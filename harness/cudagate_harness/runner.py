@@ -498,7 +498,8 @@ class CaseRun:
             with self.phase("the library baseline's validation launch"):
                 first = self._validation_launch(library, POISON_FIRST)
             with self.phase("the library baseline's warm-up launches"):
-                self.warm_up([kernel, library], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+                # No time floor: the kernel's timed launches just ran, so the clocks have ramped.
+                self.warm_up([kernel, library], int(timing["warmup"]))
             samples, _ = self.time_rounds([kernel, library], rounds, cold=cold,
                                           pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
                                           batch=int(timing.get("batch", 1)), held=True)

@@ -8,7 +8,10 @@ between-card spread (``stats.RUN_SPREAD_FLOOR``). The ledgers keep one approval 
 case (GPU data, recorded by ``cudagate approve`` on an H200). This script takes the level from the
 first and from the last N launches of that run and prints how far each lands from the level of all
 of them, beside the spread of the approval runs' levels and the floor: a run of N launches is long
-enough when that offset is small against both.
+enough when that offset is small against both. The last two columns apply the gate's own stopping
+rule for a kernel timed alone (``cudagate_harness.stopping.next_rounds`` with the settle rule of
+``pytest_cudagate.gate.baseline_timing``, at most 300 launches) to the stored launches in their
+order: how many it times, and how far the level of those lands from the level of all of them.
 """
 
 from __future__ import annotations
@@ -24,13 +27,26 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cudagate_harness.stopping import Settle, next_rounds  # noqa: E402
+from pytest_cudagate.gate import RUN_LEVEL_WITHIN  # noqa: E402
 from pytest_cudagate.judge import stats  # noqa: E402
 
 COUNTS = (100, 200, 300, 500)
+RULE_ROUNDS = 300  # a kernel timed alone at the default timing.repeat: 3 blocks of 100
+RULE = Settle(stats.RUN_QUANTILE, RUN_LEVEL_WITHIN)
 
 
-def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float]]:
-    """(kernel::case, launches stored, {N: worst offset of a first/last-N level, %}, run spread %)."""
+def settled_count(samples: np.ndarray) -> int:
+    """How many of the stored launches, in order, the stopping rule times (a block at a time)."""
+    done: list[float] = []
+    while todo := next_rounds(RULE, RULE_ROUNDS, [done], lambda kept: kept[0]):
+        done = list(samples[:len(done) + todo])
+    return len(done)
+
+
+def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float, int, float]]:
+    """(kernel::case, launches stored, {N: worst offset of a first/last-N level, %}, run spread %,
+    launches the stopping rule times, offset of their level %)."""
     found = []
     for approval in json.loads(ledger.read_text()).get("approvals", {}).values():
         for baseline in (approval.get("baselines") or {}).values():
@@ -43,7 +59,9 @@ def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float]]:
                 worst = {n: 100 * max(abs(stats.run_level(part) / level - 1) for part in (samples[:n], samples[-n:]))
                          for n in COUNTS}
                 spread = 100 * math.expm1(float(np.std(np.log(runs), ddof=1)))
-                found.append((f"{approval.get('kernel', '?')}::{case}", int(samples.size), worst, spread))
+                ruled = settled_count(samples)
+                found.append((f"{approval.get('kernel', '?')}::{case}", int(samples.size), worst, spread, ruled,
+                              100 * abs(stats.run_level(samples[:ruled]) / level - 1)))
     return found
 
 
@@ -60,12 +78,14 @@ def main() -> int:
     print(f"Level = 10th percentile. Offset: the larger of |level(first N) / level(all) - 1| and the same for the "
           f"last N launches, %. Spread: standard deviation of ln(level) over the approval runs, %; the gate "
           f"floors it at {floor:.1f}% (RUN_SPREAD_FLOOR).\n")
-    print("| case | launches | " + " | ".join(f"offset, N={n}" for n in COUNTS) + " | spread of the approval runs |")
-    print("|---|---|" + "---|" * len(COUNTS) + "---|")
-    for name, count, worst, spread in table:
-        print(f"| {name} | {count} | " + " | ".join(f"{worst[n]:.2f}" for n in COUNTS) + f" | {spread:.2f} |")
+    print("| case | launches | " + " | ".join(f"offset, N={n}" for n in COUNTS)
+          + " | spread of the approval runs | stopping rule: launches | stopping rule: offset |")
+    print("|---|---|" + "---|" * len(COUNTS) + "---|---|---|")
+    for name, count, worst, spread, ruled, offset in table:
+        print(f"| {name} | {count} | " + " | ".join(f"{worst[n]:.2f}" for n in COUNTS)
+              + f" | {spread:.2f} | {ruled} | {offset:.2f} |")
     print("| **worst** | | " + " | ".join(f"**{max(r[2][n] for r in table):.2f}**" for n in COUNTS)
-          + f" | {max(r[3] for r in table):.2f} |")
+          + f" | {max(r[3] for r in table):.2f} | | **{max(r[5] for r in table):.2f}** |")
     return 0
 
 

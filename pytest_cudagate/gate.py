@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudagate_harness.stopping import Settle
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
@@ -31,6 +32,7 @@ from pytest_cudagate.release import AbsentAtRef, BuildRecord, ReleaseSource, bui
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
+from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -49,9 +51,16 @@ class GateOptions:
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
 
 
+# A kernel timed alone stops before Timing.baseline_rounds once its run level is known to ±0.5% at 99%
+# (cudagate_harness.stopping): a long kernel after a few dozen launches, where hundreds cost most of a
+# second of GPU time; its verdict's interval is at least ±8.6% (stats.RUN_SPREAD_FLOOR).
+RUN_LEVEL_WITHIN = 0.005
+
+
 def baseline_timing(suite: Suite) -> dict:
     """The timing of a kernel measured alone: a stored baseline, or a kernel identical to it."""
-    return {**suite.timing.to_json(), "repeat": suite.timing.baseline_rounds}
+    return {**suite.timing.to_json(), "repeat": suite.timing.baseline_rounds,
+            "settle": Settle(stats.RUN_QUANTILE, RUN_LEVEL_WITHIN).to_json()}
 
 
 def disturbed(threshold: float, discarded: list[str], fingerprint: str) -> LatencyResult | None:

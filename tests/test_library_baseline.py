@@ -218,7 +218,8 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     request = json.loads(json.dumps(run_request(suite, program, [case], output_dir=tmp_path / "out",
                                                 timing=suite.timing.to_json(), library=True)))
     assert request["library"] == {"adapter": "cublas_sgemm", "args": {"a": "a", "b": "b", "c": "c", "m": "m",
-                                                                       "n": "n", "k": "k"}, "rounds": 100}
+                                                                       "n": "n", "k": "k"}, "rounds": 100,
+                                  "settle": {"quantile": 0.5, "within": 0.005, "confidence": 0.99}}
     assert schema.problems(request, "harness-request") == []
     lines: list[dict] = []
     worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append)

@@ -38,6 +38,7 @@ import numpy as np
 
 from .driver import CudaError, Device, check
 from .library import LibraryCallError, LibraryLaunch
+from .stopping import Settle, next_rounds
 from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_TIMED, all_bytes, element_words, numpy_dtype,
                        unwritten_mask)
 
@@ -473,13 +474,26 @@ class CaseRun:
                 dev.destroy_event(end)
         return samples, firsts
 
-    def time_library(self, kernel: Launchable, baseline: tuple[str, LibraryLaunch | str, int], timing: dict,
+    def time_settled(self, kernels: list[Launchable], rounds: int, settle: Settle | None,
+                     figure: Callable[[list[list[float]]], list[float]], **how) -> list[list[float]]:
+        """At most ``rounds`` rounds as :meth:`time_rounds` times them (``how``: its keywords), in the
+        blocks :func:`~cudagate_harness.stopping.next_rounds` asks for: with ``settle``, fewer once it
+        holds for ``figure(samples)`` (a kernel's own latencies, or per-round ratios)."""
+        samples: list[list[float]] = [[] for _ in kernels]
+        while todo := next_rounds(settle, rounds, samples, figure):
+            more, _ = self.time_rounds(kernels, todo, **how)
+            for kept, new in zip(samples, more):
+                kept.extend(new)
+        return samples
+
+    def time_library(self, kernel: Launchable, baseline: tuple[str, LibraryLaunch | str, int, Settle | None], timing: dict,
                      output_dir: Path) -> dict:
-        """The library baseline ``(adapter, library, rounds)`` beside ``kernel`` (the current kernel,
-        after its own timed launches were checked): one validation launch of the library, then the
-        warm-up and ``rounds`` interleaved rounds of the two exactly as the gate times kernels (flush,
+        """The library baseline ``(adapter, library, rounds, settle)`` beside ``kernel`` (the current
+        kernel, after its own timed launches were checked): one validation launch of the library, then
+        the warm-up and ``rounds`` interleaved rounds of the two exactly as the gate times kernels (flush,
         pads, random order, same buffer copy per round): one measurement block, however many rounds
-        the kernel's own decision took. The kernel's verdict never sees these samples. Both are held
+        the kernel's own decision took, or fewer once ``settle`` holds for the per-round ratios of a
+        long kernel (:meth:`time_settled`). The kernel's verdict never sees these samples. Both are held
         (:meth:`Device.hold`): a library call spends microseconds on the host (ctypes, the library's
         dispatch) that a kernel launch does not, and unheld, µs kernels would read as that much faster
         than the library.
@@ -487,7 +501,7 @@ class CaseRun:
         ``library`` is a string when there is no baseline to run (why); every failure of the library
         is said in the entry's ``error``, never as the case's error, unless the context is lost.
         """
-        adapter, library, rounds = baseline
+        adapter, library, rounds, settle = baseline
         entry: dict = {"adapter": adapter}
         problem = library if isinstance(library, str) else library.problem(self.buffers, self.case["scalars"])
         if problem:
@@ -500,9 +514,9 @@ class CaseRun:
             with self.phase("the library baseline's warm-up launches"):
                 # No time floor: the kernel's timed launches just ran, so the clocks have ramped.
                 self.warm_up([kernel, library], int(timing["warmup"]))
-            samples, _ = self.time_rounds([kernel, library], rounds, cold=cold,
-                                          pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                          batch=int(timing.get("batch", 1)), held=True)
+            samples = self.time_settled([kernel, library], rounds, settle, ratios, cold=cold,
+                                        pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
+                                        batch=int(timing.get("batch", 1)), held=True)
         except (LibraryCallError, CudaError) as exc:
             if isinstance(exc, CudaError) and exc.sticky:
                 raise
@@ -700,6 +714,16 @@ class CaseRun:
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def ratios(samples: list[list[float]]) -> list[float]:
+    """Per-round latency ratios of the first kernel to the second (a kernel to its library)."""
+    return [a / b if b > 0 else float("inf") for a, b in zip(samples[0], samples[1])]
+
+
+def own(samples: list[list[float]]) -> list[float]:
+    """The one kernel's own latencies (a kernel timed alone)."""
+    return samples[0]
+
+
 def _changed(a: np.ndarray, b: np.ndarray) -> int:
     """Elements whose bytes differ (NaN-safe, -0.0 differs from 0.0): compared as unsigned words."""
     if a is b:
@@ -722,12 +746,14 @@ def error_body(exc: Exception) -> dict:
 
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
-             checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int] | None = None,
+             checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
              state: Callable[[], dict] | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
-    ``library``: ``(adapter, baseline or why none, rounds)``, timed beside the kernel after its own timed
-    launches (:meth:`CaseRun.time_library`) when the case is timed.
+    ``library``: ``(adapter, baseline or why none, rounds, settle)``, timed beside the kernel after its own
+    timed launches (:meth:`CaseRun.time_library`) when the case is timed. ``timing.settle``: the kernel
+    timed alone may stop before ``timing.repeat`` launches once its run level is settled
+    (:meth:`CaseRun.time_settled`); ``timing.repeat`` in the answer is the launches timed.
 
     ``state``: the GPU's NVML state, read right after the kernel's timed launches (``timing.state``),
     so a disturbance the host judges the run by is the one around those launches, not one caused by
@@ -759,14 +785,16 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                 if timing:
                     with run.phase("the warm-up launches"):
                         run.warm_up([kernel], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
-                    samples, _ = run.time_rounds([kernel], int(timing["repeat"]), cold=timing.get("cache", "cold") == "cold",
-                                                 pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                                 batch=int(timing.get("batch", 1)))
+                    samples = run.time_settled([kernel], int(timing["repeat"]), Settle.from_json(timing.get("settle")),
+                                               own, cold=timing.get("cache", "cold") == "cold",
+                                               pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
+                                               batch=int(timing.get("batch", 1)))
                     run.check_timed(0, first)
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
                     body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
-                                      "repeat": int(timing["repeat"]), "cache": timing.get("cache", "cold"),
+                                      "warmup_ms": float(timing.get("warmup_ms", 0)),
+                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"),
                                       **({"state": state()} if state is not None else {})}
                     if library is not None:
                         body["library"] = run.time_library(kernel, library, timing, output_dir)

@@ -25,6 +25,7 @@ from .compiler import CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
 from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, request_problems, worker_checks
 from .runner import DEFAULT_PAD_MAX, CaseInputError, CaseRun, Launchable, error_body, rotation_copies, run_case
+from .stopping import Settle
 
 PAD_SOURCE = 'extern "C" __global__ void cudagate_pad() {}'
 # Fills a block's whole dynamic shared memory with a pattern; launched with the most shared memory a
@@ -39,6 +40,11 @@ extern "C" __global__ void cudagate_scrub(unsigned int pattern, unsigned int wor
 }
 """
 ROLES = ("approved", "current")
+# The warm-up's time floor lets an idle GPU's clocks ramp up before timed launches. A GPU whose SM
+# clock still reads at least CLOCK_KEPT of what it read right after this worker's last timed launches,
+# at most RAMP_MEMORY_S ago, has ramped: its warm-up is the launch count alone.
+CLOCK_KEPT = 0.95
+RAMP_MEMORY_S = 2.0
 
 
 class Worker:
@@ -55,13 +61,16 @@ class Worker:
         self._scrub = None  # the scrub callable once built; False when this device cannot run it
         self.scrub_note: str | None = None
         self.libraries: dict[str, object] = {}  # adapter -> loaded baseline, or why it cannot be (once per worker)
+        self._ramped: tuple[float, int] | None = None  # (when, SM MHz) right after the last timed launches
 
-    def library_for(self, request: dict) -> tuple[str, object, int] | None:
-        """The request's library baseline as ``(adapter, LibraryLaunch or why none, rounds)``; None when it names none."""
+    def library_for(self, request: dict) -> tuple[str, object, int, Settle | None] | None:
+        """The request's library baseline as ``(adapter, LibraryLaunch or why none, rounds, settle)``;
+        None when it names none."""
         spec = request.get("library")
         if not spec:
             return None
-        return str(spec.get("adapter")), library.bind(spec, self.device, self.libraries), int(spec["rounds"])
+        return (str(spec.get("adapter")), library.bind(spec, self.device, self.libraries), int(spec["rounds"]),
+                Settle.from_json(spec.get("settle")))
 
     def flush_l2(self) -> None:
         # Writing twice the L2's size evicts whatever the last launch left there (cold-cache timing).
@@ -108,6 +117,22 @@ class Worker:
 
     def state(self) -> dict:
         return telemetry.device_state(self.device.ordinal, self.info["pci_bus_id"])
+
+    def timed_state(self) -> dict:
+        """:meth:`state` right after timed launches, whose SM clock :meth:`warmup_floor_ms` remembers."""
+        state = self.state()
+        clock = state.get("sm_clock_mhz")
+        self._ramped = (time.perf_counter(), int(clock)) if clock else None
+        return state
+
+    def warmup_floor_ms(self, requested: float) -> float:
+        """The warm-up time floor for the next timed launches: ``requested``, or 0 when the GPU has
+        kept the clock of this worker's last timed launches (see :data:`CLOCK_KEPT`). Without a clock
+        reading (no NVML, or no timed launches yet) the floor stays."""
+        if requested <= 0 or self._ramped is None or time.perf_counter() - self._ramped[0] > RAMP_MEMORY_S:
+            return requested
+        now = self.state().get("sm_clock_mhz")
+        return 0.0 if now and now >= CLOCK_KEPT * self._ramped[1] else requested
 
     def function_for(self, kernel: dict, arch: str):
         # Every case of a compare request names the approved kernel again: compile each exact input
@@ -171,9 +196,10 @@ class Worker:
         scrub = self.scrubber() if checks["scrub_shared"] else None
         baseline = self.library_for(request) if timing else None
         for case in request["cases"]:
+            floored = {**timing, "warmup_ms": self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))} if timing else None
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
-                            base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
-                            scrub=scrub, checks=checks, library=baseline, state=self.state if timing else None)
+                            base=base, timing=floored, output_dir=output_dir, flush=self.flush_l2, pad=pad,
+                            scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None)
             self._note(body, checks)
             self.answer(rid, body)
 
@@ -212,14 +238,14 @@ class Worker:
                         firsts.append(run.validation_launch(kernel, POISON_FIRST))
                     run.check_guards(f"validation launch 1 of the {ROLES[index]} kernel", who=index)
                 with run.phase("the warm-up launches"):
-                    run.warm_up(kernels, int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+                    run.warm_up(kernels, int(timing["warmup"]), self.warmup_floor_ms(float(timing.get("warmup_ms", 0))))
                 rounds = int(timing.get("chunk", 100))
                 while rounds > 0:
                     before = self.state()
                     t0 = time.perf_counter()
                     samples, order = run.time_rounds(kernels, rounds, cold=cold, batch=batch, pad_max=pad_max)
                     wall = time.perf_counter() - t0
-                    after = self.state()
+                    after = self.timed_state()
                     # Outside the measured wall time: what the timed launches wrote, and the guards.
                     run.timed_check_launch(current, kernels[current], cold=cold, pad_max=pad_max, batch=batch)
                     for index in range(len(kernels)):

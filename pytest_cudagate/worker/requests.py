@@ -16,6 +16,9 @@ from pytest_cudagate.suite.includes import local_headers
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 
 REQUEST_PROTOCOL = 1
+# A long kernel's library rounds stop once the median of the per-round ratios is known to ±0.5% at 99%
+# (cudagate_harness.stopping), at the latest after one measurement block.
+LIBRARY_SETTLE = {"quantile": 0.5, "within": 0.005, "confidence": 0.99}
 
 
 def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
@@ -65,10 +68,11 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
 def library_spec(suite: Suite, program: Program) -> dict:
     """A request's ``library`` field: the kernel's library baseline, timed beside it for one
     measurement block (``timing.repeat`` rounds, also where the kernel alone takes
-    :attr:`Timing.baseline_rounds`: the column is informational); empty when it has none."""
+    :attr:`Timing.baseline_rounds`: the column is informational) or until settled; empty when it has none."""
     if not program.library_baseline:
         return {}
-    return {"library": {**program.library_baseline.to_json(), "rounds": suite.timing.repeat}}
+    return {"library": {**program.library_baseline.to_json(), "rounds": suite.timing.repeat,
+                        "settle": dict(LIBRARY_SETTLE)}}
 
 
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,

@@ -4,9 +4,10 @@
     python benchmarks/gate_speed.py --plugin-only   # the CPU part alone
     python benchmarks/gate_speed.py --xdist         # -n 2 against -n 0 on a host with two GPUs
     python benchmarks/gate_speed.py --no-gpu        # the gate's host side on a machine without one
+    python benchmarks/gate_speed.py --tree DIR      # the examples and code of another checkout (before/after)
 
 1. Plugin off: a one-test project, run in fresh processes alternately with cudagate loaded and with
-   `-p no:cudagate`; the medians of each and their difference (target: ≤ 30 ms).
+   it left out; the medians of each and their difference (target: ≤ 30 ms).
 2. `pytest --cuda-gate examples` in fresh processes, first run with an empty compile cache and then
    warm: wall time of the whole command, the per-phase split every case records in report.json
    (summed over the cases), and beside it the run's phases that `--cuda-gate-durations` prints
@@ -15,6 +16,14 @@
 3. ``--xdist``: a generated suite of 4 kernels × 12 timed cases (48 items) in a temp folder, run
    with `-n 0` and with `-n 2` in fresh processes: wall time, throughput ratio, the report's item
    count, whether the verdicts agree, and how many items each worker (GPU) ran.
+
+The environment is a venv that holds cudagate and its dependencies, as a user's GPU runner does:
+every pytest run gets ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and names the plugins it uses (``-p
+pytest_cudagate.plugin``, and xdist's for ``-n``), so pytest plugins that this machine's image
+carries for other projects are not loaded (``--as-installed`` loads them, as a plain ``pytest``
+here would); bytecode is written (``PYTHONDONTWRITEBYTECODE`` dropped, as after a ``pip install``),
+and one untimed run writes it before any timed one. The first table row says what a one-test
+pytest run costs in that environment: the floor under every figure.
 """
 
 from __future__ import annotations
@@ -29,9 +38,35 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Env:
+    """How the pytest runs are started: the code's checkout, and whether the machine's other pytest
+    plugins load (see the module docstring)."""
+
+    tree: Path = ROOT
+    installed: bool = False
+
+    def environ(self, **extra: str) -> dict:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        if self.tree != ROOT:  # its own code first, the worker (started with this environment) too
+            env["PYTHONPATH"] = os.pathsep.join([str(self.tree), str(self.tree / "harness"), env.get("PYTHONPATH", "")])
+        if not self.installed:
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        return {**env, **extra}
+
+    def plugins(self, *names: str) -> list[str]:
+        """``-p NAME`` for each plugin a run needs, where autoloading is off."""
+        return [] if self.installed else [arg for name in names for arg in ("-p", name)]
+
+    def describe(self) -> str:
+        where = "" if self.tree == ROOT else f", code and examples of {self.tree}"
+        return ("the machine's pytest plugins loaded" if self.installed else "cudagate the only pytest plugin") + where
 
 
 def _wall(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, int]:
@@ -40,20 +75,22 @@ def _wall(args: list[str], cwd: Path, env: dict | None = None) -> tuple[float, i
     return time.perf_counter() - t0, done.returncode
 
 
-def plugin_off(repeats: int) -> list[tuple[str, str]]:
+def plugin_off(repeats: int, env: Env) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="cudagate-speed-") as tmp:
         project = Path(tmp)
         (project / "test_one.py").write_text("def test_one():\n    assert 1 + 1 == 2\n")
         common = ["-q", "-p", "no:cacheprovider", "test_one.py"]
-        _wall(common, project)  # warm the file system cache and bytecode
+        loaded = [*common, *(env.plugins("pytest_cudagate.plugin"))]
+        left_out = [*common, "-p", "no:cudagate"] if env.installed else common
+        _wall(loaded, project, env.environ())  # warm the file system cache and bytecode
         on, off = [], []
         for _ in range(repeats):  # alternate so drift of the machine hits both alike
-            on.append(_wall(common, project)[0])
-            off.append(_wall([*common, "-p", "no:cudagate"], project)[0])
+            on.append(_wall(loaded, project, env.environ())[0])
+            off.append(_wall(left_out, project, env.environ())[0])
     m_on, m_off = statistics.median(on), statistics.median(off)
     return [
         (f"one-test project, cudagate installed (median of {repeats})", f"{m_on * 1000:.0f} ms"),
-        (f"same with `-p no:cudagate` (median of {repeats})", f"{m_off * 1000:.0f} ms"),
+        (f"same without cudagate (median of {repeats}): the floor of any pytest run here", f"{m_off * 1000:.0f} ms"),
         ("cost of the installed plugin when off (target ≤ 30 ms)", f"{(m_on - m_off) * 1000:+.0f} ms "
                                                                     f"(ratio {m_on / m_off:.3f})"),
     ]
@@ -75,22 +112,27 @@ def run_phases(stdout: str) -> dict[str, float]:
     return found
 
 
-def gate_runs(repeats: int, gpu: bool = True) -> list[tuple[str, str]]:
+def gate_runs(repeats: int, env: Env, gpu: bool = True) -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cudagate-speed-") as tmp:
-        env = {**os.environ, "CUDAGATE_CACHE_DIR": str(Path(tmp) / "cache")}
-        walls, phases, runs = [], [], []
-        for i in range(repeats + 1):
+        walls, phases, runs, verdicts = [], [], [], []
+        # run -1 writes the bytecode, in caches of its own, so that run 0 meets empty compile caches
+        for i in range(-1, repeats + 1):
             report = Path(tmp) / f"report-{i}"
+            cache = Path(tmp) / ("cache-bytecode" if i < 0 else "cache")
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", "examples", "-q", "-p",
-                                   "no:cacheprovider", *(["--cuda-gate-require-gpu"] if gpu else []),
+            done = subprocess.run([sys.executable, "-m", "pytest", *env.plugins("pytest_cudagate.plugin"), "--cuda-gate",
+                                   "examples", "-q", "-p", "no:cacheprovider",
+                                   *(["--cuda-gate-require-gpu"] if gpu else []),
                                    "--cuda-gate-durations", "0", "--cuda-gate-report", str(report)],
-                                  cwd=ROOT, env=env, capture_output=True, text=True)
+                                  cwd=env.tree, env=env.environ(CUDAGATE_CACHE_DIR=str(cache)), capture_output=True,
+                                  text=True)
             wall = time.perf_counter() - t0
             if done.returncode not in (0, 1):
-                rows.append((f"run {i}", f"exit {done.returncode}: the gate did not run"))
+                rows.append((f"run {i}", f"exit {done.returncode}: the gate did not run: {done.stdout[-600:]}"))
                 return rows
+            if i < 0:
+                continue
             document = json.loads((report / "report.json").read_text())
             split: dict[str, float] = defaultdict(float)
             for item in document["items"]:
@@ -101,16 +143,27 @@ def gate_runs(repeats: int, gpu: bool = True) -> list[tuple[str, str]]:
             run = run_phases(done.stdout)
             run["after the summary: teardown, exit"] = max(0.0, wall - sum(run.values()))
             runs.append(run)
-    rows.append(("first run, empty compile cache: wall", f"{walls[0]:.2f} s"))
-    rows.append((f"warm runs: wall, median of {repeats}", f"{statistics.median(walls[1:]):.2f} s"))
+            verdicts.append(", ".join(f"{v} {n}" for v, n in sorted(_counts(document).items())))
+    rows.append(("environment", env.describe()))
+    rows.append(("first run, empty compile and sanitizer caches: wall", f"{walls[0]:.2f} s"))
+    rows.append((f"warm runs: wall, median of {repeats}", f"{statistics.median(walls[1:]):.2f} s "
+                 f"(min {min(walls[1:]):.2f}, max {max(walls[1:]):.2f})"))
+    rows.append(("items and latency verdicts, each run", " / ".join(dict.fromkeys(verdicts))))
     names = sorted({name for split in phases for name in split}, key=lambda n: -phases[-1].get(n, 0))
     for name in names:
-        rows.append((f"  warm, phase `{name}` summed over cases (median)",
-                     f"{statistics.median(split.get(name, 0.0) for split in phases[1:]):.3f} s"))
+        rows.append((f"  phase `{name}` summed over cases: first run / warm (median)",
+                     f"{phases[0].get(name, 0.0):.3f} / {statistics.median(split.get(name, 0.0) for split in phases[1:]):.3f} s"))
     for name in runs[-1]:  # the order the run meets them
-        rows.append((f"  warm, run phase `{name}` (median)",
-                     f"{statistics.median(run.get(name, 0.0) for run in runs[1:]):.3f} s"))
+        rows.append((f"  run phase `{name}`: first run / warm (median)",
+                     f"{runs[0].get(name, 0.0):.3f} / {statistics.median(run.get(name, 0.0) for run in runs[1:]):.3f} s"))
     return rows
+
+
+def _counts(document: dict) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for item in document["items"]:
+        counts[(item.get("latency") or {}).get("verdict") or item["status"]] += 1
+    return counts
 
 
 XDIST_KERNELS = 4
@@ -169,7 +222,7 @@ def _spent(document: dict, what: str) -> str:
     return ", ".join(f"{v} {n}" for v, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
 
 
-def xdist_runs() -> list[tuple[str, str]]:
+def xdist_runs(env: Env) -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cudagate-xdist-") as tmp:
         suite = xdist_suite(Path(tmp))
@@ -177,9 +230,11 @@ def xdist_runs() -> list[tuple[str, str]]:
         for workers in ("0", "2"):
             report = Path(tmp) / f"report-n{workers}"
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "pytest", "--cuda-gate", str(suite), "-n", workers, "-v",
+            done = subprocess.run([sys.executable, "-m", "pytest", *env.plugins("pytest_cudagate.plugin", "xdist.plugin"),
+                                   "--cuda-gate", str(suite), "-n", workers, "-v",
                                    "-p", "no:cacheprovider", "--cuda-gate-allow-unsigned", "--cuda-gate-require-gpu",
-                                   "--cuda-gate-report", str(report)], cwd=tmp, capture_output=True, text=True)
+                                   "--cuda-gate-report", str(report)], cwd=tmp, env=env.environ(), capture_output=True,
+                                  text=True)
             wall = time.perf_counter() - t0
             if done.returncode not in (0, 1):
                 return [(f"-n {workers}", f"exit {done.returncode}: {done.stdout[-400:]}")]
@@ -217,15 +272,21 @@ def main() -> int:
     parser.add_argument("--xdist", action="store_true", help="only -n 2 against -n 0 (a host with two GPUs)")
     parser.add_argument("--no-gpu", action="store_true",
                         help="the examples without a GPU (cases skip): the host's share of a gate run")
+    parser.add_argument("--gate-only", action="store_true", help="only `pytest --cuda-gate examples`")
+    parser.add_argument("--as-installed", action="store_true",
+                        help="let pytest load every plugin installed here (the machine's other projects' too)")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="run this checkout's code and examples")
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
+    env = Env(args.tree.resolve(), args.as_installed)
     if args.xdist:
-        table("`-n 2` against `-n 0`", xdist_runs())
+        table("`-n 2` against `-n 0`", xdist_runs(env))
         return 0
-    table("Plugin off", plugin_off(args.repeats))
+    if not args.gate_only:
+        table("Plugin off", plugin_off(args.repeats, env))
     if not args.plugin_only:
         table("`pytest --cuda-gate examples`" + (" without a GPU" if args.no_gpu else ""),
-              gate_runs(max(args.repeats // 2, 3), gpu=not args.no_gpu))
+              gate_runs(max(args.repeats // 2, 3) if not args.gate_only else args.repeats, env, gpu=not args.no_gpu))
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import os
 import secrets
@@ -24,7 +25,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
-from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
+from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, blocks, incomparable, warns)
 from pytest_cudagate.paths import display_path
@@ -38,7 +39,7 @@ from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.generated import materialise
-from pytest_cudagate import phases
+from pytest_cudagate import phases, trash
 
 
 
@@ -84,12 +85,14 @@ class Gate:
     """Judges cases on one worker, for one hardware fingerprint."""
 
     def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path,
-                 release: ReleaseSource | None = None):
+                 release: ReleaseSource | None = None, keep_outputs: bool = True):
         self.client = client
         self.fingerprint = fingerprint
         self.options = options
         self.output_dir = output_dir
         self.release = release  # release mode's reference (options.release)
+        # False: a case's output files go (in the background) once it is judged, not all at the run's end
+        self.keep_outputs = keep_outputs
         seed = options.fresh_seed if options.fresh_seed is not None else os.environ.get("CUDAGATE_FRESH_SEED")
         self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
@@ -129,7 +132,10 @@ class Gate:
                 and compile_info.get("ok") and body.get("status") == "ok"):
             outcome.latency.release = self._against_release(outcome, suite, program, case, approval, threshold, out,
                                                             source_text, extra)
-        return self._judge(outcome, suite, program, case, body, compile_info, extra, source_text)
+        judged = self._judge(outcome, suite, program, case, body, compile_info, extra, source_text)
+        if not self.keep_outputs and (out / case.name).is_dir():
+            trash.discard(out / case.name)  # read by the judge, needed by no report
+        return judged
 
     def baseline(self, suite: Suite, program: Program, case: Case) -> CaseOutcome:
         """What ``cudagate approve`` measures: :meth:`replay`'s checks, and a performance case timed
@@ -220,6 +226,32 @@ class Gate:
         specs, notes = self._fresh[key]
         outcome.notes.extend(notes)
         return copy.deepcopy(specs)
+
+    def sanitize_ahead(self, jobs: list[tuple[Suite, Program, Case]]) -> None:
+        """compute-sanitizer on each ``(suite, kernel, case)`` the gate will sanitize, several kernels
+        at once, into the sanitizer's on-disk cache, from which :meth:`_sanitize` reads the verdicts
+        back. Where nothing is cached yet (a fresh runner) the kernels' runs then overlap instead of
+        queueing, each a few seconds; called before any case is timed, since every tool's process
+        is a CUDA context on the GPU. What goes wrong here is found again, and said, on the item."""
+        todo = []
+        for suite, program, case in jobs:
+            checks, _ = effective_checks(suite)
+            if checks.sanitizer and case.name == sanitizer_case(suite).name:
+                todo.append((run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer"), checks))
+        if not todo:
+            return
+        timeout = max(DEFAULT_TIMEOUT_S, 2 * float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)))
+        env = getattr(self.client, "env", None)
+
+        def one(job) -> None:
+            try:
+                sanitize(job[0], job[1].sanitizer, timeout_s=timeout, env=env)
+            except Exception:  # noqa: BLE001 - the item runs it again and reports what happens
+                pass
+
+        # Three tools per kernel run at once: kernels at a time, a third of the cores' worth (two at least)
+        with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) // 3), thread_name_prefix="cudagate-sanitize") as pool:
+            list(pool.map(one, todo))
 
     @staticmethod
     def _harden(request: dict, case_entry: dict, extra: dict | None) -> dict:

@@ -30,7 +30,7 @@ from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.trust.base_ref import TrustRoot
 from pytest_cudagate.release import BuildRecord
-from pytest_cudagate.worker.build import build_record, compile_builds
+from pytest_cudagate.worker.build import build_record, compile_ahead, compile_builds
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.spawn import runs_items
 
@@ -92,6 +92,22 @@ class GateSession:
             self._starting.join()
             self._starting = None
             self.worker_start_s = time.perf_counter() - waited
+        if runs_items(self.config) and not xdist_hooks.is_worker(self.config):
+            self._ahead(session.items)
+
+    def _ahead(self, items: list) -> None:
+        """Before the first item, the work that waits on no GPU timing, side by side: every trusted
+        suite's programs compiled (NVRTC children at once), then, on a GPU, every kernel sanitized
+        that has no cached verdict. The items then read both back from the on-disk caches. Not in an
+        xdist worker, which runs only some of the items it collected."""
+        runtime = self.runtime
+        nodes = list({id(item.parent): item.parent for item in items if isinstance(item, (CompileItem, CaseItem))}.values())
+        with phases.run_phase("ahead"):
+            trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
+            compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch())
+            if runtime.client() is not None:
+                runtime.gate().sanitize_ahead([(item.parent.suite, item.parent.program, item.case) for item in items
+                                               if isinstance(item, CaseItem) and item.parent in trusted])
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """``--cuda-gate-class``: deselect the performance cases of the other classes."""

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 PHASES = ("worker_start", "compile", "fresh_inputs", "checks", "warm_up", "timing", "sanitizer", "statistics",
           "ipc", "other")
 # A run's phases, in the order a run meets them; --cuda-gate-durations and report.json use these names.
-RUN_PHASES = ("startup", "configure", "collection", "suites", "trust", "worker_wait", "compile", "release", "cases",
+RUN_PHASES = ("startup", "configure", "collection", "suites", "trust", "worker_wait", "ahead", "compile", "release", "cases",
               "other_tests", "pytest", "report_build", "report_requests", "plots", "report_html", "report_json",
               "benchmark_json", "github", "worker_shutdown")
 HOST_IN_CALL = ("statistics",)  # host phases that can run while a request is in flight (compare's decide)

@@ -4,13 +4,12 @@ folder, and every outcome."""
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudagate import phases
+from pytest_cudagate import phases, trash
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
@@ -18,6 +17,7 @@ from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailab
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.paths import scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
 from pytest_cudagate.release import ReleaseSource
@@ -126,6 +126,7 @@ class GateRuntime:
         if self._gate is None:
             self.client()
             self._gate = Gate(self._worker.client, self._worker.fingerprint, self.options, self.output_dir,
+                              keep_outputs=self.keep_outputs is not None,
                               release=self.release())
         return self._gate
 
@@ -171,7 +172,7 @@ class GateRuntime:
     @property
     def output_dir(self) -> Path:
         if self._output_dir is None:
-            self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix="cudagate-run-"))
+            self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix="cudagate-run-", dir=scratch_dir()))
         return self._output_dir
 
     def close_worker(self) -> None:
@@ -192,4 +193,4 @@ class GateRuntime:
     def close(self) -> None:
         self.close_worker()
         if self._output_dir is not None and self.keep_outputs is None:
-            shutil.rmtree(self._output_dir, ignore_errors=True)
+            trash.discard(self._output_dir)

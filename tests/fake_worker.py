@@ -256,9 +256,10 @@ def scale_kernels(body=honest, entry: str = "scale2") -> dict[str, FakeKernel]:
 
 
 def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, source=None,
-                state: Callable[[], dict] | None = None) -> Worker:
+                state: Callable[[], dict] | None = None, clock: Callable[[], int | None] | None = None) -> Worker:
     """A real :class:`Worker` on a :class:`FakeDevice`; a kernel spec compiles to ``kernels[entry]``
-    (or ``kernels(spec)``, which may read the source). ``state``: the worker's NVML view (none: {})."""
+    (or ``kernels(spec)``, which may read the source). ``state``: the worker's NVML view (none: {});
+    ``clock``: its SM clock reading before a warm-up (none: no reading)."""
     builtin = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel()}
 
     class FakeDeviceWorker(Worker):
@@ -270,6 +271,9 @@ def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, s
 
         def state(self) -> dict:
             return state() if state is not None else {}
+
+        def sm_clock(self) -> int | None:
+            return clock() if clock is not None else None
 
     return FakeDeviceWorker(device or FakeDevice(), emit or (lambda message: None), source or iter(()))
 

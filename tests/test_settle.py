@@ -107,20 +107,21 @@ def test_an_approval_of_a_long_kernel_records_the_launches_it_timed(tmp_path, mo
 
 # -- the warm-up's time floor ---------------------------------------------------------------------
 
-def warmups(tmp_path, clocks: list) -> list[float]:
-    """The time floor each of three timed runs had, the worker's NVML reading ``clocks`` in turn."""
+def warmups(tmp_path, after: list, before: list) -> list[float]:
+    """The time floor each of three timed runs had, the worker's NVML reading the SM clock ``after``
+    each run's timed launches and ``before`` the warm-up of each run after the first."""
     suite = load_suite(write_suite(tmp_path / "scale", yaml_text=SUITE_YAML + "timing: {warmup: 1, repeat: 20}\n"))
-    readings = iter(clocks)
+    afters, befores = iter(after), iter(before)
 
     def state() -> dict:
-        clock = next(readings, None)
+        clock = next(afters, None)
         return {"sm_clock_mhz": clock} if clock is not None else {}
 
     def body(launch):
         x, y, _ = scale_xy(launch)
         y[:] = 2 * x
 
-    worker = make_worker({"scale2": FakeKernel(body, SCALE_PARAMS)}, state=state)
+    worker = make_worker({"scale2": FakeKernel(body, SCALE_PARAMS)}, state=state, clock=lambda: next(befores, None))
     floors = []
     for i in range(3):
         lines: list[dict] = []
@@ -134,16 +135,17 @@ def warmups(tmp_path, clocks: list) -> list[float]:
 
 
 def test_a_gpu_still_at_the_clock_of_its_last_timed_launches_skips_the_time_floor(tmp_path):
-    # run 1: no timed launches before it; after them 1980 MHz; run 2 starts at 1980, run 3 at 1900
-    assert warmups(tmp_path, [1980, 1980, 1980, 1900, 1980]) == [20.0, 0.0, 0.0]
+    # run 1: no timed launches before it; after each, 1980 MHz; run 2 starts at 1980, run 3 at 1900
+    assert warmups(tmp_path, after=[1980, 1980, 1980], before=[1980, 1900]) == [20.0, 0.0, 0.0]
 
 
 def test_a_gpu_whose_clock_fell_warms_up_for_the_whole_floor(tmp_path):
-    assert warmups(tmp_path, [1980, 345, 1980, 1700, 1980]) == [20.0, 20.0, 20.0]
+    assert warmups(tmp_path, after=[1980, 1980, 1980], before=[345, 1700]) == [20.0, 20.0, 20.0]
 
 
 def test_without_a_clock_reading_the_floor_stays(tmp_path):
-    assert warmups(tmp_path, []) == [20.0, 20.0, 20.0]
+    assert warmups(tmp_path, after=[], before=[]) == [20.0, 20.0, 20.0]
+    assert warmups(tmp_path / "2", after=[1980, 1980, 1980], before=[]) == [20.0, 20.0, 20.0]
 
 
 # -- a library baseline beside a long kernel ------------------------------------------------------

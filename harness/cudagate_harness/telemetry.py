@@ -244,6 +244,12 @@ def device_state(ordinal: int, pci_bus_id: str | None = None) -> dict:
     }
 
 
+def sm_clock_mhz(ordinal: int, pci_bus_id: str | None = None) -> int | None:
+    """The SM clock now (MHz), one NVML query; None when NVML cannot read it."""
+    nv, h, unavailable = _open(ordinal, pci_bus_id)
+    return None if unavailable else _field(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+
+
 def disturbances(
     before: dict,
     after: dict,

@@ -131,8 +131,12 @@ class Worker:
         reading (no NVML, or no timed launches yet) the floor stays."""
         if requested <= 0 or self._ramped is None or time.perf_counter() - self._ramped[0] > RAMP_MEMORY_S:
             return requested
-        now = self.state().get("sm_clock_mhz")
+        now = self.sm_clock()
         return 0.0 if now and now >= CLOCK_KEPT * self._ramped[1] else requested
+
+    def sm_clock(self) -> int | None:
+        """The SM clock now (MHz), one NVML query; None without NVML."""
+        return telemetry.sm_clock_mhz(self.device.ordinal, self.info["pci_bus_id"])
 
     def function_for(self, kernel: dict, arch: str):
         # Every case of a compare request names the approved kernel again: compile each exact input

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +71,7 @@ def judge_case(kernel: str, case: str, body: dict, expected: dict[str, np.ndarra
             verdict.problems.append(f"the kernel wrote into input buffer {name!r} during {write['phase']} "
                                     f"({write['elements']} elements changed)")
     verdict.problems += _guard_problems(body.get("guards", {}))
+    fresh = _check_fresh(body.get("fresh", []), tolerance, shapes, checks)  # meanwhile, the signed outputs
     firsts, signed_ok = {}, {}
     between = "after the timed launches" if body.get("timing") else "on a second launch on the same inputs"
     for name, out in sorted(body.get("outputs", {}).items()):
@@ -99,7 +102,7 @@ def judge_case(kernel: str, case: str, body: dict, expected: dict[str, np.ndarra
                 verdict.notes.append(f"output {name!r}: {differing} elements differed bitwise between two launches on "
                                      f"the same inputs, both within tolerance (allowed by checks.determinism: tolerance)")
     _judge_timed(verdict, body.get("timed"), expected, tolerance, shapes, checks, signed_ok)
-    _judge_fresh(verdict, body.get("fresh", []), firsts, tolerance, shapes, checks, signed_ok)
+    _judge_fresh(verdict, fresh, firsts, signed_ok)
     verdict.passed = not verdict.problems and all(c.ok for c in verdict.comparisons)
     return verdict
 
@@ -152,27 +155,56 @@ def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, 
                                  f"(allowed by checks.determinism: tolerance)")
 
 
-def _judge_fresh(verdict: CaseVerdict, fresh: list[dict], firsts: dict, tolerance, shapes, checks: Checks,
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for the fresh sets' checks: numpy releases the GIL in their loads and array loops, so
+    a large case's outputs are checked side by side (the same checks, each alone)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="cudagate-judge")
+    return _POOL
+
+
+def _check_one(name: str, actual_path: str, expected_path: str, tolerance: Tolerance, shape, output_scale: bool):
+    actual = np.load(actual_path, allow_pickle=False)
+    want = np.load(expected_path, allow_pickle=False)
+    return actual, check_output(name, actual, want, tolerance, shape, output_scale=output_scale)
+
+
+def _check_fresh(fresh: list[dict], tolerance, shapes, checks: Checks) -> list[tuple[dict, list[tuple[str, Future]]]]:
+    """Each fresh input set with its outputs' checks against the reference's outputs for it, started
+    in :func:`_pool` (atol scaled with the output's RMS, see defences/fresh_inputs.py)."""
+    started = []
+    for entry in fresh:
+        expected_paths = entry.get("expected") or {}
+        scales = entry.get("atol_scale") or {}
+        futures = []
+        for name, out in sorted((entry.get("outputs") or {}).items()):
+            if name not in expected_paths or name not in tolerance:
+                continue
+            scale = float(scales.get(name, 1.0)) if isinstance(scales, dict) else float(scales)
+            tol = dataclasses.replace(tolerance[name], atol=tolerance[name].atol * scale)
+            futures.append((name, _pool().submit(_check_one, name, out["path"], expected_paths[name], tol,
+                                                 shapes.get(name), checks.output_scale)))
+        started.append((entry, futures))
+    return started
+
+
+def _judge_fresh(verdict: CaseVerdict, fresh: list[tuple[dict, list[tuple[str, Future]]]], firsts: dict,
                  signed_ok: dict) -> None:
     """Each fresh input set's outputs against the reference's outputs for it. Where the kernel is
     already wrong on the signed inputs, one line says it is wrong on the fresh ones too."""
     also: dict[str, list[str]] = {}
-    for entry in fresh:
+    for entry, futures in fresh:
         label = entry.get("label", "fresh")
         what = entry.get("description") or label
-        expected_paths = entry.get("expected") or {}
         for name, changed in sorted((entry.get("inputs_modified") or {}).items()):
             verdict.problems.append(f"the kernel wrote into input buffer {name!r} on fresh inputs ({label}): "
                                     f"{changed} elements changed")
-        scales = entry.get("atol_scale") or {}
-        for name, out in sorted((entry.get("outputs") or {}).items()):
-            if name not in expected_paths or name not in tolerance:
-                continue
-            actual = np.load(out["path"], allow_pickle=False)
-            want = np.load(expected_paths[name], allow_pickle=False)
-            scale = float(scales.get(name, 1.0)) if isinstance(scales, dict) else float(scales)
-            tol = dataclasses.replace(tolerance[name], atol=tolerance[name].atol * scale)
-            result = check_output(name, actual, want, tol, shapes.get(name), output_scale=checks.output_scale)
+        for name, future in futures:
+            actual, result = future.result()
             if result.ok:
                 continue
             if not signed_ok.get(name, True):

@@ -35,6 +35,7 @@ RUN_PHASE_WORDS = {
     "suites": "loading suite files: YAML, signature, case data",
     "trust": "signatures, manifest hashes of the case files, approvals ledgers",
     "worker_wait": "the first item's wait for the worker (its start overlaps configure and collection)",
+    "ahead": "before the first item: every kernel compiled, and sanitized where not cached, side by side",
     "compile": "compile items (NVRTC, cached)",
     "release": "release items (the released kernels read from git)",
     "cases": "case items (their split is the table above)",

@@ -6,6 +6,8 @@ The log that comes back is scrubbed of secret environment values before anyone p
 from __future__ import annotations
 
 import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 
@@ -31,6 +33,13 @@ def compile_program(program: Program, arch: str, source_text: str | None = None)
 def compile_builds(program: Program, cases, arch: str, source_text: str | None = None) -> list[tuple[Program, CompileResult]]:
     """Every build ``cases`` run (one per class variant in use, see :meth:`Program.builds`), compiled."""
     return [(build, compile_program(build, arch, source_text)) for build in program.builds(cases)]
+
+
+def compile_ahead(programs: list[tuple[Program, list]], arch: str) -> None:
+    """Compile every ``(program, cases)`` build at once into the on-disk cache (each NVRTC run is a
+    child process of its own), so that the compile items that follow, one by one, read it back."""
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="cudagate-compile") as pool:
+        list(pool.map(lambda job: compile_builds(job[0], job[1], arch), programs))
 
 
 def build_record(program: Program, arch: str, source_text: str | None = None) -> dict | None:

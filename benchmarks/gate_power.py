@@ -259,10 +259,15 @@ class Prepared:
         return (self.root / self.source_file).read_text()
 
 
+# A gate process loads cudagate as its only pytest plugin, as in a CI venv: this machine's image carries
+# other projects' plugins (gpucheck imports torch) that cost seconds per process and decide nothing.
+GATE_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def gate_args(paths: list[Path], report: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", "--cuda-gate", *map(str, paths), "--cuda-gate-require-gpu",
-            "--cuda-gate-allow-unsigned", "--cuda-gate-report", str(report), "-p", "no:cacheprovider",
-            "-p", "no:gpucheck", "-q"]
+    return [sys.executable, "-m", "pytest", "-p", "pytest_cudagate.plugin", "--cuda-gate", *map(str, paths),
+            "--cuda-gate-require-gpu", "--cuda-gate-allow-unsigned", "--cuda-gate-report", str(report),
+            "-p", "no:cacheprovider", "-q"]
 
 
 def prepare(name: str, work: Path, env: dict[str, str]) -> Prepared:
@@ -280,7 +285,7 @@ def prepare(name: str, work: Path, env: dict[str, str]) -> Prepared:
     if code != 0:
         raise RuntimeError(f"cudagate approve failed for {name}:\n{text[-3000:]}")
     report = work / name / "report-approved"
-    code, text, _ = run(gate_args([root / "cudagate.yaml"], report), cwd=root, env=env)
+    code, text, _ = run(gate_args([root / "cudagate.yaml"], report), cwd=root, env={**env, **GATE_ENV})
     item = perf_item(report, text)
     requests = [report / r for r in item.get("requests", []) if not r.endswith("-approved.json")]
     if not requests:
@@ -336,7 +341,7 @@ def calibrate(prepared: list[Prepared], targets: tuple[float, ...], work: Path,
 # -- one comparison per process ------------------------------------------------------------------------
 
 def gate_comparison(suite_yaml: Path, report: Path, env: dict[str, str]) -> dict:
-    code, text, wall = run(gate_args([suite_yaml], report), cwd=suite_yaml.parent, env=env)
+    code, text, wall = run(gate_args([suite_yaml], report), cwd=suite_yaml.parent, env={**env, **GATE_ENV})
     try:
         item = perf_item(report, text)
     except RuntimeError as exc:

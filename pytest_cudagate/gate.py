@@ -13,6 +13,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudagate_harness.telemetry import device_state, disturbances
 
@@ -27,7 +28,6 @@ from pytest_cudagate.defences.sanitizer import sanitize, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, blocks, incomparable, warns)
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.release import AbsentAtRef, BuildRecord, ReleaseSource, build_drift
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
@@ -37,6 +37,9 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate import phases
+
+if TYPE_CHECKING:
+    from pytest_cudagate.release import ReleaseSource
 
 
 
@@ -346,6 +349,8 @@ class Gate:
         """Current against the version approved at the release ref, timed as the PR gate times
         current against approved. When nothing differs from the release (the kernel is byte-identical
         to it, or the approved version is the released one and was just timed), nothing more is timed."""
+        from pytest_cudagate.release import AbsentAtRef, BuildRecord, build_drift  # release mode only
+
         try:
             released = self.release.lookup(suite, program.name)
         except CudagateError as exc:

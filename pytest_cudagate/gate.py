@@ -14,6 +14,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cudagate_harness.stopping import Settle
 from cudagate_harness.telemetry import device_state, disturbances
@@ -29,7 +30,6 @@ from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_s
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, blocks, incomparable, warns)
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.release import AbsentAtRef, BuildRecord, ReleaseSource, build_drift
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Launch, Program, Suite
@@ -40,6 +40,9 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate import phases, trash
+
+if TYPE_CHECKING:
+    from pytest_cudagate.release import ReleaseSource
 
 
 
@@ -387,6 +390,8 @@ class Gate:
         """Current against the version approved at the release ref, timed as the PR gate times
         current against approved. When nothing differs from the release (the kernel is byte-identical
         to it, or the approved version is the released one and was just timed), nothing more is timed."""
+        from pytest_cudagate.release import AbsentAtRef, BuildRecord, build_drift  # release mode only
+
         try:
             released = self.release.lookup(suite, program.name)
         except CudagateError as exc:

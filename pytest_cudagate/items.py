@@ -13,6 +13,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,11 +29,12 @@ from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
-from pytest_cudagate.trust.base_ref import TrustRoot
-from pytest_cudagate.release import BuildRecord
 from pytest_cudagate.worker.build import build_record, compile_ahead, compile_builds
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.spawn import runs_items
+
+if TYPE_CHECKING:  # `cudagate gate --trusted-ref` only
+    from pytest_cudagate.trust.base_ref import TrustRoot
 
 
 PLUGIN_NAME = "cudagate-session"
@@ -268,6 +270,8 @@ class ReleaseItem(GateItem):
     so a ref that does not resolve or a release that cannot be trusted fails once, here, per kernel."""
 
     def runtest(self) -> None:
+        from pytest_cudagate.release import BuildRecord  # release mode only
+
         node: ProgramNode = self.parent
         runtime = self.runtime
         current = build_record(node.program, runtime.arch())
@@ -344,6 +348,8 @@ def load_trust_root(config: pytest.Config) -> TrustRoot | None:
     if config.getoption("cuda_gate_allow_unsigned"):
         raise pytest.UsageError("--cuda-gate-allow-unsigned cannot be combined with a trust root (cudagate gate "
                                 "--trusted-ref)")
+    from pytest_cudagate.trust.base_ref import TrustRoot
+
     try:
         return TrustRoot.load(Path(path))
     except CudagateError as exc:

@@ -15,12 +15,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable
-
-import git
+from typing import TYPE_CHECKING, Callable
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.model import Case, Launch, Suite
+
+if TYPE_CHECKING:
+    import git  # gitpython (~35 ms): imported where a release ref is resolved, only in release mode
 
 LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as approvals.LEDGER_NAME
 # Largest git blob read at a ref: ledgers with per-launch samples run to a few MiB; anything far
@@ -170,6 +171,8 @@ class BuildDrift:
 def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str = "v*") -> ReleaseRef:
     """``ref`` (a tag, branch or commit), or the newest tag matching ``tag_pattern`` reachable from
     HEAD, other than one on HEAD itself (the release being made)."""
+    import git
+
     try:
         repo = git.Repo(repo_root, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -207,6 +210,8 @@ def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str
 
 
 def _explicit(repo: git.Repo, ref: str, shallow: bool) -> ReleaseRef:
+    import git
+
     try:
         commit = repo.commit(ref)
     except (git.BadName, git.BadObject, ValueError):

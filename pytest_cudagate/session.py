@@ -8,6 +8,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_cudagate import phases, trash
 from pytest_cudagate.errors import CudagateError
@@ -20,11 +21,13 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.paths import scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
-from pytest_cudagate.release import ReleaseSource
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
-from pytest_cudagate.trust.base_ref import TrustRoot
+
+if TYPE_CHECKING:  # release mode and `cudagate gate --trusted-ref` only
+    from pytest_cudagate.release import ReleaseSource
+    from pytest_cudagate.trust.base_ref import TrustRoot
 
 
 @dataclass
@@ -133,6 +136,8 @@ class GateRuntime:
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
         if self._release is None and self.options.release:
+            from pytest_cudagate.release import ReleaseSource
+
             self._release = ReleaseSource(self.root, self.release_ref, self.release_tags,
                                           release_verifier(self.trust_root, self.allow_unsigned))
         return self._release

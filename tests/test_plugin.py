@@ -248,3 +248,43 @@ def test_registering_the_plugin_imports_nothing_heavy(pytester):
               "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n")
     result = pytester.run(sys.executable, "-c", script)
     assert result.stdout.lines[-1] == "[]"
+
+
+MODULES_SEEN = """
+import sys
+
+import pytest
+
+LAZY = ("git", "gitdb", "smmap", "scipy", "pytest_cudagate.release", "pytest_cudagate.trust.base_ref",
+        "pytest_cudagate.reports.writer", "pytest_cudagate.reports.document", "pytest_cudagate.reports.html_page",
+        "pytest_cudagate.reports.plots", "pytest_cudagate.reports.benchmark_json")
+
+
+def loaded():
+    return sorted(m for m in LAZY if m in sys.modules or any(n.startswith(m + ".") for n in sys.modules))
+
+
+def pytest_sessionstart(session):
+    print("after configure:", loaded(), "items:", "pytest_cudagate.items" in sys.modules)
+
+
+def pytest_unconfigure(config):
+    print("at the end:", loaded())
+"""
+
+
+def test_a_gate_run_imports_git_scipy_the_release_and_the_report_only_where_used(pytester, monkeypatch):
+    # gitpython: release mode and `cudagate gate --trusted-ref`; scipy: a kernel judged against its stored
+    # approval runs (no GPU here: no case is judged); the report's modules: a report that is written.
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)  # in Actions the job summary is a report
+    write_suite(pytester.path)
+    pytester.makeconftest(MODULES_SEEN)
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-s", "-p", "no:cacheprovider")
+    assert outcomes(result) == {"passed": 1, "skipped": 2}
+    result.stdout.fnmatch_lines(["after configure: [[]] items: True", "at the end: [[]]"])
+
+    report = pytester.path / "report"
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-s", "-p", "no:cacheprovider",
+                                           f"--cuda-gate-report={report}")
+    assert (report / "report.html").is_file()
+    result.stdout.fnmatch_lines(["after configure: [[]] items: True", "at the end: *'pytest_cudagate.reports.html_page'*"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,17 +14,22 @@ from pytest_cudagate import phases
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.reports import github
-from pytest_cudagate.reports.benchmark_json import benchmark_document
-from pytest_cudagate.reports.document import Built, build_report
 from pytest_cudagate.reports.locate import from_items
-from pytest_cudagate.reports.scrub import Scrubber
-from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
 from pytest_cudagate.xdist_hooks import gathered_index
+
+# The report's modules (its document, HTML page, plots and pytest-benchmark JSON) are imported in
+# session_finish, and only when a session writes something: a gate run without --cuda-gate-report,
+# --cuda-gate-benchmark-json or GitHub Actions never loads them.
+if TYPE_CHECKING:
+    from pytest_cudagate.reports.document import Built
+    from pytest_cudagate.reports.scrub import Scrubber
 
 _DONE = pytest.StashKey[bool]()
 
 
 def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
+    from pytest_cudagate.reports.document import build_report
+
     session = config.pluginmanager.get_plugin("session")
     return build_report(
         list(runtime.outcomes), list(runtime.skipped),
@@ -62,8 +67,11 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     benchmark_file = config.getoption("cuda_gate_benchmark_json", None)
     if not (report_dir or benchmark_file or github.in_actions()):
         return
-    scrubber = Scrubber()
     with phases.run_phase("report_build"):
+        from pytest_cudagate.reports.scrub import Scrubber
+        from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
+
+        scrubber = Scrubber()
         built = build(config, runtime, exitstatus, report_dir)
         document = scrubber.data(built.document)
     clock = phases.RUN.get()
@@ -73,6 +81,8 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
             _say(config, f"cudagate report: {display_path(Path(report_dir) / REPORT_HTML)}")
         if benchmark_file:
             with phases.run_phase("benchmark_json"):
+                from pytest_cudagate.reports.benchmark_json import benchmark_document
+
                 write_text(Path(benchmark_file), dumps(benchmark_document(document, Path(config.rootpath))),
                            scrubber)
             _say(config, f"cudagate timings (pytest-benchmark JSON): {display_path(benchmark_file)}")

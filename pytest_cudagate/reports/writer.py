@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.phases import run_phase
 from pytest_cudagate.schema import validate
-from pytest_cudagate.reports.document import Built
-from pytest_cudagate.reports.html_page import render
 from pytest_cudagate.reports.scrub import Scrubber
+
+if TYPE_CHECKING:
+    from pytest_cudagate.reports.document import Built
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -44,6 +46,8 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
         for name, request in requests.items():
             validate(request, "harness-request", out_dir / REQUESTS_DIR / name)
     with run_phase("report_html"):
+        from pytest_cudagate.reports.html_page import render  # the page and its plots: only where one is written
+
         html = render(document)
     with run_phase("report_json"):
         if run_phases is not None:

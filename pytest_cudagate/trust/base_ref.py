@@ -18,7 +18,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-import git
 from cryptography.hazmat.primitives import serialization
 
 from pytest_cudagate import schema
@@ -179,6 +178,8 @@ def _ledger_sequence(reader: _Reader, path: str, item) -> int:
 
 def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
     """The trust root at ``ref`` of the repository holding ``worktree``, from git objects only."""
+    import git  # gitpython (~35 ms): only `cudagate gate --trusted-ref` reads a trust root from git
+
     try:
         repo = git.Repo(worktree)
         commit = repo.commit(ref)

@@ -6,6 +6,8 @@ A suite shaped like the matmul example's 2048³ case (two float32 inputs and one
 SIZE × SIZE elements) but elementwise (c = a·b) with a numpy reference, so the reference itself
 costs little and what is left is the gate's own work: drawing, hashing, .npy files, the fresh sets
 and the checks. The worker's output is stood in for by the expected arrays (a correct kernel). The
+same suite with a CUDA reference (as the matmul example's) times the host side of its fresh sets: a
+stand-in worker computes the reference's outputs with numpy, and its own time is left out. The
 per-user cache lives in a temporary folder (CUDAGATE_CACHE_DIR). Three host steps of the same size
 that this suite does not reach are timed beside it: the harness worker's checks of one output (it
 runs them in its own process), the wait for a CUDA reference run's folder to go (five adversarial
@@ -32,8 +34,10 @@ from pytest_cudagate import schema, trash
 from pytest_cudagate.cli import main as cudagate
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.client import RunResult
 
 SUITE = """\
 suite: mul
@@ -59,16 +63,43 @@ cases:
   - {{name: large, kind: performance, class: large, generated: true, scalars: {{m: {size}, n: {size}}}}}
 """
 REFERENCE = "import numpy as np\n\n\ndef mul(a, b, m, n):\n    return (a.astype(np.float64) * b).astype(np.float32)\n"
+CUDA_REFERENCE = "  source: mul.cu\n  entry: mul\n  launch: {grid: [\"cdiv(m*n, 256)\"], block: [256]}\n"
 KERNEL = ('extern "C" __global__ void mul(const float* a, const float* b, float* c, int m, int n)\n'
           '{ const long i = blockIdx.x * 256L + threadIdx.x; if (i < (long)m * n) c[i] = a[i] * b[i]; }\n')
 
 
-def write_suite(folder: Path, size: int) -> Path:
+class StandInWorker:
+    """The worker's side of a CUDA reference run (c = a * b), in this process, its time counted apart."""
+
+    device = {"arch": "sm_90"}
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def run(self, request: dict) -> RunResult:
+        start = time.perf_counter()
+        cases = {}
+        for spec in request["cases"]:
+            a, b = (np.load(spec["buffers"][name]["input"]) for name in ("a", "b"))
+            folder = Path(request["output_dir"]) / spec["name"]
+            folder.mkdir(parents=True)
+            np.save(folder / "c.npy", (a * b).reshape(-1))
+            cases[spec["name"]] = {"status": "ok", "outputs": {"c": {"path": str(folder / "c.npy")}}}
+        self.seconds += time.perf_counter() - start
+        return RunResult(compile={"ok": True}, cases=cases)
+
+
+def write_suite(folder: Path, size: int, worker: StandInWorker | None = None) -> Path:
+    """The suite, its case generated; with ``worker``, its reference is a CUDA kernel run there."""
     folder.mkdir(parents=True)
-    (folder / "cudagate.yaml").write_text(SUITE.format(size=size))
+    text = SUITE.format(size=size)
+    (folder / "cudagate.yaml").write_text(text.replace("  python: reference.py:mul\n", CUDA_REFERENCE)
+                                          if worker else text)
     (folder / "reference.py").write_text(REFERENCE)
     (folder / "mul.cu").write_text(KERNEL)
-    if cudagate(["cases", "generate", str(folder / "cudagate.yaml")]) != 0:
+    if worker:
+        generate(load_suite(folder / "cudagate.yaml"), client=worker)
+    elif cudagate(["cases", "generate", str(folder / "cudagate.yaml")]) != 0:
         raise SystemExit("cudagate cases generate failed")
     return folder / "cudagate.yaml"
 
@@ -98,6 +129,18 @@ def one_run(path: Path, work: Path, seed: int) -> dict[str, float]:
     assert verdict.passed, verdict.describe()
     seconds.update(side_steps(work, resolved.expected_outputs()["c"], resolved.inputs["a"]))
     return seconds
+
+
+def cuda_reference_run(path: Path, work: Path, seed: int, worker: StandInWorker) -> dict[str, float]:
+    """The fresh sets of the same case with a CUDA reference: the gate's own time, not the worker's."""
+    suite = load_suite(path)
+    case = suite.case("large")
+    materialise(suite, case, client=worker, root=work / "generated")
+    worker.seconds = 0.0
+    seconds, (sets, notes) = timed(lambda: make_sets(suite, case, count=2, adversarial=True, seed=seed,
+                                                     root=work / "fresh", client=worker))
+    assert len(sets) == 2, notes
+    return {"fresh_cuda": seconds - worker.seconds}
 
 
 def side_steps(work: Path, output: np.ndarray, input_path: Path) -> dict[str, float]:
@@ -137,6 +180,11 @@ def main(argv=None) -> int:
         path = write_suite(root / "suite", args.size)
         first = one_run(path, root / "run-0", seed=0)
         warm = [one_run(path, root / f"run-{i + 1}", seed=i + 1) for i in range(args.repeats)]
+        worker = StandInWorker()
+        cuda_path = write_suite(root / "cuda-suite", args.size, worker)
+        first.update(cuda_reference_run(cuda_path, root / "cuda-run-0", 0, worker))
+        for i, run in enumerate(warm):
+            run.update(cuda_reference_run(cuda_path, root / f"cuda-run-{i + 1}", i + 1, worker))
     mb = 3 * args.size * args.size * 4 / 1e6
     print(f"\n{args.size}×{args.size} float32, two inputs and one output ({mb:.0f} MB per set), numpy "
           f"{np.__version__}, {os.cpu_count()} CPUs; warm: median of {args.repeats}\n")
@@ -145,12 +193,13 @@ def main(argv=None) -> int:
     labels = {"rebuild": "the generated case: rebuilt (first run) or from the cache, verified (warm)",
               "fresh": "2 fresh input sets (resampled, adversarial) and their reference",
               "checks": "judging: the signed output and 2 fresh sets",
+              "fresh_cuda": "2 fresh input sets with a CUDA reference: the gate's side (the worker's left out)",
               "worker": "the harness worker's checks of one output and one input after launches 1 and 2, and its .npy",
               "discard": "the gate's wait for a CUDA reference run's folder (5 candidate sets and outputs) to go",
               "schema": "schema check of an approvals ledger (examples/fir, 7035 timing samples)"}
     flow = ("rebuild", "fresh", "checks")
     for key, label in labels.items():
-        if key == "worker":  # the suite's own flow ends here; the side steps follow the total
+        if key == "fresh_cuda":  # the suite's own flow ends here; the side steps follow the total
             total = statistics.median(sum(w[k] for k in flow) for w in warm)
             print(f"| **total** | **{sum(first[k] for k in flow):.3f} s** | **{total:.3f} s** |")
         print(f"| {label} | {first[key]:.3f} s | {statistics.median(w[key] for w in warm):.3f} s |")

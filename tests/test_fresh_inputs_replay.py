@@ -1,7 +1,8 @@
-"""A fresh-input seed draws bit for bit the sets it drew before the fresh inputs were made cheaper
-(digests recorded at 5ad7a70), so a failure printed with CUDAGATE_FRESH_SEED still replays: the
-inputs, the reference's outputs, the descriptions and the tolerance scales of four sets, resampled
-and adversarial, for an input without a distribution (shuffled) and one with (drawn anew)."""
+"""A fresh-input seed draws bit for bit the sets recorded here (digests recorded when fresh values
+came to be drawn in the input's own precision and spread by exact powers of two), so a failure
+printed with CUDAGATE_FRESH_SEED replays: the inputs, the reference's outputs, the descriptions and
+the tolerance scales of four sets, resampled and adversarial, for an input without a distribution
+(shuffled) and one with (drawn anew). A change that draws other values records new digests."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ NORMAL_X = replace_once(SUITE_YAML, "tolerance:", "inputs:\n  x: {distribution: 
 
 
 @pytest.mark.parametrize("yaml_text, digest", [
-    (SUITE_YAML, "6b89b63ea21ce9dfd46cec21baf2c1b2364951e577fa261a16f8a73e5dcd3379"),
-    (NORMAL_X, "51543dbd71456a72853c2b4ced8678dfbf28b8291ba20494de58e4f6e674777f"),
+    (SUITE_YAML, "18e410eb9b083fa203f33eaec8651c8c4f0dacba5d92577925f77d97fc38719e"),
+    (NORMAL_X, "491533143ba71f64e88d5b23235676f044e24206977a29831f437ae6cce7aeb0"),
 ], ids=["shuffled", "distribution"])
 def test_a_fresh_seed_draws_the_sets_it_drew_before(tmp_path, yaml_text, digest):
     suite = load_suite(write_suite(tmp_path / "s", yaml_text=yaml_text))

@@ -29,7 +29,8 @@ from pytest_cudagate.defences.sanitizer import sanitizer_case
 from pytest_cudagate.suite.model import manifest_entry
 from pytest_cudagate.judge.output_scale import flag_cases, scale_check, trivial_output
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.suite.model import Checks, Tolerance
+from pytest_cudagate.suite.model import Checks, Distribution, Param, Tolerance
+from pytest_cudagate.suite.draw import draw, draw_fresh
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.trust.manifest import collect_manifest
@@ -197,6 +198,34 @@ def test_fresh_sets_are_new_values_with_reference_outputs(scale_suite, tmp_path)
     assert sets[1].atol_scale["y"] > 1e15  # atol follows the output's scale
     again, _ = fresh.make_sets(scale_suite, case, count=2, adversarial=True, seed=11, root=tmp_path / "again")
     assert np.array_equal(np.load(again[1].spec(scale_suite, case)["inputs"]["x"]), adversarial)  # a seed replays
+
+
+@pytest.mark.parametrize("dtype, dist", [
+    ("float32", Distribution("uniform", low=-3.0, high=5.0)), ("float16", Distribution("normal", mean=0.5, std=2.0)),
+    ("float64", Distribution("normal", mean=-1.0, std=0.25)), ("int32", Distribution("integers", low=-7, high=9)),
+    ("uint8", Distribution("integers", low=0, high=300)),  # past uint8: wrapped, as draw() casts
+])
+def test_fresh_draws_follow_the_distribution_in_the_inputs_dtype(dtype, dist):
+    param = Param(name="x", kind="buffer", dtype=dtype, intent="in", size="n")
+    values = draw_fresh(param, (200, 500), dist, np.random.default_rng(3))
+    signed_like = draw(param, (200, 500), dist, np.random.default_rng(3))  # the signed cases' draw
+    assert values.dtype == signed_like.dtype == np.dtype(dtype) and values.shape == (200, 500)
+    if dist.distribution == "integers":
+        assert set(np.unique(values)) == set(np.unique(signed_like))  # every value, none outside
+    if dist.distribution == "uniform":
+        assert dist.low <= values.min() < values.max() <= dist.high
+    mean, std = float(values.astype(np.float64).mean()), float(values.astype(np.float64).std())
+    assert abs(mean - float(signed_like.astype(np.float64).mean())) < 0.05 * max(1.0, std)
+    assert abs(std / float(signed_like.astype(np.float64).std()) - 1) < 0.02
+
+
+def test_signed_zeros_fall_on_about_two_percent_of_the_elements_anywhere():
+    rng = np.random.default_rng(8)
+    hits = np.concatenate([fresh.zero_positions(rng, 10_000) for _ in range(40)])
+    assert hits.min() >= 0 and hits.max() < 10_000 and abs(hits.size / 400_000 - fresh.ZERO_FRACTION) < 0.002
+    assert all(np.all(np.diff(fresh.zero_positions(rng, n)) > 0) for n in (1, 5, 4096))
+    counts = np.bincount(hits // 1000, minlength=10)
+    assert counts.min() > 0.9 * counts.mean()  # spread evenly, to the last element
 
 
 def test_adversarial_values_stop_where_the_reference_overflows(tmp_path):

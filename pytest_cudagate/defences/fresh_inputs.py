@@ -22,7 +22,7 @@ run (``CUDAGATE_FRESH_SEED`` fixes it) and is printed with any failure, so a fai
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,8 @@ import numpy as np
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
 from pytest_cudagate.defences.reference import ReferenceRunner
-from pytest_cudagate.suite.cases import draw, write_case
+from pytest_cudagate.suite.cases import write_case
+from pytest_cudagate.suite.draw import draw_fresh
 from pytest_cudagate.suite.model import Case, Suite
 
 SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40}  # magnitudes spread over 2^-R..2^R
@@ -69,35 +70,59 @@ def _rng(seed: int, suite: Suite, case: Case, index: int) -> np.random.Generator
     return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(f"{suite.name}/{case.name}".encode()), index])
 
 
-def signed_inputs(suite: Suite, case: Case) -> dict[str, np.ndarray]:
-    """The case's signed input arrays in their signature shapes (read once for all its fresh sets)."""
-    shapes = suite.resolved(case).shapes
-    return {p.name: np.load(suite.resolved(case).inputs[p.name], allow_pickle=False).reshape(shapes[p.name])
-            for p in suite.buffers if p.is_input}
+def signed_inputs(suite: Suite, case: Case) -> Callable[[str], np.ndarray]:
+    """The case's signed input arrays by name in their signature shapes, each read when first asked
+    for (inputs with a distribution never are) and once for all the case's fresh sets."""
+    loaded: dict[str, np.ndarray] = {}
+
+    def signed(name: str) -> np.ndarray:
+        if name not in loaded:
+            resolved = suite.resolved(case)
+            loaded[name] = np.load(resolved.inputs[name], allow_pickle=False).reshape(resolved.shapes[name])
+        return loaded[name]
+    return signed
+
+
+def changes_inputs(suite: Suite) -> bool:
+    """Whether fresh sets hold new values: not where every input is integer data without a distribution."""
+    return any(p.name in suite.inputs or p.dtype in FLOAT_DTYPES for p in suite.buffers if p.is_input)
 
 
 def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator,
-                     signed_arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], bool]:
-    """New input values like the signed ones; and whether any value actually changed."""
-    inputs, changed = {}, False
+                     signed: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
+    """New input values like the signed ones."""
+    inputs = {}
     for param in suite.buffers:
         if not param.is_input:
             continue
-        shape = suite.resolved(case).shapes[param.name]
-        signed = signed_arrays[param.name]
         if param.name in suite.inputs:
-            values = draw(param, shape, suite.inputs[param.name], rng)
+            inputs[param.name] = draw_fresh(param, suite.shape(param, case), suite.inputs[param.name], rng)
         elif param.dtype in FLOAT_DTYPES:
-            values = rng.permutation(signed.reshape(-1)).reshape(shape)
+            values = signed(param.name)
+            inputs[param.name] = rng.permutation(values.reshape(-1)).reshape(values.shape)
         else:
-            values = signed.copy()
-        changed |= not np.array_equal(values, signed)
-        inputs[param.name] = values.astype(numpy_dtype(param.dtype), copy=False)
-    return inputs, changed
+            inputs[param.name] = signed(param.name)
+    return inputs
+
+
+def zero_positions(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Flat indices where a Bernoulli(ZERO_FRACTION) draw per element would hit, drawn as the gaps
+    between hits: a few percent of the draws one per element takes."""
+    expected = size * ZERO_FRACTION
+    batch = int(expected + 8 * np.sqrt(expected)) + 16  # nearly always one batch reaches the end
+    chunks, last = [], -1
+    while last < size:
+        hits = np.cumsum(rng.geometric(ZERO_FRACTION, size=batch)) + last
+        chunks.append(hits)
+        last = int(hits[-1])
+    hits = np.concatenate(chunks)
+    return hits[hits < size]
 
 
 def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator) -> tuple[dict[str, np.ndarray], int]:
-    """Float inputs with magnitudes spread widely and signed zeros, as float64 (not yet cast); zeros placed."""
+    """Float inputs with magnitudes spread widely and signed zeros, not yet scaled nor cast: each
+    value times 2^k, k drawn from -R..R, in float32 (float64 for float64 inputs), which holds them
+    exactly (no exp2, whose rounding differs between CPUs' libraries); and the zeros placed."""
     out, zeros = {}, 0
     for param in suite.buffers:
         if not param.is_input:
@@ -107,17 +132,21 @@ def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator
             out[param.name] = x
             continue
         bits = SPREAD_BITS[param.dtype]
-        factors = rng.uniform(-bits, bits, size=x.shape)
-        values = np.exp2(factors, out=factors)  # in place: these arrays are as large as the case
-        values *= x
-        if values.size >= 4 and (values < 0).any() and (values > 0).any():
-            where = rng.random(x.shape) < ZERO_FRACTION
-            negative = rng.random(x.shape) < 0.5
-            np.copyto(values, 0.0, where=where & ~negative)  # no third array as large as the case
-            np.copyto(values, -0.0, where=where & negative)
-            zeros += int(np.count_nonzero(where))
+        powers = rng.integers(-bits, bits, size=x.shape, endpoint=True, dtype=np.int32)
+        values = np.ldexp(x, powers, dtype=np.float64 if param.dtype == "float64" else np.float32)
+        flat = values.reshape(-1)
+        # fmin/fmax skip NaN, as the element-wise comparisons they replace do
+        if flat.size >= 4 and np.fmin.reduce(flat) < 0 < np.fmax.reduce(flat):
+            where = zero_positions(rng, flat.size)
+            flat[where] = np.where(rng.random(where.size) < 0.5, -0.0, 0.0)
+            zeros += int(where.size)
         out[param.name] = values
     return out, zeros
+
+
+def magnitude(values: np.ndarray) -> float:
+    """The largest |value| (NaN where any is NaN), without an array of absolute values."""
+    return max(float(values.max(initial=0)), -float(values.min(initial=0))) if values.size else 0.0
 
 
 def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[int]:
@@ -125,9 +154,10 @@ def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[
     most = None
     for param in suite.buffers:
         if param.is_input and param.dtype in FLOAT_DTYPES:
-            biggest = float(np.max(np.abs(spread_inputs[param.name]), initial=0.0))
-            if biggest > 0:
-                room = int(np.floor(np.log2(float(np.finfo(numpy_dtype(param.dtype)).max) / biggest))) - 2
+            biggest = magnitude(spread_inputs[param.name])
+            if biggest > 0:  # NaN is not: as before, an input holding NaN sets no bound
+                room = (int(np.floor(np.log2(float(np.finfo(numpy_dtype(param.dtype)).max) / biggest))) - 2
+                        if np.isfinite(biggest) else 0)
                 most = room if most is None else min(most, room)
     if not most or most <= 0:
         return [0]
@@ -176,20 +206,24 @@ def usable(suite: Suite, outputs: dict | None) -> bool:
         if value is None:
             return False
         if param.dtype in FLOAT_DTYPES:
-            v = np.asarray(value)  # finiteness and the largest magnitude are exact in the output's own dtype
-            if not np.all(np.isfinite(v)):
-                return False
             limit = float(np.finfo(numpy_dtype(param.dtype)).max) * 2.0 ** -HEADROOM_BITS[param.dtype]
-            if float(np.max(np.abs(v), initial=0)) > limit:
+            if not magnitude(np.asarray(value)) <= limit:  # exact in the output's dtype; NaN and Inf fail
                 return False
     return True
 
 
 def _rms(values) -> float:
-    v = np.asarray(values, dtype=np.float64).reshape(-1)
-    if v.size and not (np.isfinite(v.min()) and np.isfinite(v.max())):  # min and max see any NaN or infinity
-        v = v[np.isfinite(v)]
-    return float(np.sqrt(np.mean(v * v))) if v.size else 0.0
+    v = np.asarray(values).reshape(-1)
+    if v.size and v.dtype.kind == "f" and not (np.isfinite(v.min()) and np.isfinite(v.max())):
+        v = v[np.isfinite(v)]  # min and max see any NaN or infinity
+    biggest = magnitude(v)
+    if biggest == 0:
+        return 0.0
+    # over the largest magnitude, so float32 squares neither overflow nor lose the scale; numpy's
+    # pairwise sum is exact enough for a tolerance's scale, and the same in every thread
+    work = np.divide(v, biggest, dtype=np.float32 if v.dtype.itemsize <= 4 else np.float64)
+    np.square(work, out=work)
+    return biggest * float(np.sqrt(float(work.sum()) / v.size))
 
 
 def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: int, root: Path,
@@ -202,13 +236,13 @@ def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: 
     root.mkdir(parents=True, exist_ok=True)
     runner = ReferenceRunner(suite, client, root)
     signed_rms = {name: _rms(values) for name, values in suite.resolved(case).expected_outputs().items()}
-    signed_arrays = signed_inputs(suite, case)
+    signed = signed_inputs(suite, case)
+    if not changes_inputs(suite):
+        notes.append(f"fresh inputs on case {case.name}: every input is integer data without a distribution "
+                     "under `inputs:`, so fresh sets repeat the signed values")
     for index, label in enumerate(labels(count, adversarial)):
         rng = _rng(seed, suite, case, index)
-        inputs, changed = resampled_inputs(suite, case, rng, signed_arrays)
-        if not changed:
-            notes.append(f"fresh inputs on case {case.name}: every input is integer data without a distribution "
-                         "under `inputs:`, so fresh sets repeat the signed values")
+        inputs = resampled_inputs(suite, case, rng, signed)
         if label.startswith("adversarial"):
             wide, zeros = spread(suite, inputs, rng)
             exponents = scale_exponents(suite, wide)

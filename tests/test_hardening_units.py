@@ -343,13 +343,15 @@ def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candid
 
     generate(suite, client=client)  # the signed data, from the (simulated) CUDA reference
     device = client.worker.device
-    before = device.launches
+    before, requests = device.launches, len(client.requests)
     case = suite.case("perf")
     sets, notes = fresh.make_sets(suite, case, count=2, adversarial=True, seed=9, root=tmp_path / "fresh", client=client)
     assert [s.label for s in sets] == ["resampled", "adversarial"] and notes == []
-    # One launch for the resampled set, one per candidate scale of the adversarial set (SCALE_STEPS + 1 of
-    # them here): no second validation launch.
-    assert device.launches - before == 1 + fresh.SCALE_STEPS + 1
+    # One request: one launch for the resampled set, one per candidate scale of the adversarial set
+    # (SCALE_STEPS + 1 of them here), no second validation launch.
+    assert len(client.requests) - requests == 1 and device.launches - before == 1 + fresh.SCALE_STEPS + 1
+    left = sorted(p.name for p in (tmp_path / "fresh").iterdir() if not p.name.startswith(".trash-"))
+    assert left == ["adversarial", "resampled"]  # the other candidates are on their way out
     for item in sets:
         spec = item.spec(suite, case)
         x = np.load(spec["inputs"]["x"]).astype(np.float64)

@@ -21,6 +21,7 @@ run (``CUDAGATE_FRESH_SEED`` fixes it) and is printed with any failure, so a fai
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
 
+from pytest_cudagate import trash
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.suite.draw import draw_fresh
@@ -165,12 +167,11 @@ def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[
 
 
 class Scaled(Sequence):
-    """The adversarial candidates, one per exponent, each built when first read: a Python reference
-    stops at the first usable one, so the rest (each as large as the case) are never built."""
+    """The adversarial candidates, one per exponent, each built when read (and built again, rather than
+    kept: each is as large as the case, and a Python reference stops at the first usable one)."""
 
     def __init__(self, suite: Suite, spread_inputs: dict[str, np.ndarray], exponents: list[int]):
         self.suite, self.spread_inputs, self.exponents = suite, spread_inputs, exponents
-        self._built: dict[int, dict[str, np.ndarray]] = {}
 
     def __len__(self) -> int:
         return len(self.exponents)
@@ -178,9 +179,7 @@ class Scaled(Sequence):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        if index not in self._built:
-            self._built[index] = scaled(self.suite, self.spread_inputs, self.exponents[index])
-        return self._built[index]
+        return scaled(self.suite, self.spread_inputs, self.exponents[index])
 
 
 def scaled(suite: Suite, spread_inputs: dict[str, np.ndarray], exponent: int) -> dict[str, np.ndarray]:
@@ -226,48 +225,126 @@ def _rms(values) -> float:
     return biggest * float(np.sqrt(float(work.sum()) / v.size))
 
 
+@dataclass
+class Draft:
+    """One fresh set drawn, before the reference has run on it."""
+
+    label: str
+    candidates: Sequence[dict[str, np.ndarray]]  # its inputs; an adversarial set's one per scale, largest first
+    exponents: tuple[int, ...] = (0,)
+    zeros: int = 0
+    staged: list[Path] = field(default_factory=list)  # a CUDA reference's: the candidates' data folders
+
+    @property
+    def adversarial(self) -> bool:
+        return self.label.startswith("adversarial")
+
+
+def draft(suite: Suite, case: Case, label: str, rng: np.random.Generator, signed: Callable[[str], np.ndarray]) -> Draft:
+    inputs = resampled_inputs(suite, case, rng, signed)
+    if not label.startswith("adversarial"):
+        return Draft(label, [inputs])
+    wide, zeros = spread(suite, inputs, rng)
+    exponents = scale_exponents(suite, wide)
+    return Draft(label, Scaled(suite, wide, exponents), tuple(exponents), zeros)
+
+
+def stage(suite: Suite, case: Case, draft: Draft, root: Path) -> None:
+    """Write a draft's candidates where a CUDA reference's worker reads them, and let go of the arrays:
+    a resampled set's straight into its set's folder, each adversarial candidate into one of its own."""
+    for index, inputs in enumerate(draft.candidates):
+        data = root / f"{draft.label}.scales" / str(index) if draft.adversarial else root / draft.label
+        write_case(suite, case, inputs, {}, data)
+        draft.staged.append(data)
+    draft.candidates = ()
+
+
+@dataclass
+class Prepared:
+    """A case's fresh sets as far as they go without the worker (:func:`prepare`)."""
+
+    suite: Suite
+    case: Case
+    seed: int
+    root: Path
+    drafts: list[Draft] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sets: list[FreshSet] | None = None  # None until the reference has run
+
+    def finish(self, client=None) -> tuple[list[FreshSet], list[str]]:
+        """The fresh sets, written under ``root``, and notes on what was skipped: the reference run on
+        what is drawn (a CUDA one through ``client``, every candidate of every set in one request)."""
+        if self.sets is None:
+            runner = ReferenceRunner(self.suite, client, self.root)
+            if self.suite.reference.python:
+                outputs = [runner.outputs(self.case, d.candidates, first_usable=True, usable=usable) for d in self.drafts]
+            else:
+                flat = iter(runner.outputs(self.case, [path for d in self.drafts for path in d.staged]))
+                outputs = [[next(flat) for _ in d.staged] for d in self.drafts]
+            signed_rms = {name: _rms(v) for name, v in self.suite.resolved(self.case).expected_outputs().items()}
+            kept = (self._keep(d, out, signed_rms) for d, out in zip(self.drafts, outputs))
+            self.sets, self.drafts = [s for s in kept if s is not None], []
+        return self.sets, self.notes
+
+    def _keep(self, draft: Draft, outputs: list, signed_rms: dict[str, float]) -> FreshSet | None:
+        """The set ``draft`` becomes, written under ``root``; None with a note where the reference failed."""
+        suite, case, label = self.suite, self.case, draft.label
+        if draft.adversarial:
+            chosen = next((i for i, out in enumerate(outputs) if usable(suite, out)), None)
+        else:
+            chosen = 0 if outputs[0] is not None else None
+        folder, scales = self.root / label, self.root / f"{label}.scales"
+        if chosen is None:
+            if draft.staged:  # its inputs, written for the worker
+                trash.discard(scales if draft.adversarial else folder)
+            self.notes.append(f"adversarial fresh inputs skipped on case {case.name}: the reference's own output is "
+                              "not finite on them at any scale tried (or it refused them)" if draft.adversarial else
+                              f"fresh inputs ({label}) skipped on case {case.name}: the reference failed on them")
+            return None
+        if draft.staged:  # its inputs stay where the worker read them
+            if draft.adversarial:
+                os.replace(draft.staged[chosen], folder)
+                trash.discard(scales)
+            write_case(suite, case, {}, outputs[chosen], folder)
+        else:
+            write_case(suite, case, draft.candidates[chosen], outputs[chosen], folder)
+        if draft.adversarial:
+            bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOAT_DTYPES})
+            description = (f"{label}: magnitudes spread over 2^±{'/'.join(map(str, bits)) or 0}, {draft.zeros} signed "
+                           f"zeros, scaled by 2^{draft.exponents[chosen]}; CUDAGATE_FRESH_SEED={self.seed} draws them again")
+        else:
+            description = f"{label}: new values like the signed ones; CUDAGATE_FRESH_SEED={self.seed} draws them again"
+        scale = {}
+        for name, values in outputs[chosen].items():
+            base, now = signed_rms.get(name, 0.0), _rms(values)
+            scale[name] = now / base if base > 0 and now > 0 else 1.0
+        return FreshSet(label, folder, scale, description)
+
+
+def prepare(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: int, root: Path,
+            reference: bool = True) -> Prepared:
+    """The fresh sets of one case drawn (for a CUDA reference, written where its worker reads them)
+    and, with ``reference``, finished by a Python reference: what needs the worker, or a generated
+    case's arrays not yet in place (``reference=False``), is left to :meth:`Prepared.finish`."""
+    prepared = Prepared(suite, case, seed, root)
+    if count <= 0:
+        prepared.sets = []
+        return prepared
+    root.mkdir(parents=True, exist_ok=True)
+    if not changes_inputs(suite):
+        prepared.notes.append(f"fresh inputs on case {case.name}: every input is integer data without a distribution "
+                              "under `inputs:`, so fresh sets repeat the signed values")
+    signed = signed_inputs(suite, case)
+    for index, label in enumerate(labels(count, adversarial)):
+        prepared.drafts.append(draft(suite, case, label, _rng(seed, suite, case, index), signed))
+        if not suite.reference.python:
+            stage(suite, case, prepared.drafts[-1], root)
+    if suite.reference.python and reference:
+        prepared.finish()
+    return prepared
+
+
 def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: int, root: Path,
               client=None) -> tuple[list[FreshSet], list[str]]:
     """The fresh input sets of one case, written under ``root``; and notes on what was skipped."""
-    sets: list[FreshSet] = []
-    notes: list[str] = []
-    if count <= 0:
-        return sets, notes
-    root.mkdir(parents=True, exist_ok=True)
-    runner = ReferenceRunner(suite, client, root)
-    signed_rms = {name: _rms(values) for name, values in suite.resolved(case).expected_outputs().items()}
-    signed = signed_inputs(suite, case)
-    if not changes_inputs(suite):
-        notes.append(f"fresh inputs on case {case.name}: every input is integer data without a distribution "
-                     "under `inputs:`, so fresh sets repeat the signed values")
-    for index, label in enumerate(labels(count, adversarial)):
-        rng = _rng(seed, suite, case, index)
-        inputs = resampled_inputs(suite, case, rng, signed)
-        if label.startswith("adversarial"):
-            wide, zeros = spread(suite, inputs, rng)
-            exponents = scale_exponents(suite, wide)
-            candidates = Scaled(suite, wide, exponents)
-            outputs = runner.outputs(case, candidates, first_usable=True, usable=usable)
-            chosen = next((i for i, out in enumerate(outputs) if usable(suite, out)), None)
-            if chosen is None:
-                notes.append(f"adversarial fresh inputs skipped on case {case.name}: the reference's own output is not "
-                             "finite on them at any scale tried (or it refused them)")
-                continue
-            inputs, expected = candidates[chosen], outputs[chosen]
-            bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOAT_DTYPES})
-            description = (f"{label}: magnitudes spread over 2^±{'/'.join(map(str, bits)) or 0}, {zeros} signed zeros, "
-                           f"scaled by 2^{exponents[chosen]}; CUDAGATE_FRESH_SEED={seed} draws them again")
-        else:
-            (expected,) = runner.outputs(case, [inputs])
-            if expected is None:
-                notes.append(f"fresh inputs ({label}) skipped on case {case.name}: the reference failed on them")
-                continue
-            description = f"{label}: new values like the signed ones; CUDAGATE_FRESH_SEED={seed} draws them again"
-        folder = root / label
-        write_case(suite, case, inputs, expected, folder)
-        scale = {}
-        for name, values in expected.items():
-            base, now = signed_rms.get(name, 0.0), _rms(values)
-            scale[name] = now / base if base > 0 and now > 0 else 1.0
-        sets.append(FreshSet(label, folder, scale, description))
-    return sets, notes
+    return prepare(suite, case, count=count, adversarial=adversarial, seed=seed, root=root).finish(client)

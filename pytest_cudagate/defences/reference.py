@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import tempfile
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -124,20 +125,23 @@ class ReferenceRunner:
         return checked
 
     # -- CUDA -----------------------------------------------------------------------------------
-    def cuda(self, sets: list[tuple[Case, dict[str, np.ndarray]]], *, plain: bool) -> list[dict | str]:
+    def cuda(self, sets: list[tuple[Case, dict[str, np.ndarray] | Path]], *, plain: bool) -> list[dict | str]:
         """The CUDA reference's outputs for each ``(case, inputs)``, in one worker request; a string
-        says why where it failed. ``plain``: one launch per set, no guard zones or scrub (fresh
-        inputs); otherwise the full checks, so unwritten outputs are found (generated cases)."""
+        says why where it failed. ``inputs``: arrays, written here for the worker, or a data folder
+        that holds them as ``FOLDER/<case>/<input>.npy``. ``plain``: one launch per set, no guard
+        zones or scrub (fresh inputs); otherwise the full checks, so unwritten outputs are found
+        (generated cases)."""
         suite, program = self.suite, self.suite.reference.program
         self.runs += 1
         folder = Path(tempfile.mkdtemp(prefix="cudagate-ref-", dir=self.work))
         try:
             specs = []
             for i, (case, inputs) in enumerate(sets):
-                data = folder / f"c{i}"
-                (data / case.name).mkdir(parents=True)
-                for name, array in inputs.items():
-                    np.save(data / case.name / f"{name}.npy", array)
+                data = inputs if isinstance(inputs, Path) else folder / f"c{i}"
+                if not isinstance(inputs, Path):
+                    (data / case.name).mkdir(parents=True)
+                    for name, array in inputs.items():
+                        np.save(data / case.name / f"{name}.npy", array)
                 spec = case_spec(suite, program, case, data_dir=data)
                 spec["name"] = f"{case.name}.{i}"
                 specs.append(spec)
@@ -182,10 +186,11 @@ class ReferenceRunner:
                 raise ReferenceFailure(result)
         return {c.name: r for c, r in zip(cases, results)}
 
-    def outputs(self, case: Case, candidates: list[dict[str, np.ndarray]], *, first_usable: bool = False,
+    def outputs(self, case: Case, candidates: Sequence[dict[str, np.ndarray] | Path], *, first_usable: bool = False,
                 usable=None) -> list:
-        """Reference outputs per candidate, None where it failed (fresh inputs). With ``first_usable``
-        the Python reference stops at the first candidate ``usable`` accepts (the rest stay None)."""
+        """Reference outputs per candidate (arrays; for a CUDA reference, or data folders as
+        :meth:`cuda` takes), None where it failed (fresh inputs). With ``first_usable`` the Python
+        reference stops at the first candidate ``usable`` accepts (the rest stay None)."""
         if self.suite.reference.python:
             results = []
             for inputs in candidates:

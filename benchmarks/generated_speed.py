@@ -6,14 +6,14 @@ A suite shaped like the matmul example's 2048³ case (two float32 inputs and one
 SIZE × SIZE elements) but elementwise (c = a·b) with a numpy reference, so the reference itself
 costs little and what is left is the gate's own work: drawing, hashing, .npy files, the fresh sets
 and the checks. The worker's output is stood in for by the expected arrays (a correct kernel). The
-same suite with a CUDA reference (as the matmul example's) times the host side of its fresh sets: a
-stand-in worker computes the reference's outputs with numpy, and its own time is left out. The
-per-user cache lives in a temporary folder (CUDAGATE_CACHE_DIR). Three host steps of the same size
-that this suite does not reach are timed beside it: the harness worker's checks of one output (it
-runs them in its own process), the wait for a CUDA reference run's folder to go (five adversarial
-candidates, as for the matmul case), and the schema check of an approvals ledger (the fir example's,
-thousands of timing samples, as report.json holds). Prints one markdown table of medians over the
-repeats.
+same suite with a CUDA reference (as the matmul example's) times the host side of its fresh sets,
+and the part of it the gate cannot draw ahead of the case's turn: a stand-in worker computes the
+reference's outputs with numpy, and its own time is left out. The per-user cache lives in a
+temporary folder (CUDAGATE_CACHE_DIR). Three host steps of the same size that this suite does not
+reach are timed beside it: the harness worker's checks of one output (it runs them in its own
+process), the wait for a CUDA reference run's folder to go (five adversarial candidates, as for the
+matmul case), and the schema check of an approvals ledger (the fir example's, thousands of timing
+samples, as report.json holds). Prints one markdown table of medians over the repeats.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from cudagate_harness.protocol import unwritten_mask
 from cudagate_harness.runner import _changed
 from pytest_cudagate import schema, trash
 from pytest_cudagate.cli import main as cudagate
-from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.defences.fresh_inputs import make_sets, prepare
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.suite.generated import materialise
@@ -137,10 +137,10 @@ def cuda_reference_run(path: Path, work: Path, seed: int, worker: StandInWorker)
     case = suite.case("large")
     materialise(suite, case, client=worker, root=work / "generated")
     worker.seconds = 0.0
-    seconds, (sets, notes) = timed(lambda: make_sets(suite, case, count=2, adversarial=True, seed=seed,
-                                                     root=work / "fresh", client=worker))
+    drawn, prepared = timed(lambda: prepare(suite, case, count=2, adversarial=True, seed=seed, root=work / "fresh"))
+    finished, (sets, notes) = timed(lambda: prepared.finish(worker))
     assert len(sets) == 2, notes
-    return {"fresh_cuda": seconds - worker.seconds}
+    return {"fresh_cuda": drawn + finished - worker.seconds, "fresh_cuda_turn": finished - worker.seconds}
 
 
 def side_steps(work: Path, output: np.ndarray, input_path: Path) -> dict[str, float]:
@@ -194,6 +194,7 @@ def main(argv=None) -> int:
               "fresh": "2 fresh input sets (resampled, adversarial) and their reference",
               "checks": "judging: the signed output and 2 fresh sets",
               "fresh_cuda": "2 fresh input sets with a CUDA reference: the gate's side (the worker's left out)",
+              "fresh_cuda_turn": "… of which left in the case's own turn when drawn ahead (the reference's run)",
               "worker": "the harness worker's checks of one output and one input after launches 1 and 2, and its .npy",
               "discard": "the gate's wait for a CUDA reference run's folder (5 candidate sets and outputs) to go",
               "schema": "schema check of an approvals ledger (examples/fir, 7035 timing samples)"}

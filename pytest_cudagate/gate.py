@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
+import functools
 import hashlib
 import os
 import secrets
@@ -24,7 +25,8 @@ from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_BUDGET_S, DEFAULT_TIMEO
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
-from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.defences.fresh_ahead import Ahead
+from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, prepare, reads_signed_inputs
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
@@ -99,6 +101,7 @@ class Gate:
         seed = options.fresh_seed if options.fresh_seed is not None else os.environ.get("CUDAGATE_FRESH_SEED")
         self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
+        self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
 
     @property
     def fingerprint_text(self) -> str:
@@ -216,13 +219,12 @@ class Gate:
         """The fresh input sets of a case (drawn once per gate run, shared by the suite's kernels)."""
         if checks.fresh_inputs <= 0:
             return []
-        key = (str(suite.path), case.name, checks.fresh_inputs, checks.adversarial_inputs)
+        key = self._fresh_key(suite, case, checks)
         if key not in self._fresh:
-            tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
-            root = self.output_dir / "fresh" / f"{suite.name}-{tag}" / case.name
-            try:
-                sets, notes = make_sets(suite, case, count=checks.fresh_inputs, adversarial=checks.adversarial_inputs,
-                                        seed=self.fresh_seed, root=root, client=self.client)
+            job = self._fresh_ahead.take(key) if self._fresh_ahead is not None else None
+            try:  # drawn ahead or here, the same sets; a failure ahead is raised again here
+                prepared = job.result() if job is not None else self._prepare(suite, case, checks, reference=True)
+                sets, notes = prepared.finish(self.client)
             except (CudagateError, OSError, ValueError, KeyError) as exc:
                 sets, notes = [], [f"fresh inputs could not be drawn for case {case.name}: {exc}"]
             self._fresh[key] = ([s.spec(suite, case) for s in sets], notes)
@@ -255,6 +257,37 @@ class Gate:
         # Three tools per kernel run at once: kernels at a time, a third of the cores' worth (two at least)
         with ThreadPoolExecutor(max_workers=max(2, (os.cpu_count() or 1) // 3), thread_name_prefix="cudagate-sanitize") as pool:
             list(pool.map(one, todo))
+
+    @staticmethod
+    def _fresh_key(suite: Suite, case: Case, checks) -> tuple:
+        return str(suite.path), case.name, checks.fresh_inputs, checks.adversarial_inputs
+
+    def _prepare(self, suite: Suite, case: Case, checks, *, reference: bool) -> Prepared:
+        tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
+        return prepare(suite, case, count=checks.fresh_inputs, adversarial=checks.adversarial_inputs,
+                       seed=self.fresh_seed, root=self.output_dir / "fresh" / f"{suite.name}-{tag}" / case.name,
+                       reference=reference)
+
+    def prefetch(self, upcoming: list[tuple[Suite, Case]]) -> None:
+        """Prepare the fresh sets of the ``upcoming`` cases (the one about to run first) in the
+        background, while the worker runs (defences/fresh_ahead.py); trusted suites only, as their
+        Python reference may run there. Left to the item's own turn: sets drawn already, and a
+        generated case's drawn from its signed arrays before they are in place."""
+        jobs = []
+        for suite, case in upcoming:
+            checks, _ = effective_checks(suite)
+            key = self._fresh_key(suite, case, checks)
+            placed = arrays_in_place(suite, case)
+            if checks.fresh_inputs > 0 and key not in self._fresh and (placed or not reads_signed_inputs(suite)):
+                jobs.append((key, functools.partial(self._prepare, suite, case, checks, reference=placed)))
+        if self._fresh_ahead is None:
+            self._fresh_ahead = Ahead()
+        self._fresh_ahead.want(jobs)
+
+    def close(self) -> None:
+        """Stop preparing ahead (a job running is waited for: it writes under the output folder)."""
+        if self._fresh_ahead is not None:
+            self._fresh_ahead.close()
 
     @staticmethod
     def _harden(request: dict, case_entry: dict, extra: dict | None) -> dict:

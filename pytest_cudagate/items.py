@@ -111,6 +111,30 @@ class GateSession:
                 runtime.gate().sanitize_ahead([(item.parent.suite, item.parent.program, item.case) for item in items
                                                if isinstance(item, CaseItem) and item.parent in trusted])
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch)."""
+        cases = [i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)]
+        if not cases:
+            return
+        try:
+            self.runtime.prefetch([(i.parent.suite, i.case) for i in cases])
+        except Exception:  # noqa: BLE001 - only a head start: the item meets and reports the same failure itself
+            pass
+
+    def _next_case(self, nextitem: pytest.Item | None) -> CaseItem | None:
+        """The first case item from ``nextitem`` on that this process runs: in the session's order,
+        past compile items; under xdist, which hands this process whole kernels, within
+        ``nextitem``'s kernel."""
+        if isinstance(nextitem, CaseItem):
+            return nextitem
+        if not isinstance(nextitem, GateItem):  # the last item, or another test
+            return None
+        items = nextitem.session.items
+        scope = nextitem.parent if xdist_hooks.is_worker(self.config) else None
+        return next((i for i in items[items.index(nextitem):]
+                     if isinstance(i, CaseItem) and (scope is None or i.parent is scope)), None)
+
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """``--cuda-gate-class``: deselect the performance cases of the other classes."""
         wanted = config.getoption("cuda_gate_class")

@@ -21,7 +21,7 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.paths import scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
-from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
 
@@ -133,6 +133,12 @@ class GateRuntime:
                               release=self.release())
         return self._gate
 
+    def prefetch(self, upcoming: list[tuple[Suite, Case]]) -> None:
+        """Hand the gate the case items about to run (this one first) to prepare their fresh inputs
+        ahead: once a worker runs, and for suites already trusted (a Python reference may run)."""
+        if self._worker is not None and not self._closed:
+            self.gate().prefetch([(suite, case) for suite, case in upcoming if not self.trust_problems(suite)])
+
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
         if self._release is None and self.options.release:
@@ -196,6 +202,8 @@ class GateRuntime:
                 worker.close()
 
     def close(self) -> None:
+        if self._gate is not None:  # first: what it prepares ahead is written under the output folder
+            self._gate.close()
         self.close_worker()
         if self._output_dir is not None and self.keep_outputs is None:
             trash.discard(self._output_dir)

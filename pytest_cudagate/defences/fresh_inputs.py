@@ -17,6 +17,10 @@ has the worker upload each into the *same* buffers the signed inputs used and la
 The absolute tolerance follows the output's scale: ``atol`` is multiplied by the RMS of the fresh
 expected output over the RMS of the signed one (``rtol`` unchanged). The seed changes every gate
 run (``CUDAGATE_FRESH_SEED`` fixes it) and is printed with any failure, so a failure replays.
+
+:func:`prepare` draws the sets and needs no worker, so the gate runs it ahead, while the worker runs
+the case before (defences/fresh_ahead.py); for a CUDA reference it writes every candidate where the
+worker reads it, and :meth:`Prepared.finish` runs them all in one request, in the case's own turn.
 """
 
 from __future__ import annotations
@@ -83,6 +87,16 @@ def signed_inputs(suite: Suite, case: Case) -> Callable[[str], np.ndarray]:
             loaded[name] = np.load(resolved.inputs[name], allow_pickle=False).reshape(resolved.shapes[name])
         return loaded[name]
     return signed
+
+
+def arrays_in_place(suite: Suite, case: Case) -> bool:
+    """Whether the case's signed arrays can be read now: a generated case's once it is materialised."""
+    return not case.generated or suite.arrays_dir(case) != suite.case_dir(case)
+
+
+def reads_signed_inputs(suite: Suite) -> bool:
+    """Whether fresh sets are drawn from signed values: an input without a distribution is."""
+    return any(p.is_input and p.name not in suite.inputs for p in suite.buffers)
 
 
 def changes_inputs(suite: Suite) -> bool:
@@ -325,7 +339,8 @@ def prepare(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: in
             reference: bool = True) -> Prepared:
     """The fresh sets of one case drawn (for a CUDA reference, written where its worker reads them)
     and, with ``reference``, finished by a Python reference: what needs the worker, or a generated
-    case's arrays not yet in place (``reference=False``), is left to :meth:`Prepared.finish`."""
+    case's arrays not yet in place (``reference=False``), is left to :meth:`Prepared.finish`. Needs
+    no worker, so the gate runs it ahead (defences/fresh_ahead.py)."""
     prepared = Prepared(suite, case, seed, root)
     if count <= 0:
         prepared.sets = []

@@ -1,0 +1,283 @@
+"""Fresh inputs prepared ahead (defences/fresh_ahead.py): while one case runs, the next case's sets
+are prepared in the background, and an item finds exactly the sets, notes and failures it would
+have drawn itself; a session that ends with a job in flight ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fake_worker import FakeKernel, FakeWorker, install, scale_xy
+from helpers import SUITE_YAML, replace_once, write_suite
+from test_hardening_gate import Fingerprint, kernels_for
+from pytest_cudagate import gate as gate_module
+from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.defences import fresh_ahead, fresh_inputs
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.suite.loader import load_suite
+
+pytest_plugins = ["pytester"]
+
+MORE_CASES = ("  - {name: wide, kind: correctness, scalars: {rows: 5, cols: 700}}\n"
+              "  - {name: big, kind: performance, generated: true, scalars: {rows: 64, cols: 200}}\n"
+              "checks: {sanitizer: off}\n")
+# Refuses the perf case's adversarial values: a skipped set and its note, on that case alone.
+PICKY_REFERENCE = """\
+import numpy as np
+
+
+def scale_rows(x, rows, cols):
+    if rows == 64 and cols == 256 and np.abs(x).max() > 100:
+        raise ValueError("out of domain")
+    return (x.astype(np.float64).reshape(rows, cols) * 2).astype(np.float32)
+"""
+PYTHON_YAML = SUITE_YAML + MORE_CASES
+DRAWN_YAML = replace_once(PYTHON_YAML, "tolerance:", "inputs:\n  x: {distribution: normal, mean: 0.5, std: 2}\ntolerance:")
+CUDA_YAML = replace_once(DRAWN_YAML, "  python: reference.py:scale_rows\n",
+                         "  source: scale.cu\n  entry: scale2\n  launch: {grid: [rows], block: [128]}\n")
+
+
+def suite_at(folder: Path, yaml_text: str) -> Path:
+    cuda = "entry: scale2\n  launch" in yaml_text
+    path = write_suite(folder, yaml_text=yaml_text, data=False)
+    (folder / "reference.py").write_text(PICKY_REFERENCE)
+    suite = load_suite(path)
+    generate(suite, client=FakeWorker(kernels_for(suite)) if cuda else None)
+    return path
+
+
+def fresh_sent(client: FakeWorker) -> dict[str, list[tuple]]:
+    """Per case, every fresh set the kernel was given: label, description, atol scale, file bytes."""
+    sent = {}
+    for request in client.requests:
+        for entry in request.get("cases", []) + ([request["case"]] if "case" in request else []):
+            if "fresh" in entry:
+                sent[entry["name"]] = [(f["label"], f["description"], f["atol_scale"],
+                                        {n: Path(p).read_bytes() for n, p in sorted(f["inputs"].items())},
+                                        {n: Path(p).read_bytes() for n, p in sorted(f["expected"].items())})
+                                       for f in entry["fresh"]]
+    return sent
+
+
+class Spy:
+    """Wraps the gate's ``prepare``: which thread prepared each case, and when each was done."""
+
+    def __init__(self, monkeypatch):
+        self.threads: dict[str, str] = {}
+        self.done: dict[str, threading.Event] = {}
+        real = gate_module.prepare
+
+        def prepare(suite, case, **kwargs):
+            try:
+                return real(suite, case, **kwargs)
+            finally:
+                self.threads[case.name] = threading.current_thread().name
+                self.done.setdefault(case.name, threading.Event()).set()
+
+        monkeypatch.setattr(gate_module, "prepare", prepare)
+
+    def wait(self, case: str) -> None:
+        assert self.done.setdefault(case, threading.Event()).wait(30)
+
+
+def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = frozenset()) -> tuple[dict, dict]:
+    """One gate run over every case of the suite (seed 1234); with ``spy``, each case is handed to
+    the gate ahead, with the next, and those in ``ahead`` are prepared in full before their turn."""
+    suite = load_suite(path)  # its own: a generated case is materialised afresh
+    client = FakeWorker(kernels_for(suite))
+    gate = Gate(client, Fingerprint(), GateOptions(fresh_seed=1234), out)
+    program = dataclasses.replace(suite.kernels[0], name="honest", entry="honest")
+    notes = {}
+    try:
+        for index, case in enumerate(suite.cases):
+            if spy is not None:
+                if case.name in ahead:
+                    spy.wait(case.name)
+                gate.prefetch([(suite, c) for c in suite.cases[index:index + 2]])
+            outcome = gate.replay(suite, program, case, Ledger.for_suite(suite))
+            assert not outcome.failed, outcome.message
+            notes[case.name] = outcome.notes
+    finally:
+        gate.close()
+    return fresh_sent(client), notes
+
+
+@pytest.mark.parametrize("yaml_text", [PYTHON_YAML, DRAWN_YAML, CUDA_YAML], ids=["python", "distribution", "cuda"])
+def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, yaml_text):
+    path = suite_at(tmp_path / "suite", yaml_text)
+    in_turn = judged(path, tmp_path / "in-turn")
+    # every case after the first is prepared while the one before runs, but a generated case drawn
+    # from its signed values (no distribution under `inputs:`), which waits for its arrays
+    ahead = frozenset({"perf", "wide"} | (set() if yaml_text == PYTHON_YAML else {"big"}))
+    spy = Spy(monkeypatch)
+    assert judged(path, tmp_path / "ahead", spy, ahead) == in_turn
+    assert {case for case in ahead if spy.threads[case] == "cudagate-fresh-ahead"} == ahead
+    assert spy.threads.get("big") != "cudagate-fresh-ahead" or "big" in ahead
+    sent, notes = in_turn
+    assert sorted(sent) == ["big", "perf", "small", "wide"] and all(len(sets) >= 1 for sets in sent.values())
+    skipped = [case for case, said in notes.items() if any("adversarial fresh inputs skipped" in n for n in said)]
+    assert skipped == ([] if yaml_text == CUDA_YAML else ["perf"])
+
+
+def slow_small(launch) -> None:
+    """The honest kernel, slow on the first case: the next case's sets are surely prepared meanwhile."""
+    x, y, _ = scale_xy(launch)
+    if launch.args["rows"] == 3:
+        time.sleep(0.3)
+    y[:] = 2 * x
+
+
+def wrong_small(launch) -> None:
+    x, y, _ = scale_xy(launch)
+    y[:] = (3 if launch.args["rows"] == 3 else 2) * x
+
+
+def run_gate(pytester, monkeypatch, path: Path, fail_draw: type[BaseException], *args: str, body=slow_small):
+    """The gate on ``path`` (seed 7) with the kernel ``body``; drawing the perf case's sets raises
+    ``fail_draw``. The calls' reports and report.json's items by case, and the threads the perf
+    case was drawn in."""
+    params = [p.protocol() for p in load_suite(path).signature]
+    install(monkeypatch, pytester.path, {"scale2": FakeKernel(body, params)})
+    threads = []
+    real = fresh_inputs.draft
+
+    def draft(suite, case, label, rng, signed):
+        if case.name == "perf":
+            threads.append(threading.current_thread().name)
+            raise fail_draw("the disk is full")
+        return real(suite, case, label, rng, signed)
+
+    monkeypatch.setattr(fresh_inputs, "draft", draft)
+    report = pytester.path / "report"
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-fresh-seed", "7",
+                              "--cuda-gate-report", str(report), str(path.parent), "-p", "no:cacheprovider", *args)
+    calls = {r.nodeid.rsplit("::", 1)[-1]: r for r in run.getreports("pytest_runtest_logreport") if r.when == "call"}
+    items = {i["case"]: i for i in json.loads((report / "report.json").read_text())["items"]}
+    return run, calls, items, threads
+
+
+def scale_path(pytester) -> Path:
+    return write_suite(pytester.path / "s", yaml_text=SUITE_YAML + "checks: {sanitizer: off}\n")
+
+
+def test_a_failure_ahead_is_a_note_on_its_own_item(pytester, monkeypatch):
+    run, calls, items, threads = run_gate(pytester, monkeypatch, scale_path(pytester), OSError)
+    assert threads == ["cudagate-fresh-ahead"] and calls["small"].passed and calls["perf"].passed
+    said = "fresh inputs could not be drawn for case perf: the disk is full"
+    assert said in items["perf"]["notes"] and not any(said in note for note in items["small"]["notes"])
+
+
+def test_an_error_ahead_fails_its_own_item_and_the_session_goes_on(pytester, monkeypatch):
+    run, calls, items, threads = run_gate(pytester, monkeypatch, scale_path(pytester), RuntimeError)
+    assert threads == ["cudagate-fresh-ahead"] and calls["compile"].passed and calls["small"].passed
+    assert calls["perf"].failed and "RuntimeError: the disk is full" in calls["perf"].longreprtext
+    assert run.ret == 1
+
+
+def test_a_session_that_stops_with_a_job_running_ends(pytester, monkeypatch):
+    monkeypatch.setattr(fresh_ahead, "CLOSE_WAIT_S", 0.5)
+    entered, release = threading.Event(), threading.Event()
+    real = gate_module.prepare
+
+    def stuck(suite, case, **kwargs):
+        if case.name == "perf":
+            entered.set()
+            release.wait(30)  # still running when the session ends
+            raise OSError("released")
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "prepare", stuck)
+    started = time.perf_counter()
+    try:  # the first case fails, and -x ends the session there
+        run, calls, _, _ = run_gate(pytester, monkeypatch, scale_path(pytester), OSError, "-x", body=wrong_small)
+    finally:
+        release.set()
+    assert entered.is_set() and calls["small"].failed and "perf" not in calls and run.ret == 1
+    assert time.perf_counter() - started < 20
+
+
+def slow(launch) -> None:
+    """The honest kernel, slow enough on every case (a few launches of small, a hundred of perf)
+    that the next case is surely prepared meanwhile."""
+    x, y, _ = scale_xy(launch)
+    time.sleep(0.05 if launch.args["rows"] == 3 else 0.003)
+    y[:] = 2 * x
+
+
+class Finished:
+    """A plugin for the run under test: the items finished so far."""
+
+    def __init__(self):
+        self.nodeids: list[str] = []
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        self.nodeids.append(nodeid.split("/", 1)[0] + "::" + nodeid.rsplit("::", 1)[-1])
+
+
+def test_a_suites_first_case_is_prepared_while_the_suite_before_runs(pytester, monkeypatch):
+    paths = [write_suite(pytester.path / name, yaml_text=SUITE_YAML.replace("suite: scale", f"suite: {name}")
+                         + "checks: {sanitizer: off}\n") for name in ("alpha", "beta")]
+    install(monkeypatch, pytester.path, {"scale2": FakeKernel(slow, [p.protocol() for p in
+                                                                     load_suite(paths[0]).signature])})
+    finished, started = Finished(), {}
+    real = gate_module.prepare
+
+    def prepare(suite, case, **kwargs):
+        started[suite.name, case.name] = threading.current_thread().name, list(finished.nodeids)
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "prepare", prepare)
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(pytester.path), "-p", "no:cacheprovider",
+                              plugins=[finished])
+    assert run.ret == 0 and set(started) == {(s, c) for s in ("alpha", "beta") for c in ("small", "perf")}
+    # each case while the one before it runs: beta's first while alpha's last does (past beta's compile item)
+    for (suite, case), before in [(("alpha", "perf"), "alpha::small"), (("beta", "small"), "alpha::perf"),
+                                  (("beta", "perf"), "beta::small")]:
+        thread, done = started[suite, case]
+        assert thread == "cudagate-fresh-ahead" and before not in done, (suite, case, done)
+
+
+def test_a_job_is_run_once_per_key_and_where_it_is_taken_if_not_started():
+    ahead = fresh_ahead.Ahead()
+    gate, runs = threading.Event(), []
+
+    def work(name: str, blocking: bool = False):
+        def run():
+            runs.append((name, threading.current_thread().name))
+            if blocking:
+                gate.wait(30)
+            return name
+        return run
+
+    try:
+        ahead.want([("a", work("a", blocking=True)), ("b", work("b"))])
+        while not runs:
+            time.sleep(0.01)
+        assert ahead.take("b").result() == "b"  # the thread is busy with a: b runs here, at once
+        ahead.want([("c", work("c"))])  # a is dropped while it runs...
+        ahead.want([("a", work("a again"))])  # ...and asked for again: the running one, not a second
+        gate.set()
+        assert ahead.take("a").result() == "a" and ahead.take("c") is None
+        assert runs == [("a", "cudagate-fresh-ahead"), ("b", threading.current_thread().name)]
+    finally:
+        ahead.close()
+    ahead.want([("d", work("d"))])  # closed: nothing more starts
+    assert ahead.take("d") is None
+
+
+def test_a_failure_is_raised_where_the_job_is_taken():
+    ahead = fresh_ahead.Ahead()
+
+    def fails():
+        raise KeyError("x")
+
+    ahead.want([("k", fails)])
+    with pytest.raises(KeyError):
+        ahead.take("k").result()
+    ahead.close()

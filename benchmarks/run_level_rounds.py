@@ -10,7 +10,7 @@ first and from the last N launches of that run and prints how far each lands fro
 of them, beside the spread of the approval runs' levels and the floor: a run of N launches is long
 enough when that offset is small against both. The last two columns apply the gate's own stopping
 rule for a kernel timed alone (``cudagate_harness.stopping.next_rounds`` with the settle rule of
-``pytest_cudagate.gate.baseline_timing``, at most 300 launches) to the stored launches in their
+``pytest_cudagate.gate.baseline_timing`` for the ledger's suite) to the stored launches in their
 order: how many it times, and how far the level of those lands from the level of all of them.
 """
 
@@ -28,18 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cudagate_harness.stopping import Settle, next_rounds  # noqa: E402
-from pytest_cudagate.gate import RUN_LEVEL_WITHIN  # noqa: E402
+from pytest_cudagate.gate import baseline_timing  # noqa: E402
+from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 from pytest_cudagate.judge import stats  # noqa: E402
 
 COUNTS = (100, 200, 300, 500)
-RULE_ROUNDS = 300  # a kernel timed alone at the default timing.repeat: 3 blocks of 100
-RULE = Settle(stats.RUN_QUANTILE, RUN_LEVEL_WITHIN)
 
 
-def settled_count(samples: np.ndarray) -> int:
-    """How many of the stored launches, in order, the stopping rule times (a block at a time)."""
+def settled_count(samples: np.ndarray, timing: dict) -> int:
+    """How many of the stored launches, in order, the stopping rule of a kernel timed alone with
+    ``timing`` (:func:`baseline_timing`) times, a block at a time."""
+    rule, rounds = Settle.from_json(timing["settle"]), int(timing["repeat"])
     done: list[float] = []
-    while todo := next_rounds(RULE, RULE_ROUNDS, [done], lambda kept: kept[0]):
+    while todo := next_rounds(rule, rounds, [done], lambda kept: kept[0]):
         done = list(samples[:len(done) + todo])
     return len(done)
 
@@ -48,6 +49,7 @@ def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float, int, flo
     """(kernel::case, launches stored, {N: worst offset of a first/last-N level, %}, run spread %,
     launches the stopping rule times, offset of their level %)."""
     found = []
+    timing = baseline_timing(load_suite(ledger.parent / "cudagate.yaml"))
     for approval in json.loads(ledger.read_text()).get("approvals", {}).values():
         for baseline in (approval.get("baselines") or {}).values():
             for case, entry in baseline.get("cases", {}).items():
@@ -59,7 +61,7 @@ def rows(ledger: Path) -> list[tuple[str, int, dict[int, float], float, int, flo
                 worst = {n: 100 * max(abs(stats.run_level(part) / level - 1) for part in (samples[:n], samples[-n:]))
                          for n in COUNTS}
                 spread = 100 * math.expm1(float(np.std(np.log(runs), ddof=1)))
-                ruled = settled_count(samples)
+                ruled = settled_count(samples, timing)
                 found.append((f"{approval.get('kernel', '?')}::{case}", int(samples.size), worst, spread, ruled,
                               100 * abs(stats.run_level(samples[:ruled]) / level - 1)))
     return found

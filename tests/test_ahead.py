@@ -84,3 +84,16 @@ def test_an_untrusted_suite_is_neither_compiled_nor_sanitized_ahead(project):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert calls(project) == []
     assert not (project.path / "cache" / "nvrtc").is_dir() or not any((project.path / "cache" / "nvrtc").iterdir())
+
+
+def test_a_kernel_that_cannot_be_read_fails_its_own_items_and_the_run_goes_on(project):
+    """A header that is not UTF-8 stops the compile ahead of nothing: that suite's compile item fails,
+    naming the file, and the other suite is judged."""
+    (project.path / "one" / "bad.h").write_bytes(b"\xff\xfe not text\n")
+    source = project.path / "one" / "scale.cu"
+    source.write_text('#include "bad.h"\n' + source.read_text())
+    result = project.runpytest_inprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                         "one", "two")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.assert_outcomes(passed=3, failed=3)  # one's compile item and cases; two's three items pass
+    assert "bad.h" in result.stdout.str()

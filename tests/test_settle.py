@@ -139,6 +139,11 @@ def test_a_gpu_still_at_the_clock_of_its_last_timed_launches_skips_the_time_floo
     assert warmups(tmp_path, after=[1980, 1980, 1980], before=[1980, 1900]) == [20.0, 0.0, 0.0]
 
 
+def test_the_clock_compared_with_is_one_after_a_floored_warm_up_so_it_cannot_slide(tmp_path):
+    # run 2 skips its floor at 1900 and reads 1890 after; run 3 at 1850 is compared with run 1's 1980
+    assert warmups(tmp_path, after=[1980, 1890, 1800], before=[1900, 1850]) == [20.0, 0.0, 20.0]
+
+
 def test_a_gpu_whose_clock_fell_warms_up_for_the_whole_floor(tmp_path):
     assert warmups(tmp_path, after=[1980, 1980, 1980], before=[345, 1700]) == [20.0, 20.0, 20.0]
 

@@ -747,7 +747,7 @@ def error_body(exc: Exception) -> dict:
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
              checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
-             state: Callable[[], dict] | None = None) -> dict:
+             state: Callable[[bool], dict] | None = None, floor: Callable[[float], float] | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
     ``library``: ``(adapter, baseline or why none, rounds, settle)``, timed beside the kernel after its own
@@ -755,9 +755,10 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
     timed alone may stop before ``timing.repeat`` launches once its run level is settled
     (:meth:`CaseRun.time_settled`); ``timing.repeat`` in the answer is the launches timed.
 
-    ``state``: the GPU's NVML state, read right after the kernel's timed launches (``timing.state``),
+    ``state(floored)``: the GPU's NVML state, read right after the kernel's timed launches (``timing.state``),
     so a disturbance the host judges the run by is the one around those launches, not one caused by
-    the library's rounds that follow.
+    the library's rounds that follow. ``floor(ms)``: the warm-up time floor to use instead of
+    ``timing.warmup_ms``, decided just before the warm-up (the worker's, from the GPU's clock).
 
     ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
@@ -783,19 +784,20 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                 run.check_guards("validation launch 1")
                 body = {"status": "ok"}
                 if timing:
+                    asked = float(timing.get("warmup_ms", 0))
+                    warmup_ms = floor(asked) if floor is not None else asked
                     with run.phase("the warm-up launches"):
-                        run.warm_up([kernel], int(timing["warmup"]), float(timing.get("warmup_ms", 0)))
+                        run.warm_up([kernel], int(timing["warmup"]), warmup_ms)
                     samples = run.time_settled([kernel], int(timing["repeat"]), Settle.from_json(timing.get("settle")),
                                                own, cold=timing.get("cache", "cold") == "cold",
                                                pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
                                                batch=int(timing.get("batch", 1)))
+                    after = {"state": state(warmup_ms > 0)} if state is not None else {}
                     run.check_timed(0, first)
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
-                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]),
-                                      "warmup_ms": float(timing.get("warmup_ms", 0)),
-                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"),
-                                      **({"state": state()} if state is not None else {})}
+                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]), "warmup_ms": warmup_ms,
+                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"), **after}
                     if library is not None:
                         body["library"] = run.time_library(kernel, library, timing, output_dir)
                 if checks.get("second_launch", True):

@@ -86,6 +86,15 @@ def quantile_interval(samples: Sequence[float], quantile: float, confidence: flo
     return float(ordered[lower - 1]), float(ordered[upper - 1])
 
 
+def looks(rounds: int) -> int:
+    """The most times :func:`next_rounds` looks at a rule within ``rounds`` (after blocks of 64, 128,
+    256, ... rounds in all), so that a caller can share its confidence between them (Bonferroni)."""
+    count, done = 0, FIRST_BLOCK
+    while done < rounds:
+        count, done = count + 1, 2 * done
+    return max(count, 1)
+
+
 def next_rounds(settle: Settle | None, rounds: int, samples: list[list[float]],
                 figure: Callable[[list[list[float]]], Sequence[float]]) -> int:
     """How many of ``rounds`` rounds to time next, ``samples`` (one list per kernel) timed so far;

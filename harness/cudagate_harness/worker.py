@@ -61,7 +61,8 @@ class Worker:
         self._scrub = None  # the scrub callable once built; False when this device cannot run it
         self.scrub_note: str | None = None
         self.libraries: dict[str, object] = {}  # adapter -> loaded baseline, or why it cannot be (once per worker)
-        self._ramped: tuple[float, int] | None = None  # (when, SM MHz) right after the last timed launches
+        self._timed_at: float | None = None  # when this worker's last timed launches ended
+        self._ramped_mhz: int | None = None  # SM clock right after timed launches whose warm-up had its floor
 
     def library_for(self, request: dict) -> tuple[str, object, int, Settle | None] | None:
         """The request's library baseline as ``(adapter, LibraryLaunch or why none, rounds, settle)``;
@@ -118,21 +119,26 @@ class Worker:
     def state(self) -> dict:
         return telemetry.device_state(self.device.ordinal, self.info["pci_bus_id"])
 
-    def timed_state(self) -> dict:
-        """:meth:`state` right after timed launches, whose SM clock :meth:`warmup_floor_ms` remembers."""
+    def timed_state(self, floored: bool) -> dict:
+        """:meth:`state` right after timed launches. ``floored``: their warm-up had its time floor, so
+        their SM clock is the one a ramped GPU holds, which :meth:`warmup_floor_ms` compares with (a
+        clock read after a skipped floor never becomes the reference: it could slide case by case)."""
         state = self.state()
-        clock = state.get("sm_clock_mhz")
-        self._ramped = (time.perf_counter(), int(clock)) if clock else None
+        self._timed_at = time.perf_counter()
+        if floored:
+            clock = state.get("sm_clock_mhz")
+            self._ramped_mhz = int(clock) if clock else None
         return state
 
     def warmup_floor_ms(self, requested: float) -> float:
-        """The warm-up time floor for the next timed launches: ``requested``, or 0 when the GPU has
-        kept the clock of this worker's last timed launches (see :data:`CLOCK_KEPT`). Without a clock
-        reading (no NVML, or no timed launches yet) the floor stays."""
-        if requested <= 0 or self._ramped is None or time.perf_counter() - self._ramped[0] > RAMP_MEMORY_S:
+        """The warm-up time floor for timed launches about to start: ``requested``, or 0 when the GPU
+        has kept the clock it held after a floored warm-up (see :data:`CLOCK_KEPT`). Without a clock
+        reading (no NVML, or no floored timed launches yet) the floor stays."""
+        if (requested <= 0 or self._ramped_mhz is None or self._timed_at is None
+                or time.perf_counter() - self._timed_at > RAMP_MEMORY_S):
             return requested
         now = self.sm_clock()
-        return 0.0 if now and now >= CLOCK_KEPT * self._ramped[1] else requested
+        return 0.0 if now and now >= CLOCK_KEPT * self._ramped_mhz else requested
 
     def sm_clock(self) -> int | None:
         """The SM clock now (MHz), one NVML query; None without NVML."""
@@ -200,10 +206,10 @@ class Worker:
         scrub = self.scrubber() if checks["scrub_shared"] else None
         baseline = self.library_for(request) if timing else None
         for case in request["cases"]:
-            floored = {**timing, "warmup_ms": self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))} if timing else None
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
-                            base=base, timing=floored, output_dir=output_dir, flush=self.flush_l2, pad=pad,
-                            scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None)
+                            base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
+                            scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
+                            floor=self.warmup_floor_ms)
             self._note(body, checks)
             self.answer(rid, body)
 
@@ -242,14 +248,15 @@ class Worker:
                         firsts.append(run.validation_launch(kernel, POISON_FIRST))
                     run.check_guards(f"validation launch 1 of the {ROLES[index]} kernel", who=index)
                 with run.phase("the warm-up launches"):
-                    run.warm_up(kernels, int(timing["warmup"]), self.warmup_floor_ms(float(timing.get("warmup_ms", 0))))
+                    floor = self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))
+                    run.warm_up(kernels, int(timing["warmup"]), floor)
                 rounds = int(timing.get("chunk", 100))
                 while rounds > 0:
                     before = self.state()
                     t0 = time.perf_counter()
                     samples, order = run.time_rounds(kernels, rounds, cold=cold, batch=batch, pad_max=pad_max)
                     wall = time.perf_counter() - t0
-                    after = self.timed_state()
+                    after = self.timed_state(floored=floor > 0)
                     # Outside the measured wall time: what the timed launches wrote, and the guards.
                     run.timed_check_launch(current, kernels[current], cold=cold, pad_max=pad_max, batch=batch)
                     for index in range(len(kernels)):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from pytest_cudagate.host import cores
 from pytest_cudagate.judge.elementwise import OutputCheck, check_output
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
 
@@ -163,7 +163,7 @@ def _pool() -> ThreadPoolExecutor:
     a large case's outputs are checked side by side (the same checks, each alone)."""
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="cudagate-judge")
+        _POOL = ThreadPoolExecutor(max_workers=min(4, cores()), thread_name_prefix="cudagate-judge")
     return _POOL
 
 

@@ -6,11 +6,11 @@ The log that comes back is scrubbed of secret environment values before anyone p
 from __future__ import annotations
 
 import hashlib
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 
+from pytest_cudagate.host import cores
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import kernel_spec
@@ -37,9 +37,17 @@ def compile_builds(program: Program, cases, arch: str, source_text: str | None =
 
 def compile_ahead(programs: list[tuple[Program, list]], arch: str) -> None:
     """Compile every ``(program, cases)`` build at once into the on-disk cache (each NVRTC run is a
-    child process of its own), so that the compile items that follow, one by one, read it back."""
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="cudagate-compile") as pool:
-        list(pool.map(lambda job: compile_builds(job[0], job[1], arch), programs))
+    child process of its own), so that the compile items that follow, one by one, read it back. A
+    program that cannot even be read (a header that is not UTF-8, say) is left to its compile item,
+    which fails saying why."""
+    def one(job: tuple[Program, list]) -> None:
+        try:
+            compile_builds(job[0], job[1], arch)
+        except Exception:  # noqa: BLE001 - only a head start: the item meets the same error and reports it
+            pass
+
+    with ThreadPoolExecutor(max_workers=cores(), thread_name_prefix="cudagate-compile") as pool:
+        list(pool.map(one, programs))
 
 
 def build_record(program: Program, arch: str, source_text: str | None = None) -> dict | None:

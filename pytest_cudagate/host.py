@@ -1,0 +1,14 @@
+"""What this host offers the gate's side-by-side work (compiles, sanitizer runs, output checks)."""
+
+from __future__ import annotations
+
+import os
+
+
+def cores() -> int:
+    """The CPUs this process may run on: its affinity where the OS says (a container or a CI job
+    pinned to 2 of a host's 128 cores gets 2), else the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)

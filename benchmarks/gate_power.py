@@ -261,11 +261,11 @@ class Prepared:
 
 # A gate process loads cudagate as its only pytest plugin, as in a CI venv: this machine's image carries
 # other projects' plugins (gpucheck imports torch) that cost seconds per process and decide nothing.
-GATE_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+GATE_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_PLUGINS": "pytest_cudagate.plugin"}
 
 
 def gate_args(paths: list[Path], report: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", "-p", "pytest_cudagate.plugin", "--cuda-gate", *map(str, paths),
+    return [sys.executable, "-m", "pytest", "--cuda-gate", *map(str, paths),
             "--cuda-gate-require-gpu", "--cuda-gate-allow-unsigned", "--cuda-gate-report", str(report),
             "-p", "no:cacheprovider", "-q"]
 

@@ -27,7 +27,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host import cores
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences
 from pytest_cudagate.defences.fresh_ahead import Ahead
-from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, prepare, reads_signed_inputs
+from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, prepare, reads_signed_inputs
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
@@ -57,6 +57,10 @@ class GateOptions:
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
 
+
+# Fresh inputs are drawn ahead, beside the worker's timed launches, only on hosts with this many
+# usable cores: the worker's host thread, the gate's own, and the drawing each get one.
+PREFETCH_CORES = 4
 
 # A kernel timed alone stops before Timing.baseline_rounds once its run level is known to ±0.5% at 99%
 # (cudagate_harness.stopping): a long kernel after a few dozen launches, where hundreds cost most of a
@@ -225,8 +229,9 @@ class Gate:
         key = self._fresh_key(suite, case, checks)
         if key not in self._fresh:
             job = self._fresh_ahead.take(key) if self._fresh_ahead is not None else None
-            try:  # drawn ahead or here, the same sets; a failure ahead is raised again here
-                prepared = job.result() if job is not None else self._prepare(suite, case, checks, reference=True)
+            prepared = self._taken(job, checks) if job is not None else None
+            try:  # drawn ahead or here, the same sets
+                prepared = prepared or self._prepare(suite, case, checks, reference=True)
                 sets, notes = prepared.finish(self.client)
             except (CudagateError, OSError, ValueError, KeyError) as exc:
                 sets, notes = [], [f"fresh inputs could not be drawn for case {case.name}: {exc}"]
@@ -264,6 +269,19 @@ class Gate:
             list(pool.map(one, todo))
 
     @staticmethod
+    def _taken(job, checks) -> Prepared | None:
+        """A job's sets, or None to draw them again in the item's own turn: where it failed, or a
+        Python reference dropped a set, off this thread (a reference may refuse to run in another
+        thread, and a kernel must not pass for want of a fresh set)."""
+        try:
+            prepared = job.result()
+        except (CudagateError, OSError, ValueError, KeyError):
+            return None
+        if prepared.sets is not None and len(prepared.sets) < len(labels(checks.fresh_inputs, checks.adversarial_inputs)):
+            return None
+        return prepared
+
+    @staticmethod
     def _fresh_key(suite: Suite, case: Case, checks) -> tuple:
         return str(suite.path), case.name, checks.fresh_inputs, checks.adversarial_inputs
 
@@ -278,6 +296,8 @@ class Gate:
         background, while the worker runs (defences/fresh_ahead.py); trusted suites only, as their
         Python reference may run there. Left to the item's own turn: sets drawn already, and a
         generated case's drawn from its signed arrays before they are in place."""
+        if cores() < PREFETCH_CORES:
+            return  # the drawing would compete with the worker's own host thread while it times
         jobs = []
         for suite, case in upcoming:
             checks, _ = effective_checks(suite)
@@ -289,10 +309,10 @@ class Gate:
             self._fresh_ahead = Ahead()
         self._fresh_ahead.want(jobs)
 
-    def close(self) -> None:
-        """Stop preparing ahead (a job running is waited for: it writes under the output folder)."""
-        if self._fresh_ahead is not None:
-            self._fresh_ahead.close()
+    def close(self) -> bool:
+        """Stop preparing ahead (a job running is waited for: it writes under the output folder);
+        False when one is still running, so that folder must not go."""
+        return self._fresh_ahead.close() if self._fresh_ahead is not None else True
 
     @staticmethod
     def _harden(request: dict, case_entry: dict, extra: dict | None) -> dict:

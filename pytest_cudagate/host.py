@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+
+BACKGROUND_NICE = 10
 
 
 def cores() -> int:
@@ -12,3 +15,13 @@ def cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def yield_cpu() -> None:
+    """Lower the calling thread's CPU priority (Linux gives each thread its own nice value), so
+    that background work (fresh inputs drawn ahead, deletions) yields to the GPU worker's launches
+    when the host runs short of cores. Best effort: elsewhere it does nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except (AttributeError, OSError):
+        pass

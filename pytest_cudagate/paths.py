@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import time
 from pathlib import Path
 
 SCRATCH_ENV = "CUDAGATE_SCRATCH"
 RAM_FOLDER = Path("/dev/shm")
 RAM_FREE_BYTES = 4 << 30  # a run of the examples holds a few hundred MB there at most
+RUN_PREFIX = "cudagate-run-"  # + the pid of the run that owns the folder, so a later run can tell it is gone
+STALE_S = 3600.0  # a folder of a run that is gone, untouched this long, is deleted by the next run
+_OWNED = re.compile(r"^(?:\.trash-)?" + re.escape(RUN_PREFIX) + r"(\d+)-")
 
 
 def display_path(path: Path | str) -> str:
@@ -29,10 +34,64 @@ def scratch_dir() -> str | None:
     if named:
         return named
     try:
-        ram = _is_tmpfs(RAM_FOLDER) and os.access(RAM_FOLDER, os.W_OK) and shutil.disk_usage(RAM_FOLDER).free >= RAM_FREE_BYTES
+        ram = (_is_tmpfs(RAM_FOLDER) and os.access(RAM_FOLDER, os.W_OK)
+               and min(shutil.disk_usage(RAM_FOLDER).free, memory_available()) >= RAM_FREE_BYTES)
     except OSError:
         return None
-    return str(RAM_FOLDER) if ram else None
+    if not ram:
+        return None
+    sweep_stale(RAM_FOLDER)
+    return str(RAM_FOLDER)
+
+
+def memory_available() -> int:
+    """Bytes of memory this process may still take: the kernel's MemAvailable, and less where its
+    cgroup (v2) caps it; tmpfs pages count against both. Unknown: 0 (RAM is not used)."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        found = int(re.search(r"^MemAvailable:\s+(\d+) kB", meminfo, re.M).group(1)) * 1024
+    except (OSError, AttributeError, ValueError):
+        return 0
+    try:
+        group = Path("/proc/self/cgroup").read_text().strip().splitlines()[0].split("::", 1)[1]
+        folder = Path("/sys/fs/cgroup") / group.lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        if limit != "max":
+            found = min(found, int(limit) - int((folder / "memory.current").read_text()))
+    except (OSError, IndexError, ValueError):
+        pass  # no cgroup v2 here: MemAvailable is the bound
+    return found
+
+
+def sweep_stale(root: Path) -> None:
+    """Delete, in the background, this user's run folders under ``root`` whose run has exited and
+    that nobody touched for :data:`STALE_S` (a run killed before its end leaves its arrays in RAM)."""
+    from pytest_cudagate import trash  # light; only where a RAM folder is used
+
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return
+    for entry in entries:
+        owned = _OWNED.match(entry.name)
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not owned or not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid()
+                or time.time() - info.st_mtime < STALE_S or _alive(int(owned.group(1)))):
+            continue
+        trash.discard(Path(entry.path))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _is_tmpfs(folder: Path) -> bool:

@@ -4,6 +4,7 @@ folder, and every outcome."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailab
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.paths import scratch_dir
+from pytest_cudagate.paths import RUN_PREFIX, scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
 from pytest_cudagate.suite.model import Case, Suite
@@ -183,7 +184,8 @@ class GateRuntime:
     @property
     def output_dir(self) -> Path:
         if self._output_dir is None:
-            self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix="cudagate-run-", dir=scratch_dir()))
+            self._output_dir = self.keep_outputs or Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-",
+                                                                          dir=scratch_dir()))
         return self._output_dir
 
     def close_worker(self) -> None:
@@ -202,8 +204,9 @@ class GateRuntime:
                 worker.close()
 
     def close(self) -> None:
-        if self._gate is not None:  # first: what it prepares ahead is written under the output folder
-            self._gate.close()
+        # First: what the gate prepares ahead is written under the output folder, which stays while a
+        # job still runs there (a sweep of a later run deletes it: paths.sweep_stale).
+        settled = self._gate.close() if self._gate is not None else True
         self.close_worker()
-        if self._output_dir is not None and self.keep_outputs is None:
+        if self._output_dir is not None and self.keep_outputs is None and settled:
             trash.discard(self._output_dir)

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from pytest_cudagate.host import yield_cpu
+
 _lock = threading.Lock()
 _pending: collections.deque[Path] = collections.deque()
 _thread: threading.Thread | None = None
@@ -47,6 +49,7 @@ def wait() -> None:
 
 def _drain() -> None:
     global _thread
+    yield_cpu()
     while True:
         with _lock:
             if not _pending:

@@ -24,6 +24,12 @@ from pytest_cudagate.suite.loader import load_suite
 
 pytest_plugins = ["pytester"]
 
+
+@pytest.fixture(autouse=True)
+def _any_host_draws_ahead(monkeypatch):
+    """These tests run on 2-core CI machines, where the gate would not draw ahead at all."""
+    monkeypatch.setattr(gate_module, "PREFETCH_CORES", 1)
+
 MORE_CASES = ("  - {name: wide, kind: correctness, scalars: {rows: 5, cols: 700}}\n"
               "  - {name: big, kind: performance, generated: true, scalars: {rows: 64, cols: 200}}\n"
               "checks: {sanitizer: off}\n")
@@ -117,7 +123,10 @@ def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, y
     ahead = frozenset({"perf", "wide"} | (set() if yaml_text == PYTHON_YAML else {"big"}))
     spy = Spy(monkeypatch)
     assert judged(path, tmp_path / "ahead", spy, ahead) == in_turn
-    assert {case for case in ahead if spy.threads[case] == "cudagate-fresh-ahead"} == ahead
+    # a set a Python reference dropped ahead (the picky perf case) is drawn again in the item's own turn
+    again = set() if yaml_text == CUDA_YAML else {"perf"}
+    assert {case for case in ahead if spy.threads[case] == "cudagate-fresh-ahead"} == ahead - again
+    assert all(spy.threads[case] == "MainThread" for case in again)
     assert spy.threads.get("big") != "cudagate-fresh-ahead" or "big" in ahead
     sent, notes = in_turn
     assert sorted(sent) == ["big", "perf", "small", "wide"] and all(len(sets) >= 1 for sets in sent.values())
@@ -166,9 +175,9 @@ def scale_path(pytester) -> Path:
     return write_suite(pytester.path / "s", yaml_text=SUITE_YAML + "checks: {sanitizer: off}\n")
 
 
-def test_a_failure_ahead_is_a_note_on_its_own_item(pytester, monkeypatch):
+def test_a_failure_ahead_is_drawn_again_in_turn_and_a_note_on_its_own_item(pytester, monkeypatch):
     run, calls, items, threads = run_gate(pytester, monkeypatch, scale_path(pytester), OSError)
-    assert threads == ["cudagate-fresh-ahead"] and calls["small"].passed and calls["perf"].passed
+    assert threads == ["cudagate-fresh-ahead", "MainThread"] and calls["small"].passed and calls["perf"].passed
     said = "fresh inputs could not be drawn for case perf: the disk is full"
     assert said in items["perf"]["notes"] and not any(said in note for note in items["small"]["notes"])
 
@@ -281,3 +290,31 @@ def test_a_failure_is_raised_where_the_job_is_taken():
     with pytest.raises(KeyError):
         ahead.take("k").result()
     ahead.close()
+
+
+def test_close_says_when_a_job_still_runs_so_its_folder_is_kept(monkeypatch):
+    monkeypatch.setattr(fresh_ahead, "CLOSE_WAIT_S", 0.2)
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck():
+        entered.set()
+        release.wait(30)
+
+    ahead = fresh_ahead.Ahead()
+    ahead.want([("k", stuck)])
+    assert entered.wait(10)
+    try:
+        assert ahead.close() is False  # GateRuntime.close then leaves the run folder (a later run sweeps it)
+    finally:
+        release.set()
+    done = fresh_ahead.Ahead()
+    done.want([("k", lambda: None)])
+    assert done.take("k").result() is None and done.close() is True
+
+
+def test_a_host_short_of_cores_draws_every_case_in_its_own_turn(tmp_path, monkeypatch):
+    monkeypatch.setattr(gate_module, "PREFETCH_CORES", 10_000)
+    path = suite_at(tmp_path / "suite", DRAWN_YAML)
+    spy = Spy(monkeypatch)
+    judged(path, tmp_path / "out", spy)
+    assert set(spy.threads.values()) == {"MainThread"}

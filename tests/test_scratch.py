@@ -53,3 +53,27 @@ def test_a_gate_run_leaves_nothing_in_its_scratch_folder(pytester, monkeypatch):
     assert run.parent == scratch
     # each case's outputs went as soon as it was judged, before the run's folder
     assert [f.name for f in seen if f.parent.parent == run] == ["small", "perf"]
+
+
+def test_a_run_that_died_leaves_its_ram_folder_to_the_next_run_to_delete(monkeypatch, tmp_path):
+    import os
+    import time
+
+    monkeypatch.delenv(paths.SCRATCH_ENV, raising=False)
+    monkeypatch.setattr(paths, "RAM_FOLDER", tmp_path)
+    monkeypatch.setattr(paths, "_is_tmpfs", lambda folder: True)
+    monkeypatch.setattr(paths, "memory_available", lambda: 1 << 40)
+    monkeypatch.setattr(paths.shutil, "disk_usage", lambda folder: type("U", (), {"free": 1 << 40})())
+    dead = 2 ** 22 + 12345  # above any pid this machine hands out
+    old = time.time() - 2 * paths.STALE_S
+    names = {"gone": f"{paths.RUN_PREFIX}{dead}-abc", "gone_trash": f".trash-{paths.RUN_PREFIX}{dead}-abc-1-2",
+             "recent": f"{paths.RUN_PREFIX}{dead}-new", "alive": f"{paths.RUN_PREFIX}{os.getpid()}-xyz",
+             "other": "someone-elses"}
+    for key, name in names.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.npy").write_bytes(b"0" * 10)
+        if key != "recent":
+            os.utime(tmp_path / name, (old, old))
+    assert paths.scratch_dir() == str(tmp_path)
+    trash.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["recent"], names["alive"], names["other"]])

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from pytest_cudagate.host import yield_cpu
+
 HELD = 2  # the item about to run and the next one
 CLOSE_WAIT_S = 30.0  # a job is one case's host work; past this, the session ends without it
 
@@ -89,8 +91,9 @@ class Ahead:
             job.run()
         return job
 
-    def close(self) -> None:
-        """Drop every job not started and wait (at most :data:`CLOSE_WAIT_S`) for the one running."""
+    def close(self) -> bool:
+        """Drop every job not started and wait (at most :data:`CLOSE_WAIT_S`) for the one running;
+        False when it is still running (it may still write: its folder must stay)."""
         with self._lock:
             self._closed = True
             self._queue.clear()
@@ -99,6 +102,8 @@ class Ahead:
             self._lock.notify()
         if thread is not None:
             thread.join(CLOSE_WAIT_S)
+            return not thread.is_alive()
+        return True
 
     def _job(self, key: Hashable, work: Callable[[], object]) -> Job:
         """The running job for ``key`` where one is (dropped, then asked for again), else a new one queued."""
@@ -109,6 +114,7 @@ class Ahead:
         return job
 
     def _drain(self) -> None:
+        yield_cpu()  # the worker's launches come first where the host is short of cores
         while True:
             with self._lock:
                 self._running = None

@@ -16,7 +16,7 @@ SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity",
 
 
 def kept() -> list[Path]:
-    return sorted(EVIDENCE.glob("*.json"))
+    return sorted(EVIDENCE.rglob("*.json"))  # a folder of its own keeps a later run's files apart
 
 
 def test_every_kept_file_has_a_schema():

@@ -58,6 +58,7 @@ class GateSession:
         self._starting: threading.Thread | None = None
         self.worker_start_s: float | None = None  # how long the first item still waited for the worker
         self.classes: dict[tuple[str, str], str] = {}  # (suite, case) -> shape class, for the table's skipped rows
+        self._positions: dict[int, int] | None = None  # id(item) -> its place in session.items
 
     @classmethod
     def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None,
@@ -108,8 +109,9 @@ class GateSession:
             trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
             compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch())
             if runtime.client() is not None:
+                ids = {id(node) for node in trusted}
                 runtime.gate().sanitize_ahead([(item.parent.suite, item.parent.program, item.case) for item in items
-                                               if isinstance(item, CaseItem) and item.parent in trusted])
+                                               if isinstance(item, CaseItem) and id(item.parent) in ids])
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -131,8 +133,10 @@ class GateSession:
         if not isinstance(nextitem, GateItem):  # the last item, or another test
             return None
         items = nextitem.session.items
+        if self._positions is None or len(self._positions) != len(items):  # once: index() per item is quadratic
+            self._positions = {id(i): n for n, i in enumerate(items)}
         scope = nextitem.parent if xdist_hooks.is_worker(self.config) else None
-        return next((i for i in items[items.index(nextitem):]
+        return next((i for i in items[self._positions.get(id(nextitem), len(items)):]
                      if isinstance(i, CaseItem) and (scope is None or i.parent is scope)), None)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:

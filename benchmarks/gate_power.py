@@ -536,6 +536,7 @@ def aa_cards(aa: list[dict], metas: list[dict]) -> list[str]:
 
 
 SKEW = 0.03  # an A/A process whose two copies' medians differ by more than this is counted as skewed
+TAIL = 1.3  # a launch above this multiple of its copy's 10th percentile, in its process, is in the slow tail
 
 
 def aa_symmetry(aa: list[dict]) -> list[str]:
@@ -543,8 +544,14 @@ def aa_symmetry(aa: list[dict]) -> list[str]:
     direction equally likely; a one-sided count points at something that favours one role."""
     head = ("suite · case", "A/A comparisons", f"approved copy's median > {SKEW:.0%} above the current's",
             f"current copy's median > {SKEW:.0%} above the approved's", "gate's estimate: median [min, max]",
-            "approved copy µs: median over processes")
+            "approved copy µs: median over processes",
+            f"launches in the slow tail (> {TAIL:g}× the copy's 10th percentile): approved / current")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def tail(rows: list[dict], role: str) -> str:
+        flags = np.concatenate([np.asarray(r[role]) > TAIL * np.percentile(r[role], 10) for r in rows])
+        return f"{flags.mean():.0%}"
+
     for suite, case in sorted({(r["suite"], r["case"]) for r in aa}):
         mine = [r for r in aa if (r["suite"], r["case"]) == (suite, case) and r.get("approved") and r.get("current")]
         if not mine:  # rows of the first edition kept no samples
@@ -553,7 +560,8 @@ def aa_symmetry(aa: list[dict]) -> list[str]:
         out.append("| " + " | ".join([
             f"{suite} {case}", str(len(mine)), str(sum(s > 1 + SKEW for s in skew)),
             str(sum(s < 1 / (1 + SKEW) for s in skew)), estimate_cell(mine),
-            f"{np.median([np.median(r['approved']) for r in mine]) * 1000:.2f}"]) + " |")
+            f"{np.median([np.median(r['approved']) for r in mine]) * 1000:.2f}",
+            f"{tail(mine, 'approved')} / {tail(mine, 'current')}"]) + " |")
     return out if len(out) > 2 else []
 
 

@@ -1,6 +1,7 @@
 """Does cudagate time a kernel the way other tools do? Cold L2, four outside timers, one run.
 
     python benchmarks/timing_fidelity.py [--quick] [--procs 5] [--json OUT.json]   (schemas/timing-fidelity.schema.json)
+    python benchmarks/timing_fidelity.py --tree DIR   # also `cudagate run` of another checkout: before/after, one card
 
 Kernels: the examples' shipped kernels on their performance cases (softmax 256×1024 and 2048×128,
 matmul 256³ and 384×256×320, about 5-20 µs), and the matmul kernel on 1024³ and 2048³ (about 0.3 and
@@ -13,6 +14,8 @@ replays, and timed cold by:
 - Nsight Compute: ``gpu__time_duration.sum`` of 50 launches, ``--cache-control all`` (flushed before
   each), ``--clock-control none`` (the clocks the others run at), median;
 - Triton: ``triton.testing.do_bench`` at its defaults (zeroes 256 MB before each launch), median.
+With ``--tree DIR``, the same requests are also replayed by DIR's code (``cudagate run`` with DIR and
+DIR/harness first on the path), in the same processes' rounds, so two versions meet on one card.
 Every tool runs in ``--procs`` fresh processes (ncu in fewer: it is slow); a cell is the median over
 processes of each process's median, with [min, max] over the processes. Needs a GPU, ncu, torch,
 triton, cupy and cuda-bench.
@@ -25,6 +28,7 @@ import csv
 import datetime
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,8 +56,8 @@ TIMING = {"warmup": 10, "cache": "cold", "warmup_ms": 50}  # the gate's defaults
 UNITS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
 
-def run(args: list[str], timeout: float = 300, cwd: Path = ROOT) -> str:
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def run(args: list[str], timeout: float = 300, cwd: Path = ROOT, env: dict | None = None) -> str:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:4])} … exited {done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
     return done.stdout
@@ -116,8 +120,16 @@ def with_repeat(request_path: Path, work: Path, label: str) -> Path:
     return path
 
 
-def cudagate_ms(request: Path) -> float:
-    answer = json.loads(run([sys.executable, "-m", "pytest_cudagate.cli", "run", str(request)]))
+def tree_env(tree: Path) -> dict:
+    """The environment in which ``python -m`` runs ``tree``'s cudagate (its worker too), from ``tree``
+    (``-m`` puts the working directory first on the path)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(tree / "harness"), os.environ.get("PYTHONPATH", "")])}
+
+
+def cudagate_ms(request: Path, tree: Path = ROOT) -> float:
+    """``cudagate run REQUEST`` with ``tree``'s code (client and worker); the request's paths are absolute."""
+    env = tree_env(tree) if tree != ROOT else None
+    answer = json.loads(run([sys.executable, "-m", "pytest_cudagate.cli", "run", str(request)], cwd=tree, env=env))
     return float(np.median(answer["cases"][0]["timing"]["samples_ms"]))
 
 
@@ -150,13 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two kernels, one process per tool")
     parser.add_argument("--procs", type=int, help="fresh processes per tool (default 5; ncu: 3)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tree", type=Path, help="also replay every request with this checkout's code")
     args = parser.parse_args(argv)
+    if args.tree is not None and not (args.tree / "pytest_cudagate" / "cli.py").is_file():
+        parser.error(f"--tree {args.tree}: no pytest_cudagate/cli.py there; give a checkout of this repository")
     procs = args.procs or (1 if args.quick else 5)
     ncu_procs = 1 if args.quick else min(procs, 3)
     labels = list(QUICK if args.quick else CASES)
     started = time.perf_counter()
-    results: dict[str, dict[str, list[float]]] = {tool: {label: [] for label in labels}
-                                                  for tool in ("cudagate", "nvbench", "ncu", "do_bench")}
+    other = f"cudagate ({args.tree})" if args.tree is not None else None
+    tools = ("cudagate", "nvbench", "ncu", "do_bench") + ((other,) if other else ())
+    results: dict[str, dict[str, list[float]]] = {tool: {label: [] for label in labels} for tool in tools}
     errors = []
     with tempfile.TemporaryDirectory(prefix="cudagate-fidelity-") as tmp:
         work = Path(tmp)
@@ -172,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         for proc in range(procs):
             for label in labels:
                 results["cudagate"][label].append(cudagate_ms(requests[label]))
+                if other:
+                    results[other][label].append(cudagate_ms(requests[label], args.tree.resolve()))
             out = work / f"nvbench-{proc}.json"
             try:
                 run([sys.executable, str(HERE / "nvbench_probe.py"), str(spec), str(out)])
@@ -204,12 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         cards = []
     gpu = ", ".join(cards[0].split(", ")[:2]) if cards else ""
     print(f"<!-- {command} — {now} — {gpu} -->\n")
-    print("| kernel | cudagate cold µs | nvbench cold µs | ncu gpu__time_duration µs | do_bench cold µs |")
-    print("|---|---|---|---|---|")
+    print("| kernel | cudagate cold µs | nvbench cold µs | ncu gpu__time_duration µs | do_bench cold µs |"
+          + (f" {other} cold µs |" if other else ""))
+    print("|---|---|---|---|---|" + ("---|" if other else ""))
     for label in labels:
         ref = results["cudagate"][label]
         print(f"| {label} | {cell(ref)} | {cell(results['nvbench'][label], ref)} | {cell(results['ncu'][label], ref)} | "
-              f"{cell(results['do_bench'][label], ref)} |")
+              f"{cell(results['do_bench'][label], ref)} |" + (f" {cell(results[other][label], ref)} |" if other else ""))
     print(f"\nmedian [min, max] over fresh processes (cudagate, nvbench, do_bench: {procs}; ncu: {ncu_procs}); "
           "in brackets after a peer: its median against cudagate's")
     for error in errors:

@@ -25,7 +25,7 @@ from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_BUDGET_S, DEFAULT_TIMEO
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host import cores
-from pytest_cudagate.worker.fingerprint import Fingerprint, differences
+from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
 from pytest_cudagate.defences.fresh_ahead import Ahead
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, prepare, reads_signed_inputs
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
@@ -408,7 +408,7 @@ class Gate:
         if not recorded:
             return ""
         closest = min(recorded, key=lambda other: len(differences(self.fingerprint, other)))
-        changed = ", ".join(f"{name} ({theirs} there, {ours} here)"
+        changed = ", ".join(f"{name} ({shown(name, theirs)} there, {shown(name, ours)} here)"
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 

@@ -106,6 +106,8 @@ class GateSession:
         runtime = self.runtime
         nodes = list({id(item.parent): item.parent for item in items if isinstance(item, (CompileItem, CaseItem))}.values())
         with phases.run_phase("ahead"):
+            # The first case's fresh sets (and its reference's imports) are drawn meanwhile.
+            self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1])
             trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
             compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch())
             if runtime.client() is not None:
@@ -116,7 +118,9 @@ class GateSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch)."""
-        cases = [i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)]
+        self._draw_ahead([i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)])
+
+    def _draw_ahead(self, cases: list[CaseItem]) -> None:
         if not cases:
             return
         try:

@@ -83,6 +83,9 @@ class FakeDevice:
         self.shared_word = 0  # what "uninitialised" shared memory holds right now
         self.launches = 0
         self.holds = self.released = 0  # host-released holds of the stream (Device.hold / release)
+        self.holdable = True  # Device.can_hold: False plays a driver without stream memory operations
+        self.holding = False
+        self.behind_hold = self.most_behind_hold = 0  # launches enqueued behind the current hold, and the most
         self.flushed = False  # a memset of 1 MiB or more (the L2 flush) happened; kernels may clear it
 
     # -- like Device ----------------------------------------------------------------------------
@@ -184,6 +187,9 @@ class FakeDevice:
                 dtype = numpy_dtype(param["dtype"])
                 args[param["name"]] = np.frombuffer(ctypes.string_at(address, dtype.itemsize), dtype)[0].item()
         self.launches += 1
+        if self.holding:  # a real driver blocks the host once about a thousand launches wait behind a hold
+            self.behind_hold += 1
+            self.most_behind_hold = max(self.most_behind_hold, self.behind_hold)
         self.clock += 0.01
         try:
             function.body(Launch(self, function, args, tuple(grid), tuple(block), shared_bytes))
@@ -195,9 +201,14 @@ class FakeDevice:
     # -- a host-released hold: the fake stream runs at once, so only the count is kept -------------
     def hold(self) -> None:
         self.holds += 1
+        self.holding, self.behind_hold = True, 0
 
     def release(self) -> None:
         self.released += 1
+        self.holding = False
+
+    def can_hold(self) -> bool:
+        return self.holdable
 
     # -- events -----------------------------------------------------------------------------------
     def event(self):
@@ -307,7 +318,8 @@ class FakeWorker:
 
     def start(self) -> dict:
         self.hello = {"type": "hello", "protocol": 1, "ok": True, "pid": os.getpid(), "device": FakeDevice().describe(),
-                      "identity": {"driver_version": "580.00"}, "nvrtc_version": "13.0", "cuda_bindings_version": "13.0"}
+                      "identity": {"driver_version": "580.00"}, "nvrtc_version": "13.0", "cuda_bindings_version": "13.0",
+                      "timing_hold": True}
         return self.hello
 
     def close(self) -> None:

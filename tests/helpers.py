@@ -87,3 +87,17 @@ def line_of(text: str, needle: str) -> int:
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def changed_after_approval(suite):
+    """``suite``'s kernel approved as it is, then its source changed: (the reloaded suite, its ledger),
+    so every performance case is timed interleaved against the approved version."""
+    from pytest_cudagate.approvals import Ledger, approval_for
+
+    ledger = Ledger.for_suite(suite)
+    program = suite.kernels[0]
+    ledger.approvals[program.name] = approval_for(ledger, program, approved_by="a", approved_at="now", git={},
+                                                  tool_version="test")
+    ledger.save()
+    program.source.write_text(program.source.read_text() + "// changed\n")
+    return load_suite(suite.path), ledger

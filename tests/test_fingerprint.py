@@ -407,13 +407,18 @@ H200 = dict(
     uuid="GPU-aaaa1111-0000-0000-0000-000000000000",
     sm_count=132,
     l2_bytes=50 * 2**20,
+    timing_hold=True,
 )
 
 
 def test_key_is_stable_and_short():
     fp = Fingerprint(**H200)
-    # Pinned: a change here silently orphans every stored baseline.
-    assert fp.key() == Fingerprint(**H200).key() == "54a671c5540c4076"
+    # Pinned: a change here silently orphans every stored baseline. Unheld (the field absent, or
+    # False) is the key from before the field; held launches have a key of their own.
+    assert fp.key() == Fingerprint(**H200).key() == "fa49d57efd6d06cb"
+    assert Fingerprint(**{**H200, "timing_hold": None}).key() == Fingerprint(**{**H200, "timing_hold": False}).key() \
+        == "54a671c5540c4076"
+    assert differences(Fingerprint(**{**H200, "timing_hold": None}), Fingerprint(**{**H200, "timing_hold": False})) == []
     assert len(fp.key()) == 16 and int(fp.key(), 16) >= 0
 
 
@@ -437,6 +442,8 @@ def test_key_ignores_uuid_bindings_and_l2():
         ("ecc", False),
         ("mig", True),
         ("sm_count", 114),
+        ("timing_hold", False),
+        ("timing_hold", None),  # a baseline recorded before launches were held
     ],
 )
 def test_every_key_field_changes_key_and_is_reported(field, value):
@@ -463,9 +470,9 @@ def test_round_trip_and_unknown_keys_ignored():
 def test_describe():
     assert Fingerprint(**H200).describe() == (
         "NVIDIA H200 (sm_90, 132 SMs) driver 580.159.04 CUDA 13.0 NVRTC 13.0 "
-        "power 700 W ECC on MIG off"
+        "power 700 W ECC on MIG off launches held"
     )
-    bare = Fingerprint(**{**H200, "power_limit_w": None, "ecc": None, "sm_count": None})
+    bare = Fingerprint(**{**H200, "power_limit_w": None, "ecc": None, "sm_count": None, "timing_hold": None})
     assert bare.describe() == (
-        "NVIDIA H200 (sm_90) driver 580.159.04 CUDA 13.0 NVRTC 13.0 power n/a ECC n/a MIG off"
+        "NVIDIA H200 (sm_90) driver 580.159.04 CUDA 13.0 NVRTC 13.0 power n/a ECC n/a MIG off launches unheld"
     )

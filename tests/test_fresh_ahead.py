@@ -16,6 +16,7 @@ from fake_worker import FakeKernel, FakeWorker, install, scale_xy
 from helpers import SUITE_YAML, replace_once, write_suite
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate import gate as gate_module
+from pytest_cudagate import items as items_module
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.defences import fresh_ahead, fresh_inputs
 from pytest_cudagate.gate import Gate, GateOptions
@@ -175,6 +176,29 @@ def scale_path(pytester) -> Path:
     return write_suite(pytester.path / "s", yaml_text=SUITE_YAML + "checks: {sanitizer: off}\n")
 
 
+def test_the_first_case_is_drawn_ahead_while_the_kernels_compile(pytester, monkeypatch):
+    """Run phase `ahead` (the compiles, the sanitizer) overlaps the drawing of the first case's sets."""
+    path = scale_path(pytester)
+    install(monkeypatch, pytester.path, {"scale2": FakeKernel(slow_small, [p.protocol() for p in load_suite(path).signature])})
+    first = load_suite(path).cases[0].name
+    drawn, seen = threading.Event(), []
+    real_draft, real_compile = fresh_inputs.draft, items_module.compile_ahead
+
+    def draft(suite, case, label, rng, signed):
+        if case.name == first and threading.current_thread().name == "cudagate-fresh-ahead":
+            drawn.set()
+        return real_draft(suite, case, label, rng, signed)
+
+    def compile_ahead(*args, **kwargs):
+        seen.append(drawn.wait(10))  # the compiles start once the first case is being drawn beside them
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(fresh_inputs, "draft", draft)
+    monkeypatch.setattr(items_module, "compile_ahead", compile_ahead)
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent), "-p", "no:cacheprovider")
+    assert run.ret == 0 and seen == [True]
+
+
 def test_a_failure_ahead_is_drawn_again_in_turn_and_a_note_on_its_own_item(pytester, monkeypatch):
     run, calls, items, threads = run_gate(pytester, monkeypatch, scale_path(pytester), OSError)
     assert threads == ["cudagate-fresh-ahead", "MainThread"] and calls["small"].passed and calls["perf"].passed
@@ -201,10 +225,15 @@ def test_a_session_that_stops_with_a_job_running_ends(pytester, monkeypatch):
             raise OSError("released")
         return real(suite, case, **kwargs)
 
+    def wrong_once_perf_is_drawn(launch) -> None:
+        entered.wait(10)  # the job ahead is running before the first case can fail
+        wrong_small(launch)
+
     monkeypatch.setattr(gate_module, "prepare", stuck)
     started = time.perf_counter()
     try:  # the first case fails, and -x ends the session there
-        run, calls, _, _ = run_gate(pytester, monkeypatch, scale_path(pytester), OSError, "-x", body=wrong_small)
+        run, calls, _, _ = run_gate(pytester, monkeypatch, scale_path(pytester), OSError, "-x",
+                                    body=wrong_once_perf_is_drawn)
     finally:
         release.set()
     assert entered.is_set() and calls["small"].failed and "perf" not in calls and run.ret == 1

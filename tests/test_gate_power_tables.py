@@ -116,6 +116,15 @@ def test_the_a_a_symmetry_counts_skew_in_each_direction():
     assert table_line(text, "| matmul perf_256 | 5 |")[4] == "+0.00 % [-9.00, +0.00] (5)"
 
 
+def test_the_a_a_symmetry_counts_launches_in_the_slow_tail_of_each_copy():
+    """Launches that waited inside their event pair form a second mode several µs above the kernel's time."""
+    rows = [gate_row("s1", CARDS[0], 0.0, "pass", n) for n in range(2)]
+    for row in rows:
+        row["approved"] = [a * (2.0 if i % 4 == 0 else 1.0) for i, a in enumerate(row["approved"])]  # 15 of 60
+    text = gate_power.tables(rows, [meta("s1", CARDS[:1])])
+    assert table_line(text, "| matmul perf_256 | 2 |")[-1] == "25% / 0%"
+
+
 def test_rows_of_the_first_edition_count_one_card_per_session():
     rows = [{k: v for k, v in gate_row(s, CARDS[0], 0.0, "pass", n).items() if k not in ("gpu", "gpu_uuid")}
             for s in ("old-a", "old-b") for n in range(3)]

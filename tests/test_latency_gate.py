@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -310,3 +311,23 @@ def test_incomparable_names_what_differs_from_the_recorded_hardware(tmp_path):
     assert result.verdict is Latency.INCOMPARABLE
     assert "gpu_name (NVIDIA H100 80GB HBM3 there, Fake GPU here)" in result.reason
     assert "memory_total_bytes" in result.reason and "cudagate approve" in result.reason
+
+
+def test_a_baseline_timed_before_launches_were_held_is_not_compared(tmp_path):
+    """The same card, recorded when timed launches were not held (no timing_hold): another
+    fingerprint, and the message names only that."""
+    scale = load_suite(write_suite(tmp_path / "scale"))
+    worker = FakeWorker(scale_kernels())
+    here = Fingerprint.from_hello(worker.start())
+    before = dataclasses.replace(here, timing_hold=None)
+    ledger = Ledger.for_suite(scale)
+    approval = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now", git={},
+                            tool_version="test")
+    approval.baselines = {before.key(): Baseline(before.to_dict(), "2026-11-29", {
+        "perf": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
+    ledger.approvals["scale2"] = approval
+    gate = Gate(worker, here, GateOptions(fresh_seed=1), tmp_path / "out")
+    result = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger).latency
+    assert result.verdict is Latency.INCOMPARABLE and result.advisory
+    assert ("the nearest recorded hardware differs in timing_hold (launches unheld there, launches held here); "
+            "a maintainer records one with `cudagate approve` on this runner") in result.reason, result.reason

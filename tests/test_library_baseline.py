@@ -14,7 +14,7 @@ import pytest
 
 from cudagate_harness import library
 from cudagate_harness.library import ADAPTERS, CublasSgemm, LibraryUnavailable, find_cublas
-from fake_worker import FakeKernel, install, make_worker
+from fake_worker import FakeDevice, FakeKernel, install, make_worker
 from helpers import line_of, replace_once
 from optimize_fakes import FakeEvaluator, opt_suite
 from pytest_cudagate import schema
@@ -224,9 +224,9 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     lines: list[dict] = []
     worker = make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, emit=lines.append)
     worker.handle({**request, "id": 1})
-    # the library's rounds (kernel and library, 100 each) hold the stream until each pair is enqueued, and
-    # release it every time; the kernel's own rounds do not
-    assert worker.device.holds == worker.device.released == 200
+    # every timed launch holds the stream until it is enqueued and releases it: the kernel's own 100,
+    # then the library's rounds (kernel and library, 100 each)
+    assert worker.device.holds == worker.device.released == 300
     assert [schema.problems(line, "harness-response") for line in lines] == [[]] * len(lines)
     (answer,) = [line for line in lines if line["type"] == "case"]
     entry = answer["library"]
@@ -234,6 +234,21 @@ def test_a_timed_run_carries_the_baseline_and_answers_with_paired_samples(tmp_pa
     assert answer["timing"]["samples_ms"] == pytest.approx([KERNEL_MS] * 100)  # the kernel's own rounds, unchanged
     got = np.load(entry["outputs"]["c"]["path"])
     assert got.shape == (24 * 40,) and np.isfinite(got).all()
+
+
+def test_without_a_held_stream_the_library_is_not_timed_and_says_why(tmp_path, fake_cublas):
+    suite = load_suite(write_mm(tmp_path / "mm"))
+    program, case = suite.kernels[0], suite.case("wide")
+    request = json.loads(json.dumps(run_request(suite, program, [case], output_dir=tmp_path / "out",
+                                                timing=suite.timing.to_json(), library=True)))
+    device = FakeDevice()
+    device.holdable = False
+    lines: list[dict] = []
+    make_worker({"mm": FakeKernel(mm_kernel, PARAMS)}, device=device, emit=lines.append).handle({**request, "id": 1})
+    (answer,) = [line for line in lines if line["type"] == "case"]
+    assert answer["status"] == "ok" and answer["timing"]["held"] is False and device.holds == 0
+    assert answer["library"] == {"adapter": "cublas_sgemm", "error": "not timed: a library baseline needs held "
+                                 "launches, and this driver cannot hold a stream (no stream memory operations)"}
 
 
 def test_a_kernel_timed_alone_times_its_library_for_one_block_only(tmp_path, fake_cublas):
@@ -250,7 +265,7 @@ def test_a_kernel_timed_alone_times_its_library_for_one_block_only(tmp_path, fak
     (answer,) = [line for line in lines if line["type"] == "case"]
     assert len(answer["timing"]["samples_ms"]) == suite.timing.baseline_rounds
     assert len(answer["library"]["current_ms"]) == len(answer["library"]["library_ms"]) == 100
-    assert worker.device.holds == 200
+    assert worker.device.holds == suite.timing.baseline_rounds + 200
 
 
 def test_the_library_warms_up_by_count_alone_after_the_kernels_timed_launches(tmp_path, fake_cublas):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from fake_worker import FakeWorker, install, scale_kernels
-from helpers import SUITE_YAML, write_suite
-from pytest_cudagate.approvals import Ledger, approval_for
+from helpers import SUITE_YAML, changed_after_approval, write_suite
+from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
@@ -30,17 +31,16 @@ def test_without_an_approval_one_block_is_timed(tmp_path):
     assert len(outcome.correctness.samples_ms) == REPEAT
 
 
-def test_the_interleaved_comparison_starts_with_one_block(tmp_path):
-    suite = scale_suite(tmp_path / "scale")
-    ledger = Ledger.for_suite(suite)
-    ledger.approvals["scale2"] = approval_for(ledger, suite.kernels[0], approved_by="a", approved_at="now", git={},
-                                              tool_version="test")
-    ledger.save()
-    (suite.root / "scale.cu").write_text(suite.kernels[0].source.read_text() + "// changed\n")
-    suite = load_suite(suite.path)
+def interleaved(tmp_path) -> tuple[FakeWorker, CaseOutcome]:
+    """The perf case of a kernel changed since its approval: timed interleaved against it."""
+    suite, ledger = changed_after_approval(scale_suite(tmp_path / "scale"))
     worker = FakeWorker(scale_kernels())
     gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=1, budget_s=0.2), tmp_path / "o")
-    outcome = gate.replay(suite, suite.kernels[0], suite.case("perf"), ledger)
+    return worker, gate.replay(suite, suite.kernels[0], suite.case("perf"), ledger)
+
+
+def test_the_interleaved_comparison_starts_with_one_block(tmp_path):
+    worker, outcome = interleaved(tmp_path)
     (compare,) = [r for r in worker.requests if r["op"] == "compare"]
     assert compare["timing"]["chunk"] == REPEAT and outcome.latency.pairs >= REPEAT
 

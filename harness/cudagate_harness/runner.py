@@ -22,6 +22,8 @@ Timing follows what the H200 taught us (shared/brief/h200-timing-notes.md): each
 sits alone between its own event pair, after an L2 flush (cold) and after a random 0-3 empty
 launches, because small kernels' cold timings alternate by 3-5% with their position in the queue;
 for two kernels the order within every round is random too, so an A/A comparison is exchangeable.
+Where the driver can, each timed launch is held (the stream waits for the host until its event pair
+and launch are enqueued), so no launch's time includes the host's enqueueing.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_
 
 MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue limit
 DEFAULT_PAD_MAX = 3
+# Launches enqueued behind one hold: the driver's queue takes about a thousand before cuLaunchKernel
+# blocks the host, which, with the stream waiting for that host, never returns (an H200 blocked at
+# 1021 held launches of a 4-parameter kernel); a longer hot batch is released after these.
+HELD_LAUNCHES = 64
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
 LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
@@ -264,8 +270,9 @@ class CaseRun:
     def __init__(self, device: Device, signature: list[dict], case: dict, base: Path,
                  flush: Callable[[], None] | None = None, pad: Launchable | None = None, seed: int = 0,
                  copies: int = 1, *, guard: int = GUARD_BYTES, scrub: Callable[[int], None] | None = None,
-                 timed_outputs: bool = True):
+                 timed_outputs: bool = True, hold: bool = False):
         self.device = device
+        self.hold = hold  # timed launches are held (see _timed_launch)
         self.signature = signature
         self.case = case
         self.buffers = load_buffers(signature, case, base)
@@ -408,7 +415,12 @@ class CaseRun:
     def _timed_launch(self, kernel: Launchable, slot: int, start, end, *, cold: bool, pad_max: int, batch: int,
                       held: bool = False) -> None:
         """One timed launch (``batch`` of them between one event pair): restore, poison, flush, pad;
-        ``held``: the stream waits for the host until the event pair and the launch are enqueued."""
+        ``held``: the stream waits for the host until the event pair and the launch are enqueued.
+
+        Unheld, a GPU that has drained its queue records the start event at once and then idles
+        until the host's next call enqueues the kernel: a µs kernel then reads several µs slower in
+        some launches and not in others (seen on the H200 as two modes, 5 and 15 µs, for a 5 µs
+        softmax), and by how much depends on the host, not the kernel."""
         dev = self.device
         self._restore(slot)
         if self.timed_outputs:
@@ -417,29 +429,35 @@ class CaseRun:
             self.flush()
         for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
             self._launch(self.pad)
+        release = dev.release if held else None
         if held:
             dev.hold()
         try:
             dev.record(start)
-            for _ in range(batch):
+            for n in range(batch):
+                if n == HELD_LAUNCHES and release is not None:
+                    release()  # the rest of a long batch is enqueued while the GPU runs its first launches
+                    release = None
                 self._launch(kernel, slot)
             dev.record(end)
         finally:
-            if held:
-                dev.release()  # even after a failed enqueue: a stream left waiting would hang the worker
+            if release is not None:
+                release()  # even after a failed enqueue: a stream left waiting would hang the worker
 
     @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
-                    batch: int = 1, held: bool = False) -> tuple[list[list[float]], list[int]]:
+                    batch: int = 1, held: bool | None = None) -> tuple[list[list[float]], list[int]]:
         """Time ``rounds`` rounds; each round times every kernel once, in random order.
 
         Returns one sample list per kernel (ms per launch) and, per round, the index of the kernel
         that went first. ``batch`` > 1 (hot cache only) puts that many launches in one event pair
-        for kernels too short for one pair to resolve. ``held``: see :meth:`_timed_launch`.
+        for kernels too short for one pair to resolve. ``held``: see :meth:`_timed_launch` (None: this
+        run's :attr:`hold`).
         """
         if cold and batch > 1:
             raise ValueError("batching launches in one event pair needs hot-cache timing: a flush cannot sit between them")
         dev = self.device
+        held = self.hold if held is None else held
         samples: list[list[float]] = [[] for _ in kernels]
         firsts: list[int] = []
         per_round = len(kernels)
@@ -494,15 +512,19 @@ class CaseRun:
         pads, random order, same buffer copy per round): one measurement block, however many rounds
         the kernel's own decision took, or fewer once ``settle`` holds for the per-round ratios of a
         long kernel (:meth:`time_settled`). The kernel's verdict never sees these samples. Both are held
-        (:meth:`Device.hold`): a library call spends microseconds on the host (ctypes, the library's
-        dispatch) that a kernel launch does not, and unheld, µs kernels would read as that much faster
-        than the library.
+        (:meth:`Device.hold`), and without a hold the library is not timed: a library call spends
+        microseconds on the host (ctypes, the library's dispatch) that a kernel launch does not, and
+        unheld, µs kernels would read as that much faster than the library.
 
         ``library`` is a string when there is no baseline to run (why); every failure of the library
         is said in the entry's ``error``, never as the case's error, unless the context is lost.
         """
         adapter, library, rounds, settle = baseline
         entry: dict = {"adapter": adapter}
+        if not self.hold:
+            entry["error"] = ("not timed: a library baseline needs held launches, and this driver cannot hold a "
+                              "stream (no stream memory operations)")
+            return entry
         problem = library if isinstance(library, str) else library.problem(self.buffers, self.case["scalars"])
         if problem:
             entry["error"] = problem
@@ -545,7 +567,7 @@ class CaseRun:
         start, end = dev.event(), dev.event()
         try:
             with self.phase("the timed launches (a checked launch)"):
-                self._timed_launch(kernel, slot, start, end, cold=cold, pad_max=pad_max, batch=batch)
+                self._timed_launch(kernel, slot, start, end, cold=cold, pad_max=pad_max, batch=batch, held=self.hold)
                 dev.synchronize()
         finally:
             dev.destroy_event(start)
@@ -747,7 +769,8 @@ def error_body(exc: Exception) -> dict:
 def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
              checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
-             state: Callable[[bool], dict] | None = None, floor: Callable[[float], float] | None = None) -> dict:
+             state: Callable[[bool], dict] | None = None, floor: Callable[[float], float] | None = None,
+             hold: bool = False) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
     ``library``: ``(adapter, baseline or why none, rounds, settle)``, timed beside the kernel after its own
@@ -759,6 +782,7 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
     so a disturbance the host judges the run by is the one around those launches, not one caused by
     the library's rounds that follow. ``floor(ms)``: the warm-up time floor to use instead of
     ``timing.warmup_ms``, decided just before the warm-up (the worker's, from the GPU's clock).
+    ``hold``: the timed launches are held (:meth:`CaseRun._timed_launch`).
 
     ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
@@ -772,7 +796,7 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
         guard = GUARD_BYTES if checks.get("guards", True) and not sanitize else 0
         with CaseRun(device, signature, case, base, flush, pad, seed=int((timing or {}).get("seed", 0)),
                      copies=copies, guard=guard, timed_outputs=checks.get("timed_outputs", True),
-                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None) as run:
+                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None, hold=hold) as run:
             run.prepare(kernel)
             if sanitize:
                 with run.phase("the launch under compute-sanitizer"):
@@ -797,7 +821,8 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
                     body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]), "warmup_ms": warmup_ms,
-                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"), **after}
+                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"), "held": hold,
+                                      **after}
                     if library is not None:
                         body["library"] = run.time_library(kernel, library, timing, output_dir)
                 if checks.get("second_launch", True):

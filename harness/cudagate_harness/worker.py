@@ -55,6 +55,9 @@ class Worker:
         self.modules: dict[str, tuple[object, object]] = {}
         self._compiled: dict[str, tuple[object, object]] = {}  # compile inputs -> (result, function)
         self.info = device.describe()
+        # Timed launches are held where the driver can (nvbench's way): the timing then excludes the
+        # host's enqueueing; where it cannot, the fingerprint says so and baselines do not mix.
+        self.held = device.can_hold()
         self._flush_ptr = 0
         self._flush_bytes = 0
         self._pad: Launchable | None = None
@@ -209,7 +212,7 @@ class Worker:
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
                             scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
-                            floor=self.warmup_floor_ms)
+                            floor=self.warmup_floor_ms, hold=self.held)
             self._note(body, checks)
             self.answer(rid, body)
 
@@ -239,7 +242,7 @@ class Worker:
                          seed=int(timing.get("seed", 0)),
                          copies=rotation_copies(request["signature"], case, timing.get("rotate")),
                          guard=GUARD_BYTES if checks["guards"] else 0, timed_outputs=checks["timed_outputs"],
-                         scrub=self.scrubber() if checks["scrub_shared"] else None) as run:
+                         scrub=self.scrubber() if checks["scrub_shared"] else None, hold=self.held) as run:
                 for kernel in kernels:
                     run.prepare(kernel)
                 firsts = []
@@ -340,7 +343,7 @@ def main(lines=None) -> int:
         return 0
     emit({"type": "hello", "protocol": PROTOCOL_VERSION, "ok": True, "pid": os.getpid(), "device": worker.info,
           "identity": telemetry.device_identity(ordinal, worker.info["pci_bus_id"]),
-          "nvrtc_version": nvrtc_version(), "cuda_bindings_version": _bindings_version()})
+          "nvrtc_version": nvrtc_version(), "cuda_bindings_version": _bindings_version(), "timing_hold": worker.held})
     for line in source:
         if not line.strip():
             continue

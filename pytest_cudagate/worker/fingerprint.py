@@ -25,6 +25,7 @@ KEY_FIELDS = (
     "ecc",
     "mig",
     "sm_count",
+    "timing_hold",  # in the key only when held: an unheld fingerprint keeps the key it had before the field
 )
 _KEY_SCHEMA = 1  # bump when KEY_FIELDS or their normalisation change
 
@@ -44,6 +45,10 @@ class Fingerprint:
     uuid: str | None = None
     sm_count: int | None = None
     l2_bytes: int | None = None
+    # Timed launches held until enqueued (cudagate_harness.driver.Device.hold): unheld, a µs kernel
+    # reads up to several µs slower in some launches, so the two never share a baseline. None: a
+    # fingerprint recorded before launches were held (unheld).
+    timing_hold: bool | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> Fingerprint:
@@ -69,6 +74,7 @@ class Fingerprint:
             uuid=device.get("uuid"),
             sm_count=device.get("sm_count"),
             l2_bytes=device.get("l2_bytes"),
+            timing_hold=hello.get("timing_hold"),
         )
 
     def to_dict(self) -> dict:
@@ -80,12 +86,20 @@ class Fingerprint:
         # whole watts keep the key stable across both.
         if values["power_limit_w"] is not None:
             values["power_limit_w"] = round(float(values["power_limit_w"]))
+        # None (recorded before the field) and False both mean unheld, which is how launches were then timed.
+        values["timing_hold"] = bool(values["timing_hold"])
+        return values
+
+    def _key_payload(self) -> dict:
+        values = self._key_values()
+        if not values["timing_hold"]:
+            del values["timing_hold"]
         return values
 
     def key(self) -> str:
         """Stable 16-hex-digit id of the timing-relevant configuration (see KEY_FIELDS)."""
         payload = json.dumps(
-            {"schema": _KEY_SCHEMA, **self._key_values()}, sort_keys=True, separators=(",", ":")
+            {"schema": _KEY_SCHEMA, **self._key_payload()}, sort_keys=True, separators=(",", ":")
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -97,7 +111,7 @@ class Fingerprint:
         return (
             f"{self.gpu_name} ({sm}{sms}) driver {self.driver_version} "
             f"CUDA {self.cuda_driver_version} NVRTC {self.nvrtc_version} "
-            f"power {power} ECC {_on_off(self.ecc)} MIG {_on_off(self.mig)}"
+            f"power {power} ECC {_on_off(self.ecc)} MIG {_on_off(self.mig)} launches {_held(self.timing_hold)}"
         )
 
 
@@ -105,7 +119,16 @@ def _on_off(flag: bool | None) -> str:
     return "n/a" if flag is None else ("on" if flag else "off")
 
 
+def _held(flag: bool | None) -> str:
+    return "held" if flag else "unheld"
+
+
 def differences(a: Fingerprint, b: Fingerprint) -> list[tuple[str, object, object]]:
     """Key fields that differ, as (field, value in a, value in b), in KEY_FIELDS order."""
     ka, kb = a._key_values(), b._key_values()
     return [(f, getattr(a, f), getattr(b, f)) for f in KEY_FIELDS if ka[f] != kb[f]]
+
+
+def shown(field: str, value: object) -> str:
+    """A key field's value in a message (how launches were timed in words, not True or None)."""
+    return f"launches {_held(value)}" if field == "timing_hold" else str(value)

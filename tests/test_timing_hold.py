@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from fake_worker import FakeDevice, FakeWorker, make_worker, scale_kernels
 from helpers import SUITE_YAML, write_suite
 from test_timing_repeat import REPEAT, interleaved, scale_suite
+from cudagate_harness.driver import CudaError
 from cudagate_harness.runner import HELD_LAUNCHES
 from pytest_cudagate import schema
 from pytest_cudagate.approvals import Ledger
@@ -66,15 +69,41 @@ def test_held_and_unheld_timings_are_different_hardware():
     assert held.describe().endswith("launches held") and unheld.describe().endswith("launches unheld")
 
 
-def test_a_long_hot_batch_is_released_before_the_drivers_queue_fills(tmp_path):
-    """A 1024-launch batch behind one hold blocked the host on an H200 for ever (the stream waited for
-    it): the hold covers the batch's first launches, the rest are enqueued while the GPU runs them."""
+def hot_batch_answer(tmp_path, device: FakeDevice, batch: int = 1024) -> dict:
     suite = load_suite(write_suite(tmp_path / "scale", yaml_text=SUITE_YAML + "timing: {warmup: 1, repeat: 3, cache: hot, "
-                                                                                "batch: 1024}\n"))
+                                                                                f"batch: {batch}}}\n"))
     request = json.loads(json.dumps(run_request(suite, suite.kernels[0], [suite.case("perf")], output_dir=tmp_path / "out",
                                                 timing=suite.timing.to_json())))
-    device, lines = FakeDevice(), []
+    lines: list[dict] = []
     make_worker(scale_kernels(), device=device, emit=lines.append).handle({**request, "id": 1})
     (body,) = [line for line in lines if line["type"] == "case"]
-    assert body["status"] == "ok" and len(body["timing"]["samples_ms"]) == 3
-    assert device.holds == device.released == 3 and device.most_behind_hold == HELD_LAUNCHES
+    return body
+
+
+def test_a_long_hot_batch_is_timed_in_held_groups_that_the_drivers_queue_takes(tmp_path):
+    """1024 launches behind one hold blocked the host on an H200 for ever (the stream waited for it):
+    a batch is timed in groups of HELD_LAUNCHES, each held between its own event pair, its time their sum."""
+    device = FakeDevice()
+    body = hot_batch_answer(tmp_path, device)
+    assert body["status"] == "ok" and body["timing"]["samples_ms"] == pytest.approx([0.01] * 3)  # each fake launch 0.01 ms
+    assert device.holds == device.released == 3 * 1024 // HELD_LAUNCHES and device.most_behind_hold == HELD_LAUNCHES
+
+
+@pytest.mark.parametrize("failing", [10, 100])
+def test_a_failed_enqueue_releases_its_hold_once(tmp_path, failing):
+    """The 10th or the 100th launch of the first timed batch fails to enqueue: the group it is in is
+    released (a stream left waiting would hang the worker), and no hold is released twice."""
+    device = FakeDevice()
+    launch, timed = device.launch, [0]
+
+    def refusing(function, grid, block, shared_bytes, params):
+        if device.holding:
+            timed[0] += 1
+            if timed[0] == failing:
+                raise CudaError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "cuLaunchKernel")
+        launch(function, grid, block, shared_bytes, params)
+
+    device.launch = refusing
+    body = hot_batch_answer(tmp_path, device)
+    assert body["status"] == "error" and "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES" in json.dumps(body["error"])
+    assert device.holds == device.released == (failing - 1) // HELD_LAUNCHES + 1 and not device.holding

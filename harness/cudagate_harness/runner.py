@@ -48,8 +48,15 @@ MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue l
 DEFAULT_PAD_MAX = 3
 # Launches enqueued behind one hold: the driver's queue takes about a thousand before cuLaunchKernel
 # blocks the host, which, with the stream waiting for that host, never returns (an H200 blocked at
-# 1021 held launches of a 4-parameter kernel); a longer hot batch is released after these.
+# 1024 held launches of a 4-parameter kernel; benchmarks/hold_queue.py). A longer hot batch is timed
+# in groups of this many, each held alone between its own event pair, its time their sum; a
+# library call may enqueue a few kernels, still far inside the queue.
 HELD_LAUNCHES = 64
+
+
+def launch_pairs(batch: int, held: bool) -> int:
+    """Event pairs one timed launch of ``batch`` launches takes: one, or held, one per group."""
+    return -(-batch // HELD_LAUNCHES) if held else 1
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
 LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
@@ -412,10 +419,12 @@ class CaseRun:
                 launched += 1
             self.device.synchronize()
 
-    def _timed_launch(self, kernel: Launchable, slot: int, start, end, *, cold: bool, pad_max: int, batch: int,
+    def _timed_launch(self, kernel: Launchable, slot: int, pairs: list, *, cold: bool, pad_max: int, batch: int,
                       held: bool = False) -> None:
-        """One timed launch (``batch`` of them between one event pair): restore, poison, flush, pad;
-        ``held``: the stream waits for the host until the event pair and the launch are enqueued.
+        """One timed launch (``batch`` of them): restore, poison, flush, pad, then the launches between
+        the event pairs ``pairs`` (:func:`launch_pairs`; the launch's time is their sum). ``held``: the
+        stream waits for the host until each pair and its launches are enqueued, at most
+        :data:`HELD_LAUNCHES` of them.
 
         Unheld, a GPU that has drained its queue records the start event at once and then idles
         until the host's next call enqueues the kernel: a µs kernel then reads several µs slower in
@@ -429,20 +438,18 @@ class CaseRun:
             self.flush()
         for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
             self._launch(self.pad)
-        release = dev.release if held else None
-        if held:
-            dev.hold()
-        try:
-            dev.record(start)
-            for n in range(batch):
-                if n == HELD_LAUNCHES and release is not None:
-                    release()  # the rest of a long batch is enqueued while the GPU runs its first launches
-                    release = None
-                self._launch(kernel, slot)
-            dev.record(end)
-        finally:
-            if release is not None:
-                release()  # even after a failed enqueue: a stream left waiting would hang the worker
+        sizes = [min(HELD_LAUNCHES, batch - first) for first in range(0, batch, HELD_LAUNCHES)] if held else [batch]
+        for (start, end), size in zip(pairs, sizes, strict=True):
+            if held:
+                dev.hold()
+            try:
+                dev.record(start)
+                for _ in range(size):
+                    self._launch(kernel, slot)
+                dev.record(end)
+            finally:
+                if held:
+                    dev.release()  # even after a failed enqueue: a stream left waiting would hang the worker
 
     @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
@@ -461,8 +468,9 @@ class CaseRun:
         samples: list[list[float]] = [[] for _ in kernels]
         firsts: list[int] = []
         per_round = len(kernels)
-        rounds_per_batch = max(1, MAX_EVENTS_IN_FLIGHT // per_round)
-        pairs = [(dev.event(), dev.event()) for _ in range(min(rounds, rounds_per_batch) * per_round)]
+        per_launch = launch_pairs(batch, held)
+        rounds_per_batch = max(1, MAX_EVENTS_IN_FLIGHT // (per_round * per_launch))
+        pairs = [(dev.event(), dev.event()) for _ in range(min(rounds, rounds_per_batch) * per_round * per_launch)]
         try:
             remaining = rounds
             while remaining:
@@ -477,14 +485,14 @@ class CaseRun:
                         slot = self._slot % self.copies  # both kernels of a round use the same copy
                         self._slot += 1
                         for index in order:
-                            start, end = pairs[len(slots)]
-                            self._timed_launch(kernels[index], slot, start, end, cold=cold, pad_max=pad_max, batch=batch,
+                            mine = pairs[len(slots) * per_launch:(len(slots) + 1) * per_launch]
+                            self._timed_launch(kernels[index], slot, mine, cold=cold, pad_max=pad_max, batch=batch,
                                                held=held)
                             self.last_writer[slot] = int(index)
-                            slots.append((int(index), start, end))
+                            slots.append((int(index), mine))
                     dev.synchronize()
-                for index, start, end in slots:
-                    samples[index].append(dev.elapsed_ms(start, end) / batch)
+                for index, mine in slots:
+                    samples[index].append(sum(dev.elapsed_ms(start, end) for start, end in mine) / batch)
                 remaining -= todo
         finally:
             for start, end in pairs:
@@ -564,14 +572,15 @@ class CaseRun:
             return
         dev = self.device
         slot = int(self.jitter.integers(0, self.copies))
-        start, end = dev.event(), dev.event()
+        pairs = [(dev.event(), dev.event()) for _ in range(launch_pairs(batch, self.hold))]
         try:
             with self.phase("the timed launches (a checked launch)"):
-                self._timed_launch(kernel, slot, start, end, cold=cold, pad_max=pad_max, batch=batch, held=self.hold)
+                self._timed_launch(kernel, slot, pairs, cold=cold, pad_max=pad_max, batch=batch, held=self.hold)
                 dev.synchronize()
         finally:
-            dev.destroy_event(start)
-            dev.destroy_event(end)
+            for start, end in pairs:
+                dev.destroy_event(start)
+                dev.destroy_event(end)
         self.last_writer[slot] = index
 
     @_step("timed_output_check")

@@ -27,7 +27,9 @@ KEY_FIELDS = (
     "sm_count",
     "timing_hold",  # in the key only when held: an unheld fingerprint keeps the key it had before the field
 )
-_KEY_SCHEMA = 1  # bump when KEY_FIELDS or their normalisation change
+# Bump when KEY_FIELDS or their normalisation change, unless (as for timing_hold) a new field leaves
+# every existing key as it was.
+_KEY_SCHEMA = 1
 
 
 @dataclass(frozen=True)

@@ -295,19 +295,27 @@ def test_telemetry_failure_is_not_a_disturbance(identical):
     assert identical([RuntimeError("nvml broke"), RuntimeError("nvml broke")])[0].latency.discarded == []
 
 
-def test_incomparable_names_what_differs_from_the_recorded_hardware(tmp_path):
+def recorded_elsewhere(tmp_path, there: Fingerprint | None = None) -> LatencyResult:
+    """The `scale` kernel, identical to its approval, whose only baseline was recorded on ``there``
+    (default: this fake card with launches unheld), judged on the fake card."""
     scale = load_suite(write_suite(tmp_path / "scale"))
-    there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.00", "13.0", "13.0", "13.0", 700.0,
-                        True, False, sm_count=132)
+    worker = FakeWorker(scale_kernels())
+    here = Fingerprint.from_hello(worker.start())
+    there = there or dataclasses.replace(here, timing_hold=None)
     ledger = Ledger.for_suite(scale)
     approval = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now", git={},
                             tool_version="test")
     approval.baselines = {there.key(): Baseline(there.to_dict(), "2026-11-29", {
         "perf": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
     ledger.approvals["scale2"] = approval
-    worker = FakeWorker(scale_kernels())
-    gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=1), tmp_path / "out")
-    result = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger).latency
+    gate = Gate(worker, here, GateOptions(fresh_seed=1), tmp_path / "out")
+    return gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger).latency
+
+
+def test_incomparable_names_what_differs_from_the_recorded_hardware(tmp_path):
+    there = Fingerprint("NVIDIA H100 80GB HBM3", "9.0", 85_000_000_000, "580.00", "13.0", "13.0", "13.0", 700.0,
+                        True, False, sm_count=132)
+    result = recorded_elsewhere(tmp_path, there)
     assert result.verdict is Latency.INCOMPARABLE
     assert "gpu_name (NVIDIA H100 80GB HBM3 there, Fake GPU here)" in result.reason
     assert "memory_total_bytes" in result.reason and "cudagate approve" in result.reason
@@ -316,18 +324,7 @@ def test_incomparable_names_what_differs_from_the_recorded_hardware(tmp_path):
 def test_a_baseline_timed_before_launches_were_held_is_not_compared(tmp_path):
     """The same card, recorded when timed launches were not held (no timing_hold): another
     fingerprint, and the message names only that."""
-    scale = load_suite(write_suite(tmp_path / "scale"))
-    worker = FakeWorker(scale_kernels())
-    here = Fingerprint.from_hello(worker.start())
-    before = dataclasses.replace(here, timing_hold=None)
-    ledger = Ledger.for_suite(scale)
-    approval = approval_for(ledger, scale.kernels[0], approved_by="alice", approved_at="now", git={},
-                            tool_version="test")
-    approval.baselines = {before.key(): Baseline(before.to_dict(), "2026-11-29", {
-        "perf": {"summary": {}, "samples_ms": [0.006], "cache": "cold"}})}
-    ledger.approvals["scale2"] = approval
-    gate = Gate(worker, here, GateOptions(fresh_seed=1), tmp_path / "out")
-    result = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger).latency
+    result = recorded_elsewhere(tmp_path)
     assert result.verdict is Latency.INCOMPARABLE and result.advisory
     assert ("the nearest recorded hardware differs in timing_hold (launches unheld there, launches held here); "
             "a maintainer records one with `cudagate approve` on this runner") in result.reason, result.reason

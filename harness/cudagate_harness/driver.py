@@ -60,7 +60,6 @@ class Device:
         self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
         self._hold: tuple[int, object] | None = None  # (host address, device address) of the hold's word
         self._holds = 0
-        self._can_hold: bool | None = None
 
     def attribute(self, name: str) -> int:
         cu = _cu()
@@ -156,18 +155,16 @@ class Device:
         ctypes.c_uint32.from_address(self._hold[0]).value = self._holds
 
     def can_hold(self) -> bool:
-        """Whether :meth:`hold` works here (the driver's stream memory operations), tried once."""
-        if self._can_hold is None:
-            try:
-                self.hold()
-                self.release()
-                self.synchronize()
-                self._can_hold = True
-            except CudaError as exc:
-                if exc.sticky:
-                    raise
-                self._can_hold = False
-        return self._can_hold
+        """Whether :meth:`hold` works here (the driver's stream memory operations): one hold tried."""
+        try:
+            self.hold()
+            self.release()
+            self.synchronize()
+        except CudaError as exc:
+            if exc.sticky:
+                raise
+            return False
+        return True
 
     # -- events ------------------------------------------------------------------------------------
     def event(self):

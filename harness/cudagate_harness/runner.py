@@ -52,14 +52,15 @@ DEFAULT_PAD_MAX = 3
 # in groups of this many, each held alone between its own event pair, its time their sum; a
 # library call may enqueue a few kernels, still far inside the queue.
 HELD_LAUNCHES = 64
-
-
-def launch_pairs(batch: int, held: bool) -> int:
-    """Event pairs one timed launch of ``batch`` launches takes: one, or held, one per group."""
-    return -(-batch // HELD_LAUNCHES) if held else 1
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
 LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
+
+
+def launch_groups(batch: int, held: bool) -> list[int]:
+    """The launches of one timed launch of ``batch`` between each of its event pairs: all in one
+    pair, or held, :data:`HELD_LAUNCHES` at most per pair."""
+    return [min(HELD_LAUNCHES, batch - first) for first in range(0, batch, HELD_LAUNCHES)] if held else [batch]
 
 
 def rotation_copies(signature: list[dict], case: dict, requested: int | None) -> int:
@@ -419,12 +420,11 @@ class CaseRun:
                 launched += 1
             self.device.synchronize()
 
-    def _timed_launch(self, kernel: Launchable, slot: int, pairs: list, *, cold: bool, pad_max: int, batch: int,
-                      held: bool = False) -> None:
-        """One timed launch (``batch`` of them): restore, poison, flush, pad, then the launches between
-        the event pairs ``pairs`` (:func:`launch_pairs`; the launch's time is their sum). ``held``: the
-        stream waits for the host until each pair and its launches are enqueued, at most
-        :data:`HELD_LAUNCHES` of them.
+    def _timed_launch(self, kernel: Launchable, slot: int, pairs: list, groups: list[int], *, cold: bool,
+                      pad_max: int) -> None:
+        """One timed launch: restore, poison, flush, pad, then ``groups`` (:func:`launch_groups`) of
+        launches, each between its event pair of ``pairs`` (the launch's time is their sum). Held
+        (:attr:`hold`), the stream waits for the host until each pair and its launches are enqueued.
 
         Unheld, a GPU that has drained its queue records the start event at once and then idles
         until the host's next call enqueues the kernel: a µs kernel then reads several µs slower in
@@ -438,9 +438,8 @@ class CaseRun:
             self.flush()
         for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
             self._launch(self.pad)
-        sizes = [min(HELD_LAUNCHES, batch - first) for first in range(0, batch, HELD_LAUNCHES)] if held else [batch]
-        for (start, end), size in zip(pairs, sizes, strict=True):
-            if held:
+        for (start, end), size in zip(pairs, groups, strict=True):
+            if self.hold:
                 dev.hold()
             try:
                 dev.record(start)
@@ -448,27 +447,26 @@ class CaseRun:
                     self._launch(kernel, slot)
                 dev.record(end)
             finally:
-                if held:
+                if self.hold:
                     dev.release()  # even after a failed enqueue: a stream left waiting would hang the worker
 
     @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
-                    batch: int = 1, held: bool | None = None) -> tuple[list[list[float]], list[int]]:
+                    batch: int = 1) -> tuple[list[list[float]], list[int]]:
         """Time ``rounds`` rounds; each round times every kernel once, in random order.
 
         Returns one sample list per kernel (ms per launch) and, per round, the index of the kernel
         that went first. ``batch`` > 1 (hot cache only) puts that many launches in one event pair
-        for kernels too short for one pair to resolve. ``held``: see :meth:`_timed_launch` (None: this
-        run's :attr:`hold`).
+        for kernels too short for one pair to resolve (in groups, held: :meth:`_timed_launch`).
         """
         if cold and batch > 1:
             raise ValueError("batching launches in one event pair needs hot-cache timing: a flush cannot sit between them")
         dev = self.device
-        held = self.hold if held is None else held
         samples: list[list[float]] = [[] for _ in kernels]
         firsts: list[int] = []
         per_round = len(kernels)
-        per_launch = launch_pairs(batch, held)
+        groups = launch_groups(batch, self.hold)
+        per_launch = len(groups)
         rounds_per_batch = max(1, MAX_EVENTS_IN_FLIGHT // (per_round * per_launch))
         pairs = [(dev.event(), dev.event()) for _ in range(min(rounds, rounds_per_batch) * per_round * per_launch)]
         try:
@@ -486,8 +484,7 @@ class CaseRun:
                         self._slot += 1
                         for index in order:
                             mine = pairs[len(slots) * per_launch:(len(slots) + 1) * per_launch]
-                            self._timed_launch(kernels[index], slot, mine, cold=cold, pad_max=pad_max, batch=batch,
-                                               held=held)
+                            self._timed_launch(kernels[index], slot, mine, groups, cold=cold, pad_max=pad_max)
                             self.last_writer[slot] = int(index)
                             slots.append((int(index), mine))
                     dev.synchronize()
@@ -546,7 +543,7 @@ class CaseRun:
                 self.warm_up([kernel, library], int(timing["warmup"]))
             samples = self.time_settled([kernel, library], rounds, settle, ratios, cold=cold,
                                         pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                        batch=int(timing.get("batch", 1)), held=True)
+                                        batch=int(timing.get("batch", 1)))
         except (LibraryCallError, CudaError) as exc:
             if isinstance(exc, CudaError) and exc.sticky:
                 raise
@@ -572,10 +569,11 @@ class CaseRun:
             return
         dev = self.device
         slot = int(self.jitter.integers(0, self.copies))
-        pairs = [(dev.event(), dev.event()) for _ in range(launch_pairs(batch, self.hold))]
+        groups = launch_groups(batch, self.hold)
+        pairs = [(dev.event(), dev.event()) for _ in groups]
         try:
             with self.phase("the timed launches (a checked launch)"):
-                self._timed_launch(kernel, slot, pairs, cold=cold, pad_max=pad_max, batch=batch, held=self.hold)
+                self._timed_launch(kernel, slot, pairs, groups, cold=cold, pad_max=pad_max)
                 dev.synchronize()
         finally:
             for start, end in pairs:

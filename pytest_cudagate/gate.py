@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cudagate_harness.stopping import Settle, looks
+from cudagate_harness.stopping import Settle
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals import Ledger, build_identity
@@ -73,7 +73,7 @@ def baseline_timing(suite: Suite) -> dict:
     settle rule's 1% error is shared between the looks it may take (99% over all of them)."""
     rounds = suite.timing.baseline_rounds
     return {**suite.timing.to_json(), "repeat": rounds,
-            "settle": Settle(stats.RUN_QUANTILE, RUN_LEVEL_WITHIN, 1 - 0.01 / looks(rounds)).to_json()}
+            "settle": Settle.over_looks(stats.RUN_QUANTILE, RUN_LEVEL_WITHIN, rounds).to_json()}
 
 
 def disturbed(threshold: float, discarded: list[str], fingerprint: str) -> LatencyResult | None:

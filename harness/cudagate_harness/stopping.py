@@ -35,6 +35,12 @@ class Settle:
             return None
         return cls(float(raw["quantile"]), float(raw["within"]), float(raw.get("confidence", 0.99)))
 
+    @classmethod
+    def over_looks(cls, quantile: float, within: float, rounds: int, error: float = 0.01) -> Settle:
+        """The rule for at most ``rounds`` rounds, its ``error`` shared between the looks it may take
+        there (:func:`looks`; Bonferroni), so that it holds at 1 − ``error`` over all of them."""
+        return cls(quantile, within, 1 - error / looks(rounds))
+
     def to_json(self) -> dict:
         return {"quantile": self.quantile, "within": self.within, "confidence": self.confidence}
 

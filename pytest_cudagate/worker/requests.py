@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from cudagate_harness.stopping import looks
+from cudagate_harness.stopping import Settle
 
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.paths import display_path
@@ -20,7 +20,7 @@ from pytest_cudagate.suite.model import Case, Launch, Program, Suite
 REQUEST_PROTOCOL = 1
 # A long kernel's library rounds stop once the median of the per-round ratios is known to ±0.5%
 # (cudagate_harness.stopping), at the latest after one measurement block; 99% over all its looks.
-LIBRARY_SETTLE = {"quantile": 0.5, "within": 0.005}
+LIBRARY_SETTLE = (0.5, 0.005)  # (quantile, within)
 
 
 def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
@@ -75,7 +75,7 @@ def library_spec(suite: Suite, program: Program) -> dict:
         return {}
     rounds = suite.timing.repeat
     return {"library": {**program.library_baseline.to_json(), "rounds": rounds,
-                        "settle": {**LIBRARY_SETTLE, "confidence": 1 - 0.01 / looks(rounds)}}}
+                        "settle": Settle.over_looks(*LIBRARY_SETTLE, rounds).to_json()}}
 
 
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,

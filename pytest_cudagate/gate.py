@@ -35,7 +35,7 @@ from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
-from pytest_cudagate.suite.model import Case, Launch, Program, Suite
+from pytest_cudagate.suite.model import Case, Checks, Launch, Program, Suite
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.library import judge_library
@@ -109,6 +109,7 @@ class Gate:
         self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
         self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
+        self._checks: dict[str, tuple[Checks, list[str]]] = {}  # suite path -> effective_checks, read once
 
     @property
     def fingerprint_text(self) -> str:
@@ -166,11 +167,19 @@ class Gate:
             outcome.latency = disturbed(threshold, discarded, self.fingerprint_text)
         return self._judge(outcome, suite, program, case, body, compile_info, extra, None)
 
+    def checks(self, suite: Suite) -> tuple[Checks, list[str]]:
+        """:func:`effective_checks` of ``suite``, worked out once per gate (it may read the signature
+        file; a prefetch asks on every item)."""
+        key = str(suite.path)
+        if key not in self._checks:
+            self._checks[key] = effective_checks(suite)
+        return self._checks[key]
+
     def _begin(self, suite: Suite, program: Program, case: Case) -> tuple[CaseOutcome, dict]:
         """A new outcome and the case's checks and fresh inputs; a failed outcome when a generated
         case cannot be rebuilt as signed (nothing is run then)."""
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind, shape_class=case.shape_class)
-        checks, notes = effective_checks(suite)
+        checks, notes = self.checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
             problem = self._materialise(suite, case, outcome.notes)
@@ -248,7 +257,7 @@ class Gate:
         is a CUDA context on the GPU. What goes wrong here is found again, and said, on the item."""
         todo = []
         for suite, program, case in jobs:
-            checks, _ = effective_checks(suite)
+            checks, _ = self.checks(suite)
             if checks.sanitizer and case.name == sanitizer_case(suite).name:
                 todo.append((suite, program, case, checks))
         if not todo:
@@ -300,7 +309,7 @@ class Gate:
             return  # the drawing would compete with the worker's own host thread while it times
         jobs = []
         for suite, case in upcoming:
-            checks, _ = effective_checks(suite)
+            checks, _ = self.checks(suite)
             key = self._fresh_key(suite, case, checks)
             placed = arrays_in_place(suite, case)
             if checks.fresh_inputs > 0 and key not in self._fresh and (placed or not reads_signed_inputs(suite)):

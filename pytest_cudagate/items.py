@@ -140,8 +140,8 @@ class GateSession:
         if self._positions is None or len(self._positions) != len(items):  # once: index() per item is quadratic
             self._positions = {id(i): n for n, i in enumerate(items)}
         scope = nextitem.parent if xdist_hooks.is_worker(self.config) else None
-        return next((i for i in items[self._positions.get(id(nextitem), len(items)):]
-                     if isinstance(i, CaseItem) and (scope is None or i.parent is scope)), None)
+        later = (items[n] for n in range(self._positions.get(id(nextitem), len(items)), len(items)))  # no copy per item
+        return next((i for i in later if isinstance(i, CaseItem) and (scope is None or i.parent is scope)), None)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """``--cuda-gate-class``: deselect the performance cases of the other classes."""

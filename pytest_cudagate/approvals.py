@@ -165,8 +165,10 @@ class Ledger:
     def read_blob(self, relative: str, expected_sha: str | None = None) -> str:
         path = self.root / relative
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
+            # newlines read as Path.read_text reads them (a CRLF checkout hashes as committed)
+            text = boundary.read_text(path, boundary.MAX_SOURCE_BYTES, "approved source").replace("\r\n", "\n")
+            text = text.replace("\r", "\n")
+        except FileNotFoundError:
             raise FileError(self.path, [f"approved source {relative} is missing; restore it from version control"]) from None
         digest = hashlib.sha256(text.encode()).hexdigest()
         if digest != (expected_sha or Path(relative).stem):

@@ -230,6 +230,12 @@ bad("data", "all-NaN expected, nan: fail")(lambda d: with_expected(d, np.full(15
 bad("data", "input is a link to /dev/zero")(lambda d: with_expected(d, "/dev/zero", name="x", where="input"))
 bad("data", "input of wrong dtype")(lambda d: with_expected(d, np.zeros(150, dtype=np.float64), name="x", where="input"))
 
+# numpy parses a header as a Python literal: these exhaust memory or the parser's recursion.
+bad("data", "header shape behind 9000 unary minuses")(lambda d: with_expected(
+    d, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (" + "-" * 9000 + "150,), }")))
+bad("data", "header shape a 1+1+... chain")(lambda d: with_expected(
+    d, npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1+" * 4000 + "1,), }")))
+
 for _key, _old, _new in [
     ("atol .nan", "atol: 1.0e-6", "atol: .nan"),
     ("rtol .inf", "rtol: 1.0e-5", "rtol: .inf"),
@@ -277,6 +283,8 @@ for _file in ("cudagate.sig.json", "cudagate.approvals.json"):
     bad("trust", f"{_short} not JSON")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_text("{broken")))
     bad("trust", f"{_short} with NaN")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_text('{"format": NaN}')))
     bad("trust", f"{_short} not UTF-8")(lambda d, f=_file: trust_file(d, f, lambda t: t.write_bytes(b'{"a": "\xff"}')))
+    bad("trust", f"{_short} of 400 KB of escaped quotes, never closed")(lambda d, f=_file: trust_file(
+        d, f, lambda t: t.write_text('"' + '\\"' * 200_000)))  # a quadratic scan once took minutes
 
 
 @bad("trust", "ledger of the wrong shape")
@@ -289,6 +297,14 @@ def _(d):
     path = suite_with(d)
     (path.parent / "cudagate.sig.json").symlink_to("/dev/zero")
     return "pytest", [str(path), "--cuda-gate"]
+
+
+@bad("yaml", "kernel line of 60 comments before an absolute include")
+def _(d):
+    path = suite_with(d, data=False)
+    kernel = path.parent / "scale.cu"
+    kernel.write_text("/**/" * 60 + "static int pad;\n#include \"/etc/passwd\"\n" + kernel.read_text())
+    return "pytest", [str(path), "--cuda-gate", "--cuda-gate-allow-unsigned"]
 
 
 for _name, _old, _new in [("billion laughs under pytest", "cases:\n", "a: &a [1, 2]\nb: [*a, *a]\ncases:\n"),

@@ -20,7 +20,10 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from pytest_cudagate.errors import FileError
 
@@ -36,19 +39,22 @@ MAX_NPY_BYTES = 8 * 1024**3  # one case buffer on disk
 MAX_DEPTH = 32  # nesting of mappings and lists; the deepest valid file nests about 7
 MAX_INT_DIGITS = 24  # any 64-bit integer has at most 20
 
-_BRACKETS = re.compile(r"[\[\]{}]")
-_JSON_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A string (or, unclosed, the rest of the text: the match never fails, so the scan stays linear on
+# any input) or a bracket.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 
 
 def refuse(path, message: str) -> FileError:
     return FileError(path, [message])
 
 
-def read_bytes(path: str | Path, limit: int, what: str) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes.
+@contextmanager
+def open_regular(path: str | Path, limit: int, what: str) -> Iterator[BinaryIO]:
+    """A regular file of at most ``limit`` bytes, open for reading.
 
     A missing file raises :class:`FileNotFoundError` (callers word "missing" themselves); a device,
-    FIFO or socket (also behind a symlink), or a file over the cap, a :class:`FileError`.
+    FIFO or socket (also behind a symlink: /dev/zero reads for ever), or a file over the cap, a
+    :class:`FileError`.
     """
     path = Path(path)
     try:
@@ -66,12 +72,21 @@ def read_bytes(path: str | Path, limit: int, what: str) -> bytes:
     try:
         # O_NONBLOCK: if the path was swapped for a FIFO since the stat, open does not wait on it.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise refuse(path, f"the {what} is not a regular file")
-            data = handle.read(limit + 1)
     except OSError as exc:
         raise refuse(path, f"cannot read the {what}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise refuse(path, f"the {what} is not a regular file")
+        yield handle
+
+
+def read_bytes(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (:func:`open_regular`)."""
+    with open_regular(path, limit, what) as handle:
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise refuse(path, f"cannot read the {what}: {exc.strerror}") from None
     if len(data) > limit:
         raise refuse(path, f"the {what} is over the {limit}-byte limit")
     return data
@@ -114,9 +129,11 @@ def _json_constant(text: str):
 def json_depth(text: str) -> int:
     """The deepest nesting of ``text``'s objects and arrays, counted without recursion."""
     depth = deepest = 0
-    for bracket in _BRACKETS.finditer(_JSON_STRINGS.sub("", text)):
-        depth += 1 if bracket.group() in "[{" else -1
-        deepest = max(deepest, depth)
+    for token in _JSON_TOKENS.finditer(text):
+        mark = token.group()[0]
+        if mark != '"':
+            depth += 1 if mark in "[{" else -1
+            deepest = max(deepest, depth)
     return deepest
 
 

@@ -32,8 +32,10 @@ def npy_header(path: str | Path, limit: int = MAX_NPY_BYTES) -> tuple[tuple[int,
             else:
                 raise ValueError(f"unsupported .npy version {version}")
             offset = handle.tell()
-    except (OSError, ValueError, SyntaxError, TypeError, OverflowError, EOFError) as exc:
-        raise refuse(path, f"not a readable .npy file ({str(exc)[:200]}); regenerate it") from None
+    # numpy parses the header text as a Python literal: a pathological one exhausts memory or the
+    # parser's recursion instead of raising ValueError.
+    except (OSError, ValueError, SyntaxError, TypeError, OverflowError, EOFError, MemoryError, RecursionError) as exc:
+        raise refuse(path, f"not a readable .npy file ({(str(exc) or type(exc).__name__)[:200]}); regenerate it") from None
     if dtype.hasobject or dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
         raise refuse(path, f"holds {str(dtype)[:60]}, not plain numbers; regenerate it")
     if any(not isinstance(d, int) or d < 0 for d in shape) or len(shape) > MAX_DEPTH:

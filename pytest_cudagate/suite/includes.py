@@ -21,7 +21,9 @@ from pytest_cudagate.errors import CudagateError
 SUITE_FILENAME = "cudagate.yaml"
 _TRIGRAPHS = {"??=": "#", "??/": "\\", "??'": "^", "??(": "[", "??)": "]", "??!": "|", "??<": "{", "??>": "}",
               "??-": "~"}
-_SPACE = r"(?:[ \t\f\v\r]|/\*.*?\*/)*"
+# A comment's body cannot hold its own end, so a run of comments parses one way only: a lazy `.*?`
+# there let `/**/` repeated backtrack exponentially (40 of them on a line: hours).
+_SPACE = r"(?:[ \t\f\v\r]|/\*(?:[^*\n]|\*+[^*/\n])*\*+/)*"
 # A directive that makes the preprocessor read a file: #include, #include_next, #import, #embed,
 # spelled with # or the %: digraph.
 _DIRECTIVE = re.compile(rf"^{_SPACE}(?:#|%:){_SPACE}(include_next|include|import|embed)\b(.*)$", re.MULTILINE)

@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from pytest_cudagate import boundary
+
 # Files hashed as text: CRLF becomes LF first, so a Windows checkout signs to the same bytes.
 TEXT_SUFFIXES = frozenset({".cu", ".cuh", ".h", ".hpp", ".hh", ".c", ".cc", ".cpp", ".inc", ".py", ".yaml", ".yml",
                            ".json", ".txt", ".toml"})
@@ -32,10 +34,12 @@ def file_sha256(path: Path, *, text: bool | None = None) -> str:
     """
     if text is None:
         text = Path(path).suffix.lower() in TEXT_SUFFIXES
+    # A pull request may put a link to /dev/zero where a signed file belongs: only a regular file of
+    # bounded size is hashed (FileError otherwise).
     if text:
-        return sha256_bytes(normalize_newlines(Path(path).read_bytes()))
+        return sha256_bytes(normalize_newlines(boundary.read_bytes(path, boundary.MAX_LEDGER_BYTES, "signed file")))
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:  # case data can be large: stream it
+    with boundary.open_regular(path, boundary.MAX_NPY_BYTES, "signed file") as handle:  # case data: streamed
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()

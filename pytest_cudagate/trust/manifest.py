@@ -22,6 +22,7 @@ import os
 import re
 from pathlib import Path
 
+from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.generated import generated_files
@@ -90,7 +91,10 @@ def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:
     while todo:
         current = todo.pop()
         try:
-            body = current.read_bytes()
+            body = boundary.read_bytes(current, boundary.MAX_SOURCE_BYTES, "source")
+        except FileError as exc:
+            problems.extend(f"{_rel(current, root)}: {problem}" for problem in exc.problems)
+            continue
         except OSError:
             continue
         for name in _INCLUDE.findall(body):
@@ -101,9 +105,22 @@ def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:
             if resolved in seen:
                 continue
             seen.add(resolved)
-            found[_rel(Path(os.path.normpath(candidate)), root)] = file_sha256(candidate, text=True)
+            rel = _rel(Path(os.path.normpath(candidate)), root)
+            found[rel] = _sha256(candidate, True, rel, "missing (an included header)", problems)
             todo.append(candidate)
     return found
+
+
+def _sha256(path: Path, text: bool, rel: str, missing: str, problems: list[str]) -> str | None:
+    """:func:`file_sha256`, or None with the reason in ``problems``: ``missing``, or why the file is
+    refused (a link to a device, over the size cap)."""
+    try:
+        return file_sha256(path, text=text)
+    except FileError as exc:
+        problems.extend(f"{rel}: {problem}" for problem in exc.problems)
+    except OSError:
+        problems.append(f"{rel}: {missing}")
+    return None
 
 
 def _reference(suite: Suite, problems: list[str]) -> dict:
@@ -112,18 +129,12 @@ def _reference(suite: Suite, problems: list[str]) -> dict:
         file_name, function = suite.reference.python.rsplit(":", 1)
         path = Path(os.path.normpath(root / file_name))
         entry = {"file": _rel(path, root), "function": function, "sha256": None}
-        try:
-            entry["sha256"] = file_sha256(path, text=True)
-        except OSError:
-            problems.append(f"{entry['file']}: missing (the Python reference)")
+        entry["sha256"] = _sha256(path, True, entry["file"], "missing (the Python reference)", problems)
         return {"python": entry}
     program = suite.reference.program
     entry = {"source": _rel(program.source, root), "sha256": None, "entry": program.entry,
              "options": list(program.options), "arch_suffix": program.arch_suffix, **_program_launches(program)}
-    try:
-        entry["sha256"] = file_sha256(program.source, text=True)
-    except OSError:
-        problems.append(f"{entry['source']}: missing (the reference source)")
+    entry["sha256"] = _sha256(program.source, True, entry["source"], "missing (the reference source)", problems)
     entry["headers"] = _headers(program.source, root, problems)
     return {"cuda": entry}
 
@@ -163,11 +174,7 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         for path in case_files(suite, case):
             rel = _rel(path, root)
             referenced.add(Path(os.path.normpath(path)))
-            try:
-                files[rel] = file_sha256(path, text=False)  # .npy: binary, hashed as stored
-            except OSError:
-                files[rel] = None
-                problems.append(f"{rel}: missing (case {case.name} needs it)")
+            files[rel] = _sha256(path, False, rel, f"missing (case {case.name} needs it)", problems)  # .npy: as stored
         entry = _case_entry(case, root)
         entry["files"] = files
         cases[case.name] = entry

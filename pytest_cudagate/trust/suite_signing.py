@@ -182,8 +182,12 @@ def _pyc_problems(suite: Suite) -> list[str]:
     source = suite.root / suite.reference.python.rsplit(":", 1)[0]
     problems = []
     for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
-        try:
-            flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+        try:  # the header alone; a link to a device is refused, since Python would read it on import
+            with boundary.open_regular(pyc, boundary.MAX_SOURCE_BYTES, "bytecode file") as handle:
+                flags = int.from_bytes(handle.read(16)[4:8], "little")
+        except FileError as exc:
+            problems.extend(f"{display_path(pyc)}: {p}; delete it" for p in exc.problems)
+            continue
         except OSError:
             continue
         if flags & 0b01 and not flags & 0b10:

@@ -1,12 +1,14 @@
 """The judge's fast paths give exactly the verdicts of the straightforward formulas they replaced
 (the judge as of 5ad7a70, kept here as the oracle): every field of every check, bit for bit, on
-outputs that pass, fail, hold NaN, infinities and signed zeros, are integers, or are trivial fakes."""
+outputs that pass, fail, hold NaN, infinities and signed zeros, are integers, or are trivial fakes.
+Both take their Euclidean norms from one primitive (judge/norms.py, checked against numpy's below)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from pytest_cudagate.judge.norms import euclidean_norm
 from pytest_cudagate.judge.elementwise import OutputCheck, _scalar, check_output
 from pytest_cudagate.judge.output_scale import SCALE_FRACTION, MIN_ELEMENTS, ScaleVerdict, Trivial, trivial_output
 from pytest_cudagate.suite.model import Tolerance
@@ -18,12 +20,12 @@ def oracle_trivial(expected, atol, rtol):
         return None
     allowed = atol + rtol * np.abs(e)
     if np.all(np.abs(e) <= allowed):
-        return Trivial("all zeros", 0.0, float(np.linalg.norm(e)))
+        return Trivial("all zeros", 0.0, euclidean_norm(e))
     best = None
     for value in dict.fromkeys((float(np.mean(e)), float(np.median(e)), float((e.min() + e.max()) / 2))):
         if not np.all(np.abs(value - e) <= allowed):
             continue
-        distance = float(np.linalg.norm(e - value))
+        distance = euclidean_norm(e - value)
         if best is None or distance < best.distance:
             best = Trivial(f"the constant {value:.6g}", value, distance)
     return best
@@ -37,7 +39,7 @@ def oracle_scale(actual, expected, atol, rtol):
         return None
     a = np.asarray(actual).reshape(-1).astype(np.float64)
     e = np.asarray(expected).reshape(-1).astype(np.float64)
-    error = float(np.linalg.norm(a - e)) if np.all(np.isfinite(a)) else float("inf")
+    error = euclidean_norm(a - e) if np.all(np.isfinite(a)) else float("inf")
     fraction = error / trivial.distance
     wrote = ""
     if a.size and np.all(a == 0):
@@ -63,8 +65,8 @@ def oracle_check(name, actual, expected, tol, shape=None, unwritten=0):
         ok |= e_nan & a_nan
     mismatches = int(np.count_nonzero(~ok))
     both = finite
-    ref_norm = float(np.linalg.norm(e[both])) if both.any() else 0.0
-    err_norm = float(np.linalg.norm((a - e)[both])) if both.any() else 0.0
+    ref_norm = euclidean_norm(e[both]) if both.any() else 0.0
+    err_norm = euclidean_norm((a - e)[both]) if both.any() else 0.0
     if mismatches and not both.all():
         err_norm = float("inf") if (~ok & ~both).any() else err_norm
     rel_norm = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
@@ -141,3 +143,17 @@ def test_a_constant_at_the_edge_of_the_tolerance_is_still_found():
     expected = np.array([0.5, 1.5] * 32)
     assert trivial_output(expected, 0.5, 0.0) == oracle_trivial(expected, 0.5, 0.0) == Trivial(
         "the constant 1", 1.0, 4.0)
+
+
+@pytest.mark.parametrize("values", [np.zeros(0), np.array([3.0, -4.0]), np.linspace(-7, 9, 100_003),
+                                    np.array([1e200, 1e200]), np.array([1.0, np.nan]), np.array([np.inf, 1.0])],
+                         ids=["empty", "3-4-5", "long", "overflow", "nan", "inf"])
+def test_norm_is_the_euclidean_norm(values):
+    """The BLAS-free norm agrees with numpy's to rounding, overflows to inf and carries NaN as it does."""
+    with np.errstate(over="ignore"):
+        want = float(np.linalg.norm(values))
+    got = euclidean_norm(values.reshape(-1, 1) if values.size % 2 == 0 and values.size else values)
+    if np.isnan(want):
+        assert np.isnan(got)
+    else:
+        assert got == pytest.approx(want, rel=1e-13, abs=0.0)

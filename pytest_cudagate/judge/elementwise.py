@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pytest_cudagate.judge.norms import euclidean_norm
 from pytest_cudagate.judge.output_scale import MIN_ELEMENTS, Allowance, ScaleVerdict, scale_check, scale_verdict, trivial_given
 from pytest_cudagate.suite.model import Tolerance
 
@@ -106,13 +107,13 @@ def _check_output(name, actual, expected, tol, shape, unwritten, output_scale=Tr
 
     both = finite
     if everywhere:
-        ref_norm = float(np.linalg.norm(e)) if e.size else 0.0
-        err_norm = float(np.linalg.norm(error)) if e.size else 0.0
+        ref_norm = euclidean_norm(e) if e.size else 0.0
+        err_norm = euclidean_norm(error) if e.size else 0.0
         max_abs = float(diff.max()) if e.size else 0.0
     else:
         any_finite = bool(both.any())
-        ref_norm = float(np.linalg.norm(e[both])) if any_finite else 0.0
-        err_norm = float(np.linalg.norm(error[both])) if any_finite else 0.0
+        ref_norm = euclidean_norm(e[both]) if any_finite else 0.0
+        err_norm = euclidean_norm(error[both]) if any_finite else 0.0
         if mismatches:
             err_norm = float("inf") if (~ok & ~both).any() else err_norm
         max_abs = float(diff[both].max()) if any_finite else 0.0
@@ -171,7 +172,7 @@ def _check_finite(name, actual, expected, tol, shape, unwritten, output_scale) -
         if scaled and not mismatches:
             block = Allowance.of(eb, magnitude, allowed)
             allowance = block if allowance is None else allowance.merged(block)
-    ref_norm, err_norm = float(np.linalg.norm(e)), float(np.linalg.norm(error))
+    ref_norm, err_norm = euclidean_norm(e), euclidean_norm(error)
     rel_norm = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
     passed = mismatches == 0 and (tol.max_rel_norm is None or rel_norm <= tol.max_rel_norm)
     scale = None

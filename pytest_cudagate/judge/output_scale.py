@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pytest_cudagate.judge.norms import euclidean_norm
+
 SCALE_FRACTION = 0.25  # the error may be at most this fraction of the distance to a passing trivial output
 MIN_ELEMENTS = 32  # below this an output's "scale" means little; flag_cases still reports such outputs
 
@@ -74,7 +76,7 @@ def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | 
         return None
     magnitude = np.abs(e)
     allowed = atol + rtol * magnitude
-    return trivial_given(e, Allowance.of(e, magnitude, allowed), float(np.linalg.norm(e)), lambda: allowed)
+    return trivial_given(e, Allowance.of(e, magnitude, allowed), euclidean_norm(e), lambda: allowed)
 
 
 def trivial_given(e: np.ndarray, allowance: Allowance, norm: float, allowed) -> Trivial | None:
@@ -90,7 +92,7 @@ def trivial_given(e: np.ndarray, allowance: Allowance, norm: float, allowed) -> 
     for value in dict.fromkeys((float(np.mean(e)), float(np.median(e)), float((e.min() + e.max()) / 2))):
         if not np.all(np.abs(value - e) <= allowed):
             continue
-        distance = float(np.linalg.norm(e - value))
+        distance = euclidean_norm(e - value)
         if best is None or distance < best.distance:
             best = Trivial(f"the constant {value:.6g}", value, distance)
     return best
@@ -124,7 +126,7 @@ def scale_check(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: flo
     a = np.asarray(actual).reshape(-1).astype(np.float64)
     e = np.asarray(expected).reshape(-1).astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        error = float(np.linalg.norm(a - e)) if np.all(np.isfinite(a)) else float("inf")
+        error = euclidean_norm(a - e) if np.all(np.isfinite(a)) else float("inf")
     return scale_verdict(actual, trivial, error)
 
 

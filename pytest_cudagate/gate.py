@@ -37,7 +37,7 @@ from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import compare_request, run_request
 from pytest_cudagate.suite.model import Case, Checks, Launch, Program, Suite
 from pytest_cudagate.judge import stats
-from pytest_cudagate.judge.correctness import judge_case
+from pytest_cudagate.judge.correctness import in_background, judge_case
 from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
@@ -217,14 +217,17 @@ class Gate:
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
+        expected = resolved.expected_outputs()
+        # informational: judged beside the verdict (and side by side with it), never into it
+        library = (in_background(judge_library, body["library"], case.name, expected, suite.tolerance, resolved.shapes,
+                                 checks) if body.get("library") else None)
         with phases.clock(outcome, "checks"):
-            outcome.correctness = judge_case(program.name, case.name, body, resolved.expected_outputs(),
-                                             suite.tolerance, resolved.shapes, checks=checks)
+            outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, resolved.shapes,
+                                             checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
-        if body.get("library"):  # informational: judged beside the verdict, never into it
+        if library is not None:
             with phases.clock(outcome, "statistics"):
-                outcome.library = judge_library(body["library"], case.name, resolved.expected_outputs(), suite.tolerance,
-                                                resolved.shapes, checks)
+                outcome.library = library.result()
         with phases.clock(outcome, "sanitizer"):
             self._sanitize(outcome, suite, program, case, body, checks, source_text)
         decide(outcome, self.options)

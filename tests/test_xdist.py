@@ -155,7 +155,8 @@ def test_durations_lists_the_slowest_cases_with_their_phases(pytester):
     lines = result.outlines
     start = lines.index("cudagate durations: slowest 3 of 24 cases, seconds by phase")
     header = lines[start + 2].split()
-    assert header[0] == "total" and {"checks", "timing"} <= set(header) and header[-1] == "case"
+    # only the phases these rows spent time in are columns (timing: the slowest may all be untimed cases)
+    assert header[0] == "total" and "checks" in header and header[-1] == "case"
     rows = lines[start + 3:start + 6]
     totals = [float(row.split()[0]) for row in rows]
     assert totals == sorted(totals, reverse=True)

@@ -159,12 +159,18 @@ _POOL: ThreadPoolExecutor | None = None
 
 
 def _pool() -> ThreadPoolExecutor:
-    """Threads for the fresh sets' checks: numpy releases the GIL in their loads and array loops, so
-    a large case's outputs are checked side by side (the same checks, each alone)."""
+    """Threads for the fresh sets' and the library baseline's checks: numpy releases the GIL in their
+    loads and array loops, so a large case's outputs are checked side by side (the same checks, each alone)."""
     global _POOL
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=min(4, cores()), thread_name_prefix="cudagate-judge")
     return _POOL
+
+
+def in_background(function, *args) -> Future:
+    """``function(*args)`` started in :func:`_pool`, beside the caller's own checks; it must not itself
+    wait on work of that pool (judge_case of a body without fresh sets submits none)."""
+    return _pool().submit(function, *args)
 
 
 def _check_one(name: str, actual_path: str, expected_path: str, tolerance: Tolerance, shape, output_scale: bool):

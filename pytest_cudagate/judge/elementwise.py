@@ -13,23 +13,15 @@ tolerance, the error is also judged against the output's own scale (:mod:`pytest
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from pytest_cudagate.host import cores
 from pytest_cudagate.judge.norms import euclidean_norm
 from pytest_cudagate.judge.output_scale import MIN_ELEMENTS, Allowance, ScaleVerdict, scale_check, scale_verdict, trivial_given
 from pytest_cudagate.suite.model import Tolerance
 
 BLOCK = 1 << 14  # elements per step of the one-pass check: its float64 temporaries stay in the CPU cache
-# A finite output this large is scanned as up to SPLIT_PARTS contiguous parts side by side (numpy
-# releases the GIL in its loops): counts, maxima and minima merge exactly, so the verdict is the
-# one a single pass gives, bit for bit.
-SPLIT_ELEMENTS = 1 << 20
-SPLIT_PARTS = 4
-_SPLIT_POOL: ThreadPoolExecutor | None = None
 
 
 @dataclass(frozen=True)
@@ -164,17 +156,22 @@ def _check_finite(name, actual, expected, tol, shape, unwritten, output_scale) -
     n = int(expected.size)
     a_flat, e_flat = actual.reshape(-1), expected.reshape(-1)
     e, error = np.empty(n, np.float64), np.empty(n, np.float64)
+    mismatches, max_abs, allowance = 0, 0.0, None
     scaled = output_scale and n >= MIN_ELEMENTS
-    parts = min(SPLIT_PARTS, cores(), max(1, n // SPLIT_ELEMENTS))
-    bounds = [n * i // parts for i in range(parts + 1)]
-    scans = [(a_flat, e_flat, e, error, start, stop, tol, scaled) for start, stop in zip(bounds, bounds[1:])]
-    found = list(_split_pool().map(_scan, *zip(*scans))) if parts > 1 else [_scan(*scans[0])]
-    mismatches = sum(part[0] for part in found)
-    max_abs = max(part[1] for part in found)
-    allowance = None
-    if scaled and not mismatches:  # every part then gathered its allowance over all its blocks
-        for part in found:
-            allowance = part[2] if allowance is None else allowance.merged(part[2])
+    for start in range(0, n, BLOCK):
+        stop = min(start + BLOCK, n)
+        eb, err = e[start:stop], error[start:stop]
+        np.copyto(eb, e_flat[start:stop], casting="unsafe")
+        np.subtract(a_flat[start:stop], eb, out=err, casting="unsafe")
+        magnitude = np.abs(eb)
+        allowed = np.multiply(magnitude, tol.rtol)
+        allowed += tol.atol
+        diff = np.abs(err)
+        mismatches += int(np.count_nonzero(diff > allowed))  # diff is never NaN here: finite minus finite
+        max_abs = max(max_abs, float(diff.max()))
+        if scaled and not mismatches:
+            block = Allowance.of(eb, magnitude, allowed)
+            allowance = block if allowance is None else allowance.merged(block)
     ref_norm, err_norm = euclidean_norm(e), euclidean_norm(error)
     rel_norm = err_norm / ref_norm if ref_norm > 0 else (0.0 if err_norm == 0 else float("inf"))
     passed = mismatches == 0 and (tol.max_rel_norm is None or rel_norm <= tol.max_rel_norm)
@@ -197,40 +194,6 @@ def _check_finite(name, actual, expected, tol, shape, unwritten, output_scale) -
         worst_index=worst, worst_expected=worst_values[0] if worst else None,
         worst_actual=worst_values[1] if worst else None, worst_allowed=worst_values[2] if worst else None,
         rel_norm_limit=tol.max_rel_norm, unwritten=unwritten, tolerance=tol, scale=scale)
-
-
-def _split_pool() -> ThreadPoolExecutor:
-    global _SPLIT_POOL
-    if _SPLIT_POOL is None:
-        _SPLIT_POOL = ThreadPoolExecutor(max_workers=SPLIT_PARTS, thread_name_prefix="cudagate-scan")
-    return _SPLIT_POOL
-
-
-def _scan(a_flat, e_flat, e, error, start: int, stop: int, tol, scaled: bool) -> tuple[int, float, Allowance | None]:
-    """One part ``[start, stop)`` of :func:`_check_finite`'s pass, in cache-sized blocks: its
-    mismatches, its largest |error|, and (while it has no mismatch) its :class:`Allowance`; the
-    float64 expected values and errors written into ``e`` and ``error``."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # as check_output's, in this thread too
-        return _scan_blocks(a_flat, e_flat, e, error, start, stop, tol, scaled)
-
-
-def _scan_blocks(a_flat, e_flat, e, error, start, stop, tol, scaled):
-    mismatches, max_abs, allowance = 0, 0.0, None
-    for first in range(start, stop, BLOCK):
-        last = min(first + BLOCK, stop)
-        eb, err = e[first:last], error[first:last]
-        np.copyto(eb, e_flat[first:last], casting="unsafe")
-        np.subtract(a_flat[first:last], eb, out=err, casting="unsafe")
-        magnitude = np.abs(eb)
-        allowed = np.multiply(magnitude, tol.rtol)
-        allowed += tol.atol
-        diff = np.abs(err)
-        mismatches += int(np.count_nonzero(diff > allowed))  # diff is never NaN here: finite minus finite
-        max_abs = max(max_abs, float(diff.max()))
-        if scaled and not mismatches:
-            block = Allowance.of(eb, magnitude, allowed)
-            allowance = block if allowance is None else allowance.merged(block)
-    return mismatches, max_abs, allowance
 
 
 def _scalar(value):

@@ -217,11 +217,11 @@ class Gate:
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
-        expected = resolved.expected_outputs()
-        # informational: judged beside the verdict (and side by side with it), never into it
-        library = (in_background(judge_library, body["library"], case.name, expected, suite.tolerance, resolved.shapes,
-                                 checks) if body.get("library") else None)
         with phases.clock(outcome, "checks"):
+            expected = resolved.expected_outputs()
+            # informational: judged beside the verdict (and side by side with it), never into it
+            library = (in_background(judge_library, body["library"], case.name, expected, suite.tolerance,
+                                     resolved.shapes, checks) if body.get("library") else None)
             outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, resolved.shapes,
                                              checks=checks)
         outcome.notes.extend(outcome.correctness.notes)

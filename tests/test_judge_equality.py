@@ -146,14 +146,30 @@ def test_a_constant_at_the_edge_of_the_tolerance_is_still_found():
 
 
 @pytest.mark.parametrize("values", [np.zeros(0), np.array([3.0, -4.0]), np.linspace(-7, 9, 100_003),
-                                    np.array([1e200, 1e200]), np.array([1.0, np.nan]), np.array([np.inf, 1.0])],
-                         ids=["empty", "3-4-5", "long", "overflow", "nan", "inf"])
+                                    np.array([1.0, np.nan]), np.array([np.inf, 1.0]), np.zeros(5)],
+                         ids=["empty", "3-4-5", "long", "nan", "inf", "zeros"])
 def test_norm_is_the_euclidean_norm(values):
-    """The BLAS-free norm agrees with numpy's to rounding, overflows to inf and carries NaN as it does."""
-    with np.errstate(over="ignore"):
-        want = float(np.linalg.norm(values))
+    """The BLAS-free norm agrees with numpy's to rounding, and carries NaN and infinities as it does."""
+    want = float(np.linalg.norm(values))
     got = euclidean_norm(values.reshape(-1, 1) if values.size % 2 == 0 and values.size else values)
     if np.isnan(want):
         assert np.isnan(got)
     else:
         assert got == pytest.approx(want, rel=1e-13, abs=0.0)
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-200], ids=["overflowing squares", "underflowing squares"])
+def test_norm_of_values_whose_squares_leave_float64(scale):
+    """Squares past float64's range (where numpy's norm says inf or 0): still the norm, so a relative
+    norm of such an output still judges it; integers count as their float64 values."""
+    assert euclidean_norm(np.array([3.0, -4.0]) * scale) == pytest.approx(5 * scale, rel=1e-15)
+    e = np.full(100, 7.0 * scale)
+    assert euclidean_norm(e * (1 + 1e-7) - e) / euclidean_norm(e) == pytest.approx(1e-7, rel=1e-6)
+    assert euclidean_norm(np.array([2**32, 2**32], dtype=np.int64)) == pytest.approx(2**32 * 2**0.5, rel=1e-15)
+
+
+def test_a_huge_float64_output_is_held_to_max_rel_norm():
+    """rel_norm of outputs near float64's limit: once 0 (inf over inf read as passing), now the real 1e-7."""
+    expected = np.full(100, 1e160)
+    result = check_output("c", expected * (1 + 1e-7), expected, Tolerance(atol=0.0, rtol=1e-6, max_rel_norm=1e-8), (100,))
+    assert not result.ok and result.rel_norm == pytest.approx(1e-7, rel=1e-6)

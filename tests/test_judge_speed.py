@@ -16,6 +16,6 @@ def test_judge_speed_prints_both_tables_with_both_norms():
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
     checks = [row for row in rows if row[-1].strip() in ("all pass", "NOT ALL PASS")]
     assert [row[0].strip() for row in checks] == ["judge's (no BLAS)", "np.linalg.norm (BLAS)"]
-    assert all(row[-1].strip() == "all pass" and float(row[1]) > 0 for row in checks)
+    assert all(row[-1].strip() == "all pass" and float(row[1]) >= 0 for row in checks)  # 0.0 on a fast host
     alone = [row for row in rows if row[0].strip() in ("1", "3")]
-    assert [row[0].strip() for row in alone] == ["1", "3"] and all(float(c) > 0 for row in alone for c in row[1:])
+    assert [row[0].strip() for row in alone] == ["1", "3"] and all(float(c) >= 0 for row in alone for c in row[1:])

@@ -156,11 +156,12 @@ def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, 
 
 
 _POOL: ThreadPoolExecutor | None = None
+_BESIDE: ThreadPoolExecutor | None = None
 
 
 def _pool() -> ThreadPoolExecutor:
-    """Threads for the fresh sets' and the library baseline's checks: numpy releases the GIL in their
-    loads and array loops, so a large case's outputs are checked side by side (the same checks, each alone)."""
+    """Threads for the fresh sets' checks: numpy releases the GIL in their loads and array loops, so
+    a large case's outputs are checked side by side (the same checks, each alone)."""
     global _POOL
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=min(4, cores()), thread_name_prefix="cudagate-judge")
@@ -168,9 +169,12 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def in_background(function, *args) -> Future:
-    """``function(*args)`` started in :func:`_pool`, beside the caller's own checks; it must not itself
-    wait on work of that pool (judge_case of a body without fresh sets submits none)."""
-    return _pool().submit(function, *args)
+    """``function(*args)`` started in a thread of its own pool, beside the caller's checks: never
+    queued behind (or waiting on) the fresh sets' checks in :func:`_pool`, whatever the host's cores."""
+    global _BESIDE
+    if _BESIDE is None:
+        _BESIDE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cudagate-judge-beside")
+    return _BESIDE.submit(function, *args)
 
 
 def _check_one(name: str, actual_path: str, expected_path: str, tolerance: Tolerance, shape, output_scale: bool):

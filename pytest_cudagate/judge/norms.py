@@ -14,9 +14,20 @@ import math
 
 import numpy as np
 
+_TINY = float(np.finfo(np.float64).tiny)
+
 
 def euclidean_norm(values: np.ndarray) -> float:
-    """||values|| of a float64 array (any shape); inf where the sum of squares overflows, NaN with a NaN."""
-    flat = values.reshape(-1)
-    with np.errstate(over="ignore", invalid="ignore"):  # as a BLAS dot: inf and NaN come back without a warning
-        return math.sqrt(float(np.einsum("i,i->", flat, flat)))
+    """||values|| in float64, of an array of any shape and real dtype. Where the sum of squares would
+    overflow or underflow (values beyond about 1e154, or below 1e-154), it is taken over the values
+    divided by the largest magnitude, so a relative norm of such outputs still means something; inf
+    with an infinity, NaN with a NaN."""
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    total = float(np.einsum("i,i->", flat, flat))  # numpy's loop: no BLAS, no floating-point warnings
+    if _TINY <= total < math.inf or math.isnan(total):
+        return math.sqrt(total)
+    biggest = float(np.max(np.abs(flat))) if flat.size else 0.0
+    if biggest == 0.0 or math.isinf(biggest):
+        return biggest
+    scaled = flat / biggest
+    return biggest * math.sqrt(float(np.einsum("i,i->", scaled, scaled)))

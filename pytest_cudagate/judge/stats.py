@@ -436,7 +436,8 @@ def run_level(samples: Samples) -> float:
 def prediction_half_width(spread: float, n: int, confidence: float) -> float:
     """Half-width (log space) of the prediction interval for one more run, from n runs' spread."""
     # Student's t quantile from scipy.special, imported here: only a kernel judged against its stored
-    # approval runs needs it, and scipy.special costs a gate run's start ~0.1-0.2 s (scipy.stats ~0.45 s).
+    # approval runs needs it, and importing it costs ~0.25 s on the H200 runner (scipy.stats ~0.45 s),
+    # which a gate run on a GPU pays in the background during its run phase `ahead` (items.py).
     from scipy.special import stdtrit
 
     return float(stdtrit(n - 1, 0.5 + confidence / 2)) * spread * math.sqrt(1 + 1 / n)

@@ -107,13 +107,11 @@ def _check_output(name, actual, expected, tol, shape, unwritten, output_scale=Tr
 
     both = finite
     if everywhere:
-        ref_norm = euclidean_norm(e) if e.size else 0.0
-        err_norm = euclidean_norm(error) if e.size else 0.0
+        ref_norm, err_norm = euclidean_norm(e), euclidean_norm(error)  # 0.0 when empty
         max_abs = float(diff.max()) if e.size else 0.0
     else:
         any_finite = bool(both.any())
-        ref_norm = euclidean_norm(e[both]) if any_finite else 0.0
-        err_norm = euclidean_norm(error[both]) if any_finite else 0.0
+        ref_norm, err_norm = euclidean_norm(e[both]), euclidean_norm(error[both])
         if mismatches:
             err_norm = float("inf") if (~ok & ~both).any() else err_norm
         max_abs = float(diff[both].max()) if any_finite else 0.0

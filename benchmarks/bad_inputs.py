@@ -1,9 +1,11 @@
-"""Every malformed input of issue 13's families, each run in a subprocess under a memory limit.
+"""Every malformed input of issue 13's families and issue 28's fuzz findings (trusted refs and base
+files under `cudagate gate --trusted-ref`, report merges, replay folders, tunables), each run in a
+subprocess under a memory limit and a CPU-time bound (tests/bad_input_cases.py).
 
     python benchmarks/bad_inputs.py
 
-Prints one line per input (verdict, exit code, seconds, peak MB) and the totals in the form
-"inputs tried / tracebacks / hangs / wrongly accepted" (the target is N / 0 / 0 / 0).
+Prints one line per input (verdict, exit code, wall and CPU seconds, peak MB) and the totals in the
+form "inputs tried / tracebacks / hangs / wrongly accepted" (the target is N / 0 / 0 / 0).
 """
 
 from __future__ import annotations

@@ -82,13 +82,24 @@ def load_settings(root: Path) -> Settings:
         data = tomllib.loads(boundary.read_text(path, boundary.MAX_SETTINGS_BYTES, "project file"))
     except (OSError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise FileError(path, [f"cannot read [tool.cudagate]: {str(exc)[:200] or 'nested too deeply'}"]) from None
-    raw = data.get("tool", {}).get("cudagate", {}) if isinstance(data.get("tool"), dict) else {}
-    return settings_from_table(root, raw, path)
+    return settings_from_table(root, cudagate_table(data, path), path)
 
 
-def settings_from_table(root: Path, raw, path) -> Settings:
+def cudagate_table(document: dict, path) -> dict:
+    """``[tool.cudagate]`` of a parsed pyproject.toml, ``{}`` when it has none. Anything but a table is
+    refused (``path`` names the file): every command and the gate read the same settings or none."""
+    tool = document.get("tool", {})
+    raw = tool.get("cudagate", {}) if isinstance(tool, dict) else tool
+    if not isinstance(raw, dict):
+        key = "tool.cudagate" if isinstance(tool, dict) else "tool"
+        raise FileError(path, [f"{key}: expected a table, not a {type(raw).__name__}; write the settings as a "
+                               "[tool.cudagate] table, e.g. suites = [\"path/to/suite\"]"])
+    return raw
+
+
+def settings_from_table(root: Path, raw: dict, path) -> Settings:
     """Settings from a ``[tool.cudagate]`` table already parsed (``path`` names it in errors)."""
-    problems = settings_problems(raw) if isinstance(raw, dict) else ["tool.cudagate: expected a table"]
+    problems = settings_problems(raw)
     if problems:
         raise FileError(path, problems)
     return Settings(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from pytest_cudagate.paths import log_lines
+
 # Exit codes of every ``cudagate`` command: 0 all good, 1 a check failed, 2 bad input, 3 no CUDA device.
 EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
 
@@ -33,5 +35,6 @@ def run_command(func, args) -> int:
         print(f"cudagate: {exc}", file=sys.stderr)
         return EXIT_NO_GPU
     except (CudagateError, KeyError) as exc:
-        print(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}", file=sys.stderr)
+        # log_lines: a refusal may quote the checkout (its names), and the job's log is read for commands
+        print(log_lines(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}"), file=sys.stderr)
         return EXIT_INPUT

@@ -56,6 +56,7 @@ class GateOptions:
     budget_s: float = DEFAULT_BUDGET_S  # measurement time per case
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
+    trusted: bool = False  # under a trust root (cudagate gate --trusted-ref): a sanitizer without a verdict fails
 
 
 # Fresh inputs are drawn ahead, beside the worker's timed launches, only on hosts with this many
@@ -265,14 +266,14 @@ class Gate:
                 todo.append((suite, program, case, checks))
         if not todo:
             return
-        timeout = max(DEFAULT_TIMEOUT_S, 2 * float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)))
+        case_timeout = float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S))
         env = getattr(self.client, "env", None)
 
         def one(job) -> None:
             suite, program, case, checks = job
             try:
                 request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer")
-                sanitize(request, checks.sanitizer, timeout_s=timeout, env=env)
+                sanitize(request, checks.sanitizer, case_timeout_s=case_timeout, env=env)
             except Exception:  # noqa: BLE001 - only a head start: the item runs it again and reports what happens
                 pass
 
@@ -346,8 +347,9 @@ class Gate:
         if outcome.correctness is None or not wants_sanitizer(checks, suite, case, body):
             return
         request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer", source_text=source_text)
-        timeout = max(DEFAULT_TIMEOUT_S, 2 * float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)))
-        problems, notes = sanitize(request, checks.sanitizer, timeout_s=timeout, env=getattr(self.client, "env", None))
+        problems, notes = sanitize(request, checks.sanitizer,
+                                   case_timeout_s=float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)),
+                                   env=getattr(self.client, "env", None), required=self.options.trusted)
         outcome.notes.extend(notes)
         if problems:
             outcome.correctness.problems.extend(problems)

@@ -23,6 +23,7 @@ from pytest_cudagate.config import GateConfig
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.paths import log_lines
 from pytest_cudagate.reports import pytest_hooks as reports
 from pytest_cudagate.reports.durations import render_durations
 from pytest_cudagate.reports.terminal import render_table
@@ -66,7 +67,7 @@ class GateSession:
               spawned: Worker | None = None) -> GateSession:
         fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
         options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
-                              threshold=gate.threshold, fresh_seed=fresh_seed)
+                              threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None)
         return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
@@ -110,7 +111,8 @@ class GateSession:
             # The first case's fresh sets (and its reference's imports) are drawn meanwhile.
             self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1])
             trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
-            compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch())
+            compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch(),
+                          timeout_s=runtime.timeout_s)
             if runtime.client() is not None:
                 # scipy.special (the Student t of a kernel judged against its approval runs, judge/stats.py)
                 # costs ~0.25 s to import on the H200 runner: meanwhile, not in the first such item's turn
@@ -175,6 +177,24 @@ class GateSession:
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if item not in set(dropped)]
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Under a trust root, every suite the trusted ref gates in the paths given was collected with all
+        its kernels (pytest's own skipping is not the pull request's way out); else the run is refused."""
+        root = self.runtime.trust_root
+        if root is None or xdist_hooks.is_controller(self.config):  # an xdist controller collects nothing itself
+            return
+        collected: dict[Path, tuple[str, set[str]] | None] = {}  # None: the suite fails to load, so the run fails
+        for item in session.items:
+            if isinstance(item, SuiteErrorItem):
+                collected[item.path] = None
+            elif isinstance(item, CompileItem) and item.parent.program is not item.parent.suite.reference.program:
+                collected.setdefault(item.path, (item.parent.suite.name, set()))[1].add(item.parent.program.name)
+        # a node id (PATH::KERNEL) selects items on purpose; files and folders promise every suite in them
+        gated = [Path(session.config.invocation_params.dir, arg) for arg in session.config.args if "::" not in arg]
+        problems = root.collection_problems(gated, collected)
+        if problems:
+            raise pytest.UsageError("the gate refuses to run:\n" + "\n".join(f"  - {p}" for p in problems))
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
@@ -228,6 +248,26 @@ class GateSession:
                 terminalreporter.write_line(line)
 
 
+class CheckoutCollection:
+    """What ``cudagate gate`` collects from the checkout: its suites, and nothing that runs Python.
+
+    Registered by :mod:`pytest_cudagate.trust.gate_command` only. Plain ``pytest --cuda-gate`` keeps
+    pytest's own collection: the project's conftest and tests run there anyway, by the user's choice.
+    """
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)  # the hook exists from pytest 8
+    def pytest_collect_directory(self, path: Path, parent: pytest.Collector):
+        # A plain folder for every folder: a Package node would import its __init__.py to set it up.
+        return pytest.Dir.from_parent(parent, path=path)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
+        # Only cudagate's own collectors: not a doctest file or module, nor pytest 7's Package (which
+        # it makes from an __init__.py here), nor any other plugin's view of a checkout file.
+        collected = yield
+        return [node for node in collected if isinstance(node, SuiteFile)]
+
+
 class SuiteFile(pytest.File):
     def collect(self):
         try:
@@ -265,8 +305,8 @@ class GateItem(pytest.Item):
         return self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, GateFailure):
-            return str(excinfo.value)
+        if isinstance(excinfo.value, GateFailure):  # it may quote the checkout: its names, a compiler's log
+            return log_lines(str(excinfo.value))
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):
@@ -290,7 +330,8 @@ class CompileItem(GateItem):
             raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
                               "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
         failures = []
-        for number, (build, result) in enumerate(compile_builds(node.program, node.cases, self.runtime.arch())):
+        builds = compile_builds(node.program, node.cases, self.runtime.arch(), timeout_s=self.runtime.timeout_s)
+        for number, (build, result) in enumerate(builds):
             if not number:
                 self.user_properties.append(("arch", result.arch))
             for key, value in result.resources.items():  # a class variant's prefixed with its class
@@ -311,7 +352,7 @@ class ReleaseItem(GateItem):
 
         node: ProgramNode = self.parent
         runtime = self.runtime
-        current = build_record(node.program, runtime.arch())
+        current = build_record(node.program, runtime.arch(), timeout_s=runtime.timeout_s)
         try:
             line, warning = runtime.release().kernel_status(node.suite, node.program.name,
                                                             BuildRecord.from_json(current) if current else None)

@@ -1,4 +1,4 @@
-"""How paths are shown to people, and where a run keeps its transient arrays."""
+"""How paths, names and logs are shown to people, and where a run keeps its transient arrays."""
 
 from __future__ import annotations
 
@@ -16,13 +16,40 @@ STALE_S = 3600.0  # a folder of a run that is gone, untouched this long, is dele
 _OWNED = re.compile(r"^(?:\.trash-)?" + re.escape(RUN_PREFIX) + r"(\d+)-")
 
 
+# A line GitHub's runner reads as a workflow command: ``::`` after leading white space (and a BOM, which
+# JavaScript's trimStart also strips). Its legacy form, ``##[`` anywhere in a line, is left to the
+# stop token (reports/github.py): text cannot be quoted out of it.
+_COMMAND_LIKE = re.compile(r"[\s\ufeff]*::")
+
+
 def display_path(path: Path | str) -> str:
-    """Relative to the working directory when inside it, so messages name familiar paths."""
+    """Relative to the working directory when inside it, so messages name familiar paths; shown by
+    :func:`visible`, since a pull request names its own files."""
     try:
         relative = os.path.relpath(path)
     except ValueError:  # another drive on Windows
-        return str(path)
-    return str(path) if relative.startswith("..") else relative
+        return visible(str(path))
+    return visible(str(path) if relative.startswith("..") else relative)
+
+
+def visible(name: str) -> str:
+    """``name`` as it is when every character of it prints, else its repr: a newline or escape in a file
+    or other name from a pull request is shown, never obeyed (by a terminal, or by a CI runner that
+    reads a line starting with ``::`` as a command)."""
+    return name if name.isprintable() else repr(name)
+
+
+def log_lines(text: str) -> str:
+    """Text that quotes the checkout over several lines (a compiler's log echoes source lines, a message
+    names files), safe to print: characters that do not print (an escape, a bidi override) shown as
+    escapes, tabs kept, and a line that would start with ``::`` once its leading blanks are stripped
+    (a workflow command, to GitHub's runner) prefixed with ``| ``."""
+    lines = []
+    for line in text.splitlines():  # every line break a runner splits on (CR included), and more
+        if not line.isprintable():
+            line = "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in line)
+        lines.append(f"| {line}" if _COMMAND_LIKE.match(line) else line)
+    return "\n".join(lines)
 
 
 def scratch_dir() -> str | None:

@@ -91,6 +91,10 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 "--cuda-gate-require-gpu does nothing without --cuda-gate"), stacklevel=2)
         return
+    if not hasattr(config, "workerinput"):  # an xdist worker's output is not the job's log
+        from pytest_cudagate.reports import github
+
+        github.stop_commands()  # the checkout's names and compiler logs are printed from here on
     clock = phases.RunClock()  # the run's phases (--cuda-gate-durations, report.json), from here on
     clock.add("startup", phases.process_age() or 0.0)
     token = phases.RUN.set(clock)

@@ -210,14 +210,10 @@ def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str
 
 
 def _explicit(repo: git.Repo, ref: str, shallow: bool) -> ReleaseRef:
-    import git
+    from pytest_cudagate.trust.base_ref import resolve_commit
 
-    try:
-        commit = repo.commit(ref)
-    except (git.BadName, git.BadObject, ValueError):
-        fix = FETCH_TAGS_FIX if shallow else "name an existing tag, branch or commit"
-        raise ReleaseError(f"release ref {ref!r} does not exist in {repo.working_dir}"
-                           + ("; this is a shallow clone" if shallow else "") + f"; {fix}") from None
+    fix = ("this is a shallow clone; " + FETCH_TAGS_FIX) if shallow else "name an existing tag, branch or commit"
+    commit = resolve_commit(repo, ref, "release ref", fix, ReleaseError)
     label = ref if not re.fullmatch(r"[0-9a-fA-F]{7,40}", ref) else commit.hexsha[:12]
     return ReleaseRef(repo, commit.hexsha, label, explicit=True)
 

@@ -4,10 +4,15 @@ Each input builds its files in a fresh folder and names the entry point that mus
 ``cudagate`` (exit code 2, one clear message), ``pytest`` (``pytest --cuda-gate``: a failed item or
 a usage error, never INTERNALERROR) or ``harness`` (``python -m cudagate_harness FILE``: exit 2).
 
+``gate`` (``cudagate gate --repo REPO --trusted-ref BASE``, in a repository of tests/test_attacks.py
+with a signed base commit: exit 1 or 2, or 4 for a usage error).
+
 ``python tests/bad_input_cases.py NAME FOLDER`` runs one input in this process under RLIMIT_AS and
-prints one JSON line: exit code, seconds, peak RSS and the output. :func:`run_all` runs every input
-that way, two at a time, and sorts each result into refused / traceback / hang / memory /
-accepted.
+prints one JSON line: exit code, seconds, CPU seconds, peak RSS and the output. :func:`run_all` runs
+every input that way, two at a time, and sorts each result into refused / traceback / hang /
+memory / accepted. An input is bounded by the CPU time it spends (``BadInput.cpu_s``), which a
+loaded host does not inflate; its wall time may be :data:`WALL_PER_CPU` times that before it counts
+as a hang, and a child still running at twice that is killed (a blocked read spends no CPU).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import contextlib
 import io
 import json
 import os
+import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -28,15 +35,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from pytest_cudagate.cli import main
+from pytest_cudagate.reports.writer import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa: E402
+from optimize_fakes import opt_suite, write_proposals  # noqa: E402
+from report_fixtures import build_scenario, built_report  # noqa: E402
+from test_attacks import Repo  # noqa: E402
 
 MEMORY_LIMIT = 512 * 1024 * 1024
-SECONDS = 2.0
-HANG_S = 20.0
+SECONDS = 2.0  # CPU seconds an input may take
+GATE_SECONDS = 10.0  # a whole gate run: pytest in-process, trust, NVRTC compiles
+WALL_PER_CPU = 5  # wall seconds per CPU second before a slow input counts as a hang (2 loaded cores)
+MIN_WALL_S = 10.0
+# A raw exception inside a pytest item: its failure shows "E   IndexError: ..." (a GateFailure shows its message).
+ITEM_EXCEPTION = re.compile(r"^E +[A-Za-z_][\w.]*(Error|Exception):", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -44,14 +60,19 @@ class BadInput:
     family: str
     name: str
     build: Callable[[Path], tuple[str, list[str]]]  # folder -> (entry point, arguments)
+    cpu_s: float = SECONDS
+
+    @property
+    def wall_s(self) -> float:
+        return max(MIN_WALL_S, WALL_PER_CPU * self.cpu_s)
 
 
 INPUTS: list[BadInput] = []
 
 
-def bad(family: str, name: str):
+def bad(family: str, name: str, cpu_s: float = SECONDS):
     def register(build):
-        INPUTS.append(BadInput(family, name, build))
+        INPUTS.append(BadInput(family, name, build, cpu_s))
         return build
     return register
 
@@ -439,20 +460,220 @@ def _(d):
     return reference(d, REFERENCE_PY, replace_once(SUITE_YAML, "reference.py:scale_rows", "../evil.py:f"))
 
 
+# -- cudagate gate --trusted-ref (issue 28) ----------------------------------------------------------
+
+def gate(repo: Repo, *pytest_args: str, ref: str | None = None) -> tuple[str, list[str]]:
+    """The pull request committed; the gate run on it against ``ref`` (the signed base by default)."""
+    repo.commit("pull request")
+    return "gate", ["gate", "--repo", str(repo.path), "--trusted-ref", repo.base if ref is None else ref,
+                    "--", "-q", *pytest_args]
+
+
+@bad("gate", "trusted ref empty, a PR key and a loosened tolerance", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    shutil.copy(repo.keys / "mallory.pub", repo.path / ".cudagate/trusted_keys/mallory.pub")
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1))
+    repo.sign("mallory")
+    return gate(repo, ref="")
+
+
+for _name, _ref in [("deadbeef", "deadbeef"), ("v9.9.9", "v9.9.9"), ("HEAD~5", "HEAD~5"),
+                    ("a 10k-character ref", "a" * 10_000)]:
+    bad("gate", f"trusted ref {_name}", cpu_s=GATE_SECONDS)(lambda d, r=_ref: gate(Repo(d), ref=r))
+
+
+def fresh_clone_reflog(repo: Repo) -> None:
+    """HEAD's reflog as a fresh clone (CI's checkout) has it: one entry, so HEAD@{1} names nothing."""
+    log = repo.path / ".git" / "logs" / "HEAD"
+    log.write_text(log.read_text().splitlines()[-1] + "\n")
+
+
+@bad("gate", "trusted ref HEAD@{1} in a fresh clone", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    repo.commit("pull request")
+    fresh_clone_reflog(repo)
+    return "gate", ["gate", "--repo", str(repo.path), "--trusted-ref", "HEAD@{1}", "--", "-q"]
+
+
+@bad("gate", "--cuda-gate-release=HEAD@{5}", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    repo.commit("pull request")
+    fresh_clone_reflog(repo)
+    return "gate", ["gate", "--repo", str(repo.path), "--trusted-ref", repo.base, "--", "-q", "--cuda-gate-release=HEAD@{5}"]
+
+
+def new_base(repo: Repo, path: Path, text: str) -> None:
+    """The signed base commit with ``path`` replaced by ``text``; the pull request restores it."""
+    original = path.read_text()
+    path.write_text(text)
+    repo.base = repo.commit("base: " + path.name)
+    path.write_text(original)
+
+
+@bad("gate", "base ledger nested 100k deep", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    new_base(repo, repo.suite_dir / "cudagate.approvals.json", "[" * 100_000 + "]" * 100_000)
+    return gate(repo)
+
+
+@bad("gate", "[tool.cudagate] = \"x\" at the base", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    new_base(repo, repo.path / "pyproject.toml", '[project]\nname = "demo"\n\n[tool]\ncudagate = "x"\n')
+    return gate(repo)
+
+
+@bad("gate", "12,000 tunables in the pull request", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    path = repo.suite_dir / "cudagate.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["kernels"][0]["tunables"] = {f"T{i}": [i + 1] for i in range(12_000)}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False, default_flow_style=None))  # 180 KB
+    return gate(repo)
+
+
+# -- cudagate report merge ------------------------------------------------------------------------
+
+def merge(d: Path, change) -> tuple[str, list[str]]:
+    """A report folder a job wrote, ``change(folder)`` applied to it, merged."""
+    folder = d / "report"
+    write_report(folder, built_report(build_scenario(d / "scale"), folder))
+    change(folder)
+    return "cudagate", ["report", "merge", str(d / "merged"), str(folder)]
+
+
+def edit_report(edit):
+    def change(folder: Path):
+        path = folder / "report.json"
+        path.write_text(edit(path.read_text()))
+    return change
+
+
+def replace_report(make):
+    def change(folder: Path):
+        (folder / "report.json").unlink()
+        make(folder / "report.json")
+    return change
+
+
+def fifo_request(folder: Path) -> None:
+    name = next(n for item in json.loads((folder / "report.json").read_text())["items"] for n in item["requests"])
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+
+
+for _name, _change in [
+    ("a NaN where the schema takes a number",
+     edit_report(lambda text: text.replace('"budget_s": 2.0', '"budget_s": NaN', 1))),
+    ("nested 100k deep", edit_report(lambda text: "[" * 100_000 + "]" * 100_000)),
+    ("items[0].run = 7", edit_report(lambda text: text.replace('"run": 0', '"run": 7', 1))),
+    ("report a link to /dev/zero", replace_report(lambda path: path.symlink_to("/dev/zero"))),
+    ("report a FIFO", replace_report(os.mkfifo)),
+    ("request a FIFO", fifo_request),
+]:
+    bad("merge", _name)(lambda d, c=_change: merge(d, c))
+
+
+# -- cudagate optimize --proposer replay:DIR --------------------------------------------------------
+
+def replay(d: Path, change) -> tuple[str, list[str]]:
+    """A replay folder of one proposal (01.json, 01.cu), ``change(folder)`` applied; a sound one gets as
+    far as the GPU (exit 3)."""
+    folder = write_proposals(d / "props", [{"marker": "latency=0.010"}])
+    change(folder)
+    return "cudagate", ["optimize", str(opt_suite(d / "s")), "scale2", "--allow-unsigned", "--quiet",
+                        "--results", str(d / "results"), "--proposer", f"replay:{folder}"]
+
+
+def proposal(edit):
+    def change(folder: Path):
+        path = folder / "01.json"
+        path.write_text(edit(path.read_text()))
+    return change
+
+
+def proposal_field(name: str, value):
+    return proposal(lambda text: json.dumps({**json.loads(text), name: value}))
+
+
+def history(text: str):
+    def change(folder: Path):
+        (folder / "history.json").write_text(text)
+    return change
+
+
+def fifo_source(folder: Path) -> None:
+    (folder / "01.cu").unlink()
+    os.mkfifo(folder / "01.cu")
+
+
+for _name, _change in [
+    ("launch a number", proposal_field("launch", 5)),
+    ("label a number", proposal_field("label", 7)),
+    ("source_file a number", proposal_field("source_file", 3)),
+    ("a define a string", proposal_field("defines", {"BLOCK": "x"})),
+    ("launch_overrides a list", proposal_field("launch_overrides", [1])),
+    ("proposals a number", proposal(lambda text: '{"proposals": 5}')),
+    ("a proposal a number", proposal(lambda text: '{"proposals": [3]}')),
+    ("define 1e400", proposal(lambda text: text.replace("{", '{"defines": {"BLOCK": 1e400}, ', 1))),
+    ("proposal nested 100k deep", proposal(lambda text: "[" * 100_000 + "]" * 100_000)),
+    ("source not UTF-8", lambda folder: (folder / "01.cu").write_bytes(b"// caf\xe9\n")),
+    ("source_file a FIFO", fifo_source),
+    ("history not JSON", history("{broken")),
+    ("history attempts a number", history('{"attempts": 5}')),
+    ("history nested 100k deep", history("[" * 100_000 + "]" * 100_000)),
+]:
+    bad("replay", _name)(lambda d, c=_change: replay(d, c))
+
+
+# -- tunables -------------------------------------------------------------------------------------
+
+def with_tunables(d: Path, count: int, values: int = 1) -> Path:
+    """The suite with its case data, so that the tunables are the one thing wrong."""
+    entries = ", ".join(f"T{i}: [{', '.join(str(v + 1) for v in range(values))}]" for i in range(count))
+    return suite_with(d, "    launch: {grid: [rows], block: [128]}\n",
+                      "    launch: {grid: [rows], block: [128]}\n    tunables: {" + entries + "}\n"
+                      "    tuning_launch: {grid: [rows], block: ['T0 * 16']}\n")
+
+
+bad("tunables", "12,000 tunables (cudagate check)")(lambda d: check(with_tunables(d, 12_000)))
+bad("tunables", "257 tunables (cudagate check)")(lambda d: check(with_tunables(d, 257)))
+bad("tunables", "17 tunables of 64 values (cudagate check)")(lambda d: check(with_tunables(d, 17, 64)))
+
+
+@bad("tunables", "3,000 tunables under --proposer autotune")
+def _(d):
+    return "cudagate", ["optimize", str(with_tunables(d, 3000, 2)), "scale2", "--allow-unsigned", "--quiet",
+                        "--results", str(d / "results"), "--proposer", "autotune"]
+
+
 # -- the driver -------------------------------------------------------------------------------------
+
+def cpu_seconds() -> float:
+    """CPU time of this process and the children it has waited for (the harness, compilers)."""
+    return sum(usage.ru_utime + usage.ru_stime
+               for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
 
 def run_one(name: str, folder: Path) -> dict:
     """Build and run one input in this process; the caller has set the memory limit."""
     entry, args = next(i for i in INPUTS if f"{i.family}/{i.name}" == name).build(folder)
+    if entry == "gate":  # as tests/test_attacks.py runs it: no device, a cache of its own
+        os.environ.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(folder / "gate-cache"))
     out = io.StringIO()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try:
-            if entry in ("cudagate", "verify"):
+            if entry in ("cudagate", "verify", "gate"):
                 code = main(args)
             elif entry == "harness":  # its own process: the worker writes to the real stdout
                 done = subprocess.run([sys.executable, "-m", "cudagate_harness", *args], capture_output=True,
-                                      text=True, timeout=HANG_S)
+                                      text=True, timeout=MIN_WALL_S * 2)
                 print(done.stdout + done.stderr)
                 code = done.returncode
             else:
@@ -462,8 +683,9 @@ def run_one(name: str, folder: Path) -> dict:
         except BaseException:  # noqa: BLE001 - what the test counts: an uncaught error is a traceback
             traceback.print_exc(file=out)
             code = -1
-    seconds = time.perf_counter() - start
-    return {"entry": entry, "code": code, "seconds": seconds, "output": out.getvalue()[:1500] + out.getvalue()[-2500:],
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+    return {"entry": entry, "code": code, "seconds": seconds, "cpu_s": cpu,
+            "output": out.getvalue()[:1500] + out.getvalue()[-2500:],
             "peak_mb": max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024}
 
 
@@ -472,14 +694,15 @@ def verdict(result: dict) -> str:
     output = result.get("output", "")
     if result.get("timed_out"):
         return "hang"
-    if "Traceback (most recent call last)" in output or "INTERNALERROR" in output or result["code"] == -1:
+    if ("Traceback (most recent call last)" in output or "INTERNALERROR" in output or result["code"] == -1
+            or ITEM_EXCEPTION.search(output)):
         return "memory" if "MemoryError" in output else "traceback"
-    if result["seconds"] > SECONDS:
+    if result["cpu_s"] > result["cpu_limit"] or result["seconds"] > result["wall_limit"]:
         return "hang"
     if result["peak_mb"] > MEMORY_LIMIT / 2**20:
         return "memory"
     # verify: a signature or ledger file it cannot read is NOT TRUSTED (exit 1), named in its message.
-    refused = {"cudagate": (2,), "verify": (1, 2), "harness": (2,), "pytest": (1, 4)}[result["entry"]]
+    refused = {"cudagate": (2,), "verify": (1, 2), "harness": (2,), "pytest": (1, 4), "gate": (1, 2, 4)}[result["entry"]]
     return "refused" if result["code"] in refused else "accepted"
 
 
@@ -487,18 +710,21 @@ def run_in_subprocess(item: BadInput, root: Path) -> dict:
     folder = root / f"{INPUTS.index(item):03d}"
     command = [sys.executable, __file__, f"{item.family}/{item.name}", str(folder)]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    limits = {"cpu_limit": item.cpu_s, "wall_limit": item.wall_s}
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=HANG_S, env=env, cwd=root)
+        # twice the wall limit, the build of its files included: only a run that never ends gets here
+        done = subprocess.run(command, capture_output=True, text=True, timeout=2 * item.wall_s, env=env, cwd=root)
     except subprocess.TimeoutExpired:
-        return {"entry": "?", "code": None, "seconds": HANG_S, "peak_mb": 0, "output": "", "timed_out": True}
+        return {"entry": "?", "code": None, "seconds": 2 * item.wall_s, "cpu_s": 0.0, "peak_mb": 0, "output": "",
+                "timed_out": True, **limits}
     lines = done.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
     except (IndexError, ValueError):
-        result = {"entry": "?", "code": -1, "seconds": 0.0, "peak_mb": 0,
+        result = {"entry": "?", "code": -1, "seconds": 0.0, "cpu_s": 0.0, "peak_mb": 0,
                   "output": (done.stdout + done.stderr)[-4000:] or f"driver exited {done.returncode}"}
     result["output"] += done.stderr[-2000:]
-    return result
+    return {**result, **limits}
 
 
 def run_all(root: Path, workers: int = 2) -> list[tuple[BadInput, dict, str]]:
@@ -509,10 +735,10 @@ def run_all(root: Path, workers: int = 2) -> list[tuple[BadInput, dict, str]]:
 
 def table(rows: list[tuple[BadInput, dict, str]]) -> str:
     count = lambda what: sum(1 for _, _, v in rows if v == what)  # noqa: E731
-    lines = [f"{'family':<12} {'input':<48} {'verdict':<10} {'exit':>4} {'s':>6} {'MB':>6}"]
+    lines = [f"{'family':<12} {'input':<48} {'verdict':<10} {'exit':>4} {'s':>6} {'cpu s':>6} {'MB':>6}"]
     for item, result, v in rows:
         lines.append(f"{item.family:<12} {item.name[:48]:<48} {v:<10} {str(result['code']):>4} "
-                     f"{result['seconds']:6.2f} {result['peak_mb']:6.0f}")
+                     f"{result['seconds']:6.2f} {result['cpu_s']:6.2f} {result['peak_mb']:6.0f}")
     lines.append(f"inputs tried / tracebacks / hangs / wrongly accepted: {len(rows)} / {count('traceback')} / "
                  f"{count('hang')} / {count('accepted')}  (memory over {MEMORY_LIMIT >> 20} MB: {count('memory')})")
     return "\n".join(lines)

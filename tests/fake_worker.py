@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cudagate_harness import digest
 from cudagate_harness.compiler import check_options
 from cudagate_harness.driver import CudaError
 from cudagate_harness.protocol import numpy_dtype
@@ -242,6 +243,17 @@ def scrub_kernel() -> FakeKernel:
                              {"name": "words", "kind": "scalar", "dtype": "uint32"}])
 
 
+def digest_kernel() -> FakeKernel:
+    """``cudagate_digest``, computed by the numpy definition the CUDA source is tested against."""
+    def body(launch: Launch) -> None:
+        data = launch.device.view(launch.args["data"], np.dtype(np.uint8), launch.args["nbytes"])
+        out = launch.array("out", np.uint64, 1)
+        out[0] = (int(out[0]) + digest.digest(data, launch.args["key"])) & digest.MASK
+
+    return FakeKernel(body, [{"name": "data", "kind": "buffer"}, {"name": "nbytes", "kind": "scalar", "dtype": "uint64"},
+                             {"name": "key", "kind": "scalar", "dtype": "uint64"}, {"name": "out", "kind": "buffer"}])
+
+
 Kernels = dict[str, FakeKernel] | Callable[[dict], FakeKernel]
 
 # The signature of the helpers' `scale` suite (y = 2 * x, rows × cols float32), in protocol form.
@@ -271,7 +283,8 @@ def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, s
     """A real :class:`Worker` on a :class:`FakeDevice`; a kernel spec compiles to ``kernels[entry]``
     (or ``kernels(spec)``, which may read the source). ``state``: the worker's NVML view (none: {});
     ``clock``: its SM clock reading before a warm-up (none: no reading)."""
-    builtin = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel()}
+    builtin = {"cudagate_pad": FakeKernel(lambda launch: None, []), "cudagate_scrub": scrub_kernel(),
+               digest.ENTRY: digest_kernel()}
 
     class FakeDeviceWorker(Worker):
         def function_for(self, kernel: dict, arch: str):

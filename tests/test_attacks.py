@@ -90,7 +90,7 @@ class Repo:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_"))}
         env.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(self.cache), OPENAI_API_KEY=SECRET)
         done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
-                               "gate", "--trusted-ref", ref or self.base, "--", *args],
+                               "gate", "--trusted-ref", self.base if ref is None else ref, "--", *args],
                               cwd=self.path, env=env, capture_output=True, text=True, timeout=300)
         return done.returncode, done.stdout + done.stderr
 

@@ -1,9 +1,12 @@
-"""Issue 13's done-when test: every malformed input is refused fast and clearly.
+"""Issues 13 and 28's done-when test: every malformed input is refused fast and clearly.
 
 For every input of tests/bad_input_cases.py (expressions, YAML and files, data, signature and
-ledger files, settings, harness requests, references), run in its own process under RLIMIT_AS:
-refused (exit 2 from the CLI, a failed item or usage error under pytest, never INTERNALERROR), no
-Python traceback, done within 2 s and within 512 MB. Valid inputs still pass `cudagate check`.
+ledger files, settings, harness requests, references; and issue 28's trusted refs and base files
+under `cudagate gate --trusted-ref`, report merges, replay folders and tunables), run in its own
+process under RLIMIT_AS: refused (exit 2 from the CLI, a failed item or usage error under pytest,
+never INTERNALERROR), no Python traceback, within its CPU time (2 s; 10 s for a whole gate run),
+five times that in wall time (a loaded 2-core host), and within 512 MB. Valid inputs still pass
+`cudagate check`.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ def test_every_bad_input_is_refused_fast_and_clearly(family, tmp_path, capsys):
     rows = [(item, result, verdict(result)) for item in items for result in [run_in_subprocess(item, tmp_path)]]
     with capsys.disabled():
         print("\n" + table(rows))
-    wrong = [f"{item.name}: {v} (exit {result['code']}, {result['seconds']:.2f} s, {result['peak_mb']:.0f} MB)\n"
+    wrong = [f"{item.name}: {v} (exit {result['code']}, {result['seconds']:.2f} s, {result['cpu_s']:.2f} s CPU, "
+             f"{result['peak_mb']:.0f} MB)\n"
              f"{result['output'][-1200:]}" for item, result, v in rows if v != "refused"]
     assert not wrong, "\n\n".join(wrong)
 
 
 def test_the_generator_covers_every_family_of_the_issue():
-    assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references"}
-    assert len(INPUTS) >= 100
+    assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references",
+                             "gate", "merge", "replay", "tunables"}
+    assert len(INPUTS) >= 140
 
 
 @pytest.mark.parametrize("suite", ["matmul", "softmax"])

@@ -170,7 +170,7 @@ def test_a_class_named_twice_in_a_proposal_file_is_refused(tmp_path):
     props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010"}])
     doc = (props / "01.json").read_text()
     (props / "01.json").write_text(doc[:-1] + ', "classes": {"small": {"options": []}, "small": {"options": ["-DBLOCK=64"]}}}')
-    with pytest.raises(CudagateError, match=r"01\.json: not JSON: key 'small' appears twice in one object"):
+    with pytest.raises(CudagateError, match=r"01\.json:\n  - cannot read the proposal file: not valid JSON: key 'small' appears twice in one object"):
         optimize(tmp_path, suite, "--proposer", f"replay:{props}")
 
 

@@ -115,8 +115,8 @@ def test_explicit_sha_is_labelled_by_its_short_sha(repo):
 
 
 def test_missing_ref(repo):
-    with pytest.raises(ReleaseError, match=r"^release ref 'v9.9' does not exist in .*repo; name an existing tag, "
-                                           r"branch or commit$"):
+    with pytest.raises(ReleaseError, match=r"^release ref 'v9.9': not a commit of the repository at .*repo \(.*\); "
+                                           r"name an existing tag, branch or commit$"):
         resolve_release_ref(repo, "v9.9")
 
 
@@ -134,7 +134,7 @@ def test_shallow_clone_says_to_fetch_tags(repo, tmp_path):
     message = str(caught.value)
     assert "(only on HEAD itself: v1.2.0); this is a shallow clone" in message
     assert message.endswith(FETCH_TAGS_FIX)
-    with pytest.raises(ReleaseError, match=r"'v1.0.0' does not exist .*shallow clone; fetch tags: `actions/checkout`"):
+    with pytest.raises(ReleaseError, match=r"'v1.0.0': not a commit .*; this is a shallow clone; fetch tags: `actions/checkout`"):
         resolve_release_ref(clone, "v1.0.0")
 
 

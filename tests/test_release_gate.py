@@ -138,11 +138,11 @@ def test_a_release_tags_setting_that_is_not_a_pattern_is_refused(pytester, proje
 def test_a_ref_that_does_not_exist_fails_each_kernel_once_and_nothing_else(pytester, project):
     released(project, "scale", "other")
     result = run(pytester, "kernels", "--cuda-gate-release=v9.9")
-    result.stdout.fnmatch_lines([f"*release gate: release ref 'v9.9' does not exist in {project.root}; name an existing "
-                                 "tag, branch or commit"])
+    result.stdout.fnmatch_lines([f"*release gate: release ref 'v9.9': not a commit of the repository at {project.root} "
+                                 "(*); name an existing tag, branch or commit"])
     assert result.parseoutcomes()["failed"] == 2  # one release item per kernel
     result.stdout.fnmatch_lines(["*kernels/other/cudagate.yaml::scale2::compile PASSED*"])
-    result.stdout.fnmatch_lines(["release reference: NONE: release ref 'v9.9' does not exist*"])
+    result.stdout.fnmatch_lines(["release reference: NONE: release ref 'v9.9': not a commit*"])
 
 
 def test_an_unsigned_ledger_at_the_ref_is_named(pytester, project):

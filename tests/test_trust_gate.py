@@ -70,7 +70,7 @@ def test_an_unknown_trusted_ref_is_one_clear_error(tmp_path):
     repo = _repo(tmp_path)
     (Path(repo.working_tree_dir) / "x").write_text("x")
     _commit(repo)
-    with pytest.raises(CudagateError, match="--trusted-ref 0{40}: not a commit"):
+    with pytest.raises(CudagateError, match="--trusted-ref '0{40}': not a commit"):
         read_trust_root(Path(repo.working_tree_dir), "0" * 40)
 
 

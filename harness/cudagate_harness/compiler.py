@@ -9,8 +9,14 @@ only the request's header tree (the headers the request carries, written to a pr
 folder) and the CUDA toolkit's include folders, and whose environment holds no secrets. So whatever
 an ``#include`` names, however it is spelled or built, no other file reaches the compile log.
 
+The child is bounded too: an address-space cap (RLIMIT_AS, :data:`DEFAULT_MEMORY_MB` or
+$CUDAGATE_COMPILE_MEMORY_MB) and a time limit that follows the case timeout (:class:`CompileLimits`),
+since a kilobyte of doubling macros can expand into minutes and gigabytes of compiling. A child
+stopped by either fails the compile with one line saying which.
+
 The cache lives in a per-user folder (mode 0700, owned by this user); an entry is used only when
-the cubin's SHA-256 matches the one stored beside it, and a mismatch is noted in the log.
+the cubin's SHA-256 matches the one stored beside it, and a mismatch is noted in the log. Failed
+compiles are remembered in memory for the process's life only (:func:`compile_kernel`).
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -56,7 +63,18 @@ _REFUSED = (
     (re.compile(r"^\s|\s$|[\x00-\x1f\x7f]"), "an option may not start or end with whitespace or hold control "
                                               "characters; write it as one clean word such as -DNAME=value"),
 )
+# The time a compile may take where no case timeout is known (``cudagate compile``, request files).
 COMPILE_TIMEOUT_S = 300
+# The compiler child's address space: a normal compile peaks near 200 MiB of it (VmPeak of the examples'
+# kernels and sgemm.cu's largest tiles, NVRTC 13 on x86-64; their resident peak is 150-160 MiB), and
+# a source that needs ten times that is a bomb, not a kernel.
+DEFAULT_MEMORY_MB = 2048
+MEMORY_ENV = "CUDAGATE_COMPILE_MEMORY_MB"
+REFUSED_TAIL = "a source that expands this much is refused"
+# What the child's stderr says when an allocation failed under the cap (NVRTC's LLVM aborts, ptxas
+# gives up, or Python raises); read for these words only, never shown: it may quote what the kernel read.
+_OUT_OF_MEMORY = re.compile(rb"out of memory|memory allocation fail|bad_alloc|MemoryError|cannot allocate memory",
+                            re.IGNORECASE)
 _RESOURCE_PATTERNS = {
     "registers": re.compile(r"Used (\d+) registers"),
     "shared_static_bytes": re.compile(r"(\d+) bytes smem"),
@@ -70,6 +88,31 @@ _RESOURCE_PATTERNS = {
 
 class CompileOptionError(ValueError):
     """An NVRTC option the harness refuses; the message says why."""
+
+
+@dataclass(frozen=True)
+class CompileLimits:
+    """How long one compile may take, and what that follows (said when the limit stops it)."""
+
+    seconds: float = COMPILE_TIMEOUT_S
+    why: str = "the default compile time limit"
+
+    @classmethod
+    def case_timeout(cls, timeout_s: float | None) -> CompileLimits:
+        """The limit of a compile run for a case whose watchdog is ``timeout_s`` (None: the default)."""
+        return cls() if timeout_s is None else cls(float(timeout_s), "the case timeout")
+
+
+def memory_cap_mb() -> tuple[int, str | None]:
+    """The compiler child's memory cap in MiB, and why $CUDAGATE_COMPILE_MEMORY_MB cannot be used (or None)."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MEMORY_MB, None
+    if re.fullmatch(r"[0-9]{1,8}", raw) and 0 < int(raw) <= 1 << 24:
+        return int(raw), None
+    return DEFAULT_MEMORY_MB, (f"${MEMORY_ENV}={raw[:40]!r} is not a whole number of MiB from 1 to {1 << 24}: "
+                               "set it to the compiler's memory cap (for example 4096), or unset it for "
+                               f"{DEFAULT_MEMORY_MB}")
 
 
 @dataclass
@@ -169,6 +212,14 @@ def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str,
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+# This process's failed compiles, by cache key, source name (NVRTC's log names it) and limits: a
+# source that failed once (a bomb stopped at its limit above all) fails again at once for the rest of
+# the run instead of costing the limit once per item. Never on disk: a limit reached on a busy
+# machine says nothing about the next run.
+_FAILED: dict[tuple[str, str, float, int], CompileResult] = {}
+_FAILED_LOCK = threading.Lock()
+
+
 def compile_kernel(
     source: str,
     *,
@@ -178,29 +229,45 @@ def compile_kernel(
     options: list[str] | tuple[str, ...] = (),
     headers: dict[str, str] | None = None,
     use_cache: bool = True,
+    limits: CompileLimits | None = None,
 ) -> CompileResult:
-    """Compile ``source`` for ``arch`` (e.g. ``sm_90``) and look up ``entry``.
+    """Compile ``source`` for ``arch`` (e.g. ``sm_90``) and look up ``entry``, within ``limits``
+    (default: :data:`COMPILE_TIMEOUT_S`) and the memory cap (:func:`memory_cap_mb`).
 
     A compile error is a result (``ok=False`` with NVRTC's log), not an exception: the gate reports
-    it as the item's failure. Refused options raise :class:`CompileOptionError`.
+    it as the item's failure. Refused options raise :class:`CompileOptionError`. With ``use_cache``,
+    a compile that failed before in this process is answered from memory (``cache_hit``).
     """
     options = list(options)
     headers = dict(headers or {})
+    limits = limits or CompileLimits()
     check_options(options)
     key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch)
     start = time.perf_counter()
+    memory_mb, problem = memory_cap_mb()
+    if problem:
+        return CompileResult(False, arch, key, False, 0.0, problem)
+    failed = (key, source_name, limits.seconds, memory_mb)
     note = ""
     if use_cache:
+        with _FAILED_LOCK:
+            known = _FAILED.get(failed)
+        if known is not None:
+            return replace(known, cache_hit=True, seconds=time.perf_counter() - start)
         hit, note = _cache_read(key)
         if hit is not None:
             meta, cubin = hit
             return CompileResult(True, arch, key, True, time.perf_counter() - start, meta["log"],
                                  meta["lowered_name"], meta["resources"], cubin)
-    ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers)
+    ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers, limits, memory_mb)
     result = CompileResult(ok, arch, key, False, time.perf_counter() - start, "\n".join(filter(None, [note, log])),
                            lowered, parse_resources(log) if ok else {}, cubin)
-    if ok and use_cache:
-        _cache_write(key, result)
+    if use_cache:
+        if ok:
+            _cache_write(key, result)
+        else:
+            with _FAILED_LOCK:
+                _FAILED[failed] = result
     return result
 
 
@@ -213,7 +280,7 @@ def parse_resources(log: str) -> dict:
     return found
 
 
-def _nvrtc(source, source_name, entry, arch, options, headers):
+def _nvrtc(source, source_name, entry, arch, options, headers, limits: CompileLimits, memory_mb: int):
     with tempfile.TemporaryDirectory(prefix="cudagate-headers-") as tree:
         source_dir = _header_tree(Path(tree), headers)
         include = [f"--include-path={source_dir}"] if headers else []
@@ -221,8 +288,12 @@ def _nvrtc(source, source_name, entry, arch, options, headers):
         # The working folder is "/" (unreadable to the child), so the binary's line table never names
         # a temporary folder and one source compiles to one cubin.
         request = {"source": source, "source_name": source_name, "entry": entry, "flags": flags,
-                   "readable": [str(Path(tree).resolve()), *toolkit_include_dirs()]}
-        reply = _run_confined(request)
+                   "readable": [str(Path(tree).resolve()), *toolkit_include_dirs()], "memory_bytes": memory_mb << 20}
+        reply = _run_confined(request, limits)
+    if reply.get("stopped"):
+        what = (f"stopped after {limits.seconds:g} s ({limits.why})" if reply["stopped"] == "time" else
+                f"ran out of its {memory_mb} MiB memory cap (${MEMORY_ENV} sets another)")
+        return False, f"compile of {entry} ({source_name}): {what}: {REFUSED_TAIL}", None, None
     if not reply.get("ok"):
         return False, _explain_log(reply.get("log", ""), entry, source_name), None, None
     return True, reply["log"], reply["lowered_name"], base64.b64decode(reply["cubin"])
@@ -254,17 +325,23 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _run_confined(request: dict) -> dict:
+def _run_confined(request: dict, limits: CompileLimits) -> dict:
+    """The child's reply; ``stopped`` ("time" or "memory") where a limit ended its compile."""
     try:
+        # subprocess.run kills the child at the limit; NVRTC runs in it, with no process of its own.
         done = subprocess.run([sys.executable, "-m", "cudagate_harness.confine"], input=json.dumps(request).encode(),
-                              capture_output=True, env=_child_env(), cwd="/", timeout=COMPILE_TIMEOUT_S)
+                              capture_output=True, env=_child_env(), cwd="/", timeout=limits.seconds)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "log": f"NVRTC did not finish within {COMPILE_TIMEOUT_S} s"}
+        return {"ok": False, "stopped": "time"}
     try:
-        return json.loads(done.stdout)
+        reply = json.loads(done.stdout)
     except ValueError:
-        # Only the child's exit status: its stderr could quote what the kernel tried to read.
-        return {"ok": False, "log": f"the compiler process failed (exit status {done.returncode})"}
+        reply = None
+    reply = reply if isinstance(reply, dict) else None
+    if (reply is None or not reply.get("ok")) and _OUT_OF_MEMORY.search(done.stderr):
+        return {"ok": False, "stopped": "memory"}
+    # Only the child's exit status: its stderr could quote what the kernel tried to read.
+    return reply or {"ok": False, "log": f"the compiler process failed (exit status {done.returncode})"}
 
 
 def _explain_log(log: str, entry: str, source_name: str) -> str:

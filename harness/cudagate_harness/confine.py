@@ -5,6 +5,8 @@ log. No filter over the text can be complete (``\\f``, trigraphs, line splices, 
 so the child confines itself with Landlock before it compiles: once ``landlock_restrict_self``
 returns, the kernel refuses every file the child opens outside the folders listed, whatever the
 preprocessor was asked to read. Libraries NVRTC loads lazily are loaded by a warm-up compile first.
+Before NVRTC is loaded the child caps its own address space (RLIMIT_AS, ``memory_bytes``), so a
+source that expands without end fails its allocations instead of taking the host's memory.
 
 Protocol: one JSON request on stdin, one JSON reply on stdout (``cubin`` as base64).
 """
@@ -16,6 +18,7 @@ import ctypes
 import json
 import os
 import platform
+import resource
 import sys
 
 # Landlock (Linux >= 5.13); the syscall numbers are shared by x86_64 and aarch64.
@@ -120,8 +123,18 @@ def _compile(nvrtc, source: bytes, name: bytes, flags: list[bytes], entry: bytes
         nvrtc.nvrtcDestroyProgram(prog)
 
 
+def cap_memory(limit: int) -> None:
+    """Cap this process's address space at ``limit`` bytes, soft and hard (NVRTC cannot raise it again)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def serve(request: dict) -> dict:
-    """Warm up, confine, compile ``request`` (source, source_name, entry, flags, readable)."""
+    """Cap memory, warm up, confine, compile ``request`` (source, source_name, entry, flags, readable,
+    memory_bytes)."""
+    if request.get("memory_bytes"):
+        cap_memory(int(request["memory_bytes"]))
     from cuda.bindings import nvrtc
 
     flags = [f.encode() for f in request["flags"]]

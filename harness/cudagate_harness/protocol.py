@@ -61,6 +61,28 @@ def worker_checks(request: dict) -> dict:
     given = request.get("checks") or {}
     return {name: bool(given.get(name, default)) for name, default in WORKER_CHECKS.items()}
 
+
+# A request's ``timeout_s``: how long its client waits for each answer line (the gate's: the case
+# timeout) before it kills the worker. The request's compiles stop ANSWER_S before that (at half of
+# it, at the least), so that a compile stopped at its limit is answered as such, not as a dead worker.
+# Absent, the compiler's own default applies.
+ANSWER_S = 1.0
+TIMEOUT_S_MAX = 86400.0
+
+
+def request_timeout_s(request: dict) -> float | None:
+    """The request's ``timeout_s``, or None where it gives none (or one :func:`request_problems` refuses)."""
+    value = request.get("timeout_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= TIMEOUT_S_MAX:
+        return None
+    return float(value)
+
+
+def compile_seconds(timeout_s: float) -> float:
+    """How long a compile of a request answered within ``timeout_s`` may take."""
+    return max(timeout_s / 2, timeout_s - ANSWER_S)
+
+
 # Sticky CUDA errors corrupt the context: the worker reports the case and exits so the client starts
 # a fresh worker for the remaining cases.
 STICKY_ERRORS = frozenset({
@@ -153,6 +175,9 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
     ``roots``, for request files: its folder first) data paths outside every root. Empty when safe."""
     base = tuple(Path(root).resolve() for root in roots)
     problems = []
+    if "timeout_s" in request and request_timeout_s(request) is None:
+        problems.append(f"timeout_s: {str(request['timeout_s'])[:40]!r} is not a number of seconds in "
+                        f"(0, {TIMEOUT_S_MAX:g}]")
     signature = request.get("signature") or []
     itemsize = {}
     for i, param in enumerate(signature if isinstance(signature, list) else []):

@@ -6,8 +6,10 @@ The order is fixed and reviewable:
    shared memory scrubbed with it just before the launch;
 2. warm-ups (a random number beyond the minimum, so a kernel counting its calls cannot tell the
    last warm-up from the first timed launch) and timed launches, rotating through copies of the
-   buffers; every warm-up and timed launch finds its outputs poisoned, and after each timing batch
-   what the last launch on each copy wrote is compared with launch 1;
+   buffers; every warm-up and timed launch finds its outputs poisoned, every timed launch's outputs
+   are digested on the GPU right after its event pair and the digests compared with launch 1's
+   (:mod:`.digest`), and after each timing batch what the last launch on each copy wrote is
+   compared with launch 1 element by element (the array the judge sees);
 3. validation launch 2 (the other pattern), compared bit for bit with launch 1;
 4. one launch per fresh input set, uploaded into the same buffers: a kernel that caches results by
    pointer or by call count hands back stale values here.
@@ -29,6 +31,7 @@ and launch are enqueued), so no launch's time includes the host's enqueueing.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
 from collections.abc import Callable
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .digest import Digester, buffer_key
 from .driver import CudaError, Device, check
 from .library import LibraryCallError, LibraryLaunch
 from .stopping import Settle, next_rounds
@@ -278,7 +282,7 @@ class CaseRun:
     def __init__(self, device: Device, signature: list[dict], case: dict, base: Path,
                  flush: Callable[[], None] | None = None, pad: Launchable | None = None, seed: int = 0,
                  copies: int = 1, *, guard: int = GUARD_BYTES, scrub: Callable[[int], None] | None = None,
-                 timed_outputs: bool = True, hold: bool = False):
+                 timed_outputs: bool = True, hold: bool = False, digester: Digester | None = None):
         self.device = device
         self.hold = hold  # timed launches are held (see _timed_launch)
         self.signature = signature
@@ -294,6 +298,13 @@ class CaseRun:
         self.guard = max(0, int(guard))
         self.scrub = scrub
         self.timed_outputs = timed_outputs
+        self.digester = digester if timed_outputs else None
+        # Drawn per case run, never seeded: a kernel cannot aim wrong outputs at a digest collision.
+        key = int.from_bytes(os.urandom(8), "little")
+        self._digest_keys = [buffer_key(key, i) for i, buf in enumerate(self._written())]
+        self._digests_ptr = 0  # device words: one per timed launch of a batch, then one for launch 1
+        self.expected: dict[int, tuple[int, int]] = {}  # id(kernel) -> (its index, launch 1's digest)
+        self.digests: dict[int, dict] = {}  # kernel index -> {"launches", "differing", "first"}
         self.jitter = np.random.default_rng()  # warm-up counts no kernel can predict (never seeded)
         self.guard_hits: dict[tuple[str, str], dict] = {}
         self.input_writes: dict[str, dict] = {}
@@ -336,6 +347,8 @@ class CaseRun:
                         dev.fill(base + self.guard + buf.nbytes, CANARY, self.guard)
                     if buf.intent == "in":
                         dev.upload(buf.ptrs[-1], buf.host)
+            if self.digester is not None:
+                self._digests_ptr = dev.alloc(8 * (MAX_EVENTS_IN_FLIGHT + 1))
             synchronize_all(dev)
         except BaseException:
             self.__exit__()
@@ -352,6 +365,46 @@ class CaseRun:
                 if ptr:
                     self.device.free(ptr)
             buf.ptrs, buf.bases, buf.pristine = [], [], 0
+        if self._digests_ptr:
+            self.device.free(self._digests_ptr)
+            self._digests_ptr = 0
+            self.digester.forget()  # a later allocation may reuse these addresses
+
+    def _written(self) -> list[Buffer]:
+        """The buffers a launch writes (outputs and inouts), in signature order."""
+        return [buf for buf in self.buffers.values() if buf.intent != "in"]
+
+    def _digest(self, slot: int, word: int) -> None:
+        """Enqueue the digest of what copy ``slot``'s written buffers hold into digest word ``word``."""
+        out = self._digests_ptr + 8 * word
+        for buf, key in zip(self._written(), self._digest_keys):
+            self.digester.add(buf.ptrs[slot], buf.nbytes, key, out)
+
+    def expect(self, kernel: Launchable, index: int) -> None:
+        """Take what validation launch 1 of kernel ``index`` left on the first copy as the digest
+        every timed launch of ``kernel`` must match. Call right after that launch."""
+        if self.digester is None:
+            return
+        word = MAX_EVENTS_IN_FLIGHT
+        self.device.fill(self._digests_ptr + 8 * word, 0, 8)
+        self._digest(0, word)
+        self.device.synchronize()
+        value = self.device.download(self._digests_ptr + 8 * word, np.zeros(1, np.uint64))
+        self.expected[id(kernel)] = (index, int(value[0]))
+        self.digests.setdefault(index, {"launches": 0, "differing": 0})
+
+    def _compare_digests(self, launched: list[tuple[int, int]]) -> None:
+        """Every timed launch's digest (``launched``: its kernel's index and expected digest, in digest
+        word order) against validation launch 1's. After the batch's synchronisation."""
+        if not launched:
+            return
+        got = self.device.download(self._digests_ptr, np.zeros(len(launched), np.uint64))
+        for (index, expected), value in zip(launched, got.tolist()):
+            record = self.digests[index]
+            record["launches"] += 1
+            if value != expected:
+                record["differing"] += 1
+                record.setdefault("first", record["launches"])
 
     def prepare(self, kernel: Launchable) -> None:
         check_launch(self.device, kernel)
@@ -474,7 +527,10 @@ class CaseRun:
             while remaining:
                 todo = min(remaining, rounds_per_batch)
                 slots = []
+                launched: list[tuple[int, int]] = []  # digest word -> (kernel index, expected digest)
                 done = rounds - remaining
+                if self.expected:
+                    dev.fill(self._digests_ptr, 0, 8 * todo * per_round)
                 # The stream is checked after every batch, so a fault is reported with its rounds.
                 with self.phase(f"the timed launches (rounds {done + 1}-{done + todo})"):
                     for _ in range(todo):
@@ -487,7 +543,12 @@ class CaseRun:
                             self._timed_launch(kernels[index], slot, mine, groups, cold=cold, pad_max=pad_max)
                             self.last_writer[slot] = int(index)
                             slots.append((int(index), mine))
+                            expected = self.expected.get(id(kernels[index]))
+                            if expected is not None:  # after the event pair: outside the timed interval
+                                self._digest(slot, len(launched))
+                                launched.append(expected)
                     dev.synchronize()
+                self._compare_digests(launched)
                 for index, mine in slots:
                     samples[index].append(sum(dev.elapsed_ms(start, end) for start, end in mine) / batch)
                 remaining -= todo
@@ -715,6 +776,8 @@ class CaseRun:
                     np.save(item["path"], entry["array"])
                 outputs[name] = item
             body["timed"] = {"checked": record["checked"], "outputs": outputs}
+            if index in self.digests:
+                body["timed"]["digests"] = dict(self.digests[index])
         return body
 
     def outputs(self, first: dict, second: dict, output_dir: Path, prefix: str = "") -> dict:
@@ -777,7 +840,7 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
              output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
              checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
              state: Callable[[bool], dict] | None = None, floor: Callable[[float], float] | None = None,
-             hold: bool = False) -> dict:
+             hold: bool = False, digester: Digester | None = None) -> dict:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
     ``library``: ``(adapter, baseline or why none, rounds, settle)``, timed beside the kernel after its own
@@ -789,7 +852,8 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
     so a disturbance the host judges the run by is the one around those launches, not one caused by
     the library's rounds that follow. ``floor(ms)``: the warm-up time floor to use instead of
     ``timing.warmup_ms``, decided just before the warm-up (the worker's, from the GPU's clock).
-    ``hold``: the timed launches are held (:meth:`CaseRun._timed_launch`).
+    ``hold``: the timed launches are held (:meth:`CaseRun._timed_launch`). ``digester``: every timed
+    launch's outputs are digested and compared with validation launch 1's (:mod:`.digest`).
 
     ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
@@ -803,7 +867,8 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
         guard = GUARD_BYTES if checks.get("guards", True) and not sanitize else 0
         with CaseRun(device, signature, case, base, flush, pad, seed=int((timing or {}).get("seed", 0)),
                      copies=copies, guard=guard, timed_outputs=checks.get("timed_outputs", True),
-                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None, hold=hold) as run:
+                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None, hold=hold,
+                     digester=digester if timing and not sanitize else None) as run:
             run.prepare(kernel)
             if sanitize:
                 with run.phase("the launch under compute-sanitizer"):
@@ -812,6 +877,7 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
             else:
                 with run.phase("validation launch 1"):
                     first = run.validation_launch(kernel, POISON_FIRST)
+                    run.expect(kernel, 0)
                 run.check_guards("validation launch 1")
                 body = {"status": "ok"}
                 if timing:

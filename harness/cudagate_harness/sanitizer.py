@@ -8,9 +8,16 @@ never written), without guard zones (memcheck then reports a write past a buffer
 allocation's real end) and without the shared-memory scrub. The report is parsed into a few short
 findings with their source lines (kernels are compiled with -lineinfo).
 
+A tool is clean only on positive evidence: exit code 0, its summary line at 0 errors, and the
+harness's answer for the case. Anything else (a timeout, a crash, an odd exit code, a log without
+its summary) is no verdict, ``skipped``, which the gate never reads as a pass. A tool that outlives
+its time is killed with its whole process group, the instrumented harness and its children.
+
 Standard library only, so the client can drive it without importing CUDA. Results are cached on
 disk by everything that decides them (kernel source and options, launch, case data, tool,
 sanitizer binary), so an unchanged kernel is sanitized once per machine, not once per gate run.
+No verdict is ever stored there; a timeout is remembered in this process only, so that a kernel
+that hangs under instrumentation costs its time once per run, not once more on its item.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .toolkit import find_tool
@@ -59,6 +66,7 @@ class ToolResult:
     detail: str = ""
     seconds: float = 0.0
     cached: bool = False
+    timed_out: bool = False  # skipped because it outlived its time and was killed
 
     def describe(self) -> str:
         """One line (plus findings) a reviewer reads."""
@@ -146,17 +154,26 @@ def cache_key(request: dict, tool: str, exe: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _cached(key: str) -> ToolResult | None:
+# This process's timeouts, by cache key and time limit (see the module's docstring).
+_TIMED_OUT: dict[tuple[str, float], ToolResult] = {}
+
+
+def _cached(key: str, timeout_s: float) -> ToolResult | None:
+    if (key, timeout_s) in _TIMED_OUT:
+        return replace(_TIMED_OUT[key, timeout_s], cached=True)
     try:
         data = json.loads((cache_dir() / f"{key}.json").read_text())
-        return ToolResult(**{**data, "cached": True})
+        result = ToolResult(**{**data, "cached": True})
     except (OSError, ValueError, TypeError):
         return None
+    return result if result.status in ("clean", "errors") else None
 
 
-def _store(key: str, result: ToolResult) -> None:
+def _store(key: str, result: ToolResult, timeout_s: float) -> None:
+    if result.timed_out:
+        _TIMED_OUT[key, timeout_s] = result
     if result.status == "skipped":
-        return  # a timeout or a tool failure says nothing about the kernel: try again next time
+        return  # no verdict says nothing about the kernel: never on disk, tried again next run
     try:
         directory = cache_dir()
         directory.mkdir(parents=True, exist_ok=True)
@@ -175,8 +192,10 @@ def _harness_error(stdout: str) -> str | None:
             message = json.loads(line)
         except ValueError:
             continue
+        if not isinstance(message, dict):
+            continue
         if message.get("type") == "case" and message.get("status") == "error":
-            error = message.get("error", {})
+            error = message["error"] if isinstance(message.get("error"), dict) else {}
             return f"{error.get('kind', 'error')}: {error.get('message', '')}"
         if message.get("type") == "compile" and not message.get("ok", True):
             return "the kernel does not compile"
@@ -190,7 +209,7 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
     todo = []
     for tool in tools:
         key = cache_key(request, tool, exe)
-        hit = _cached(key) if use_cache else None
+        hit = _cached(key, timeout_s) if use_cache else None
         if hit is not None:
             results[tool] = hit
         else:
@@ -212,6 +231,7 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
                 case.pop("fresh", None)
             one["timing"] = None
             one["checks"] = {"guards": False, "scrub_shared": False, "timed_outputs": False}
+            one["timeout_s"] = timeout_s  # a compile that cannot finish then says so before the kill
             req_path = tool_dir / "request.json"
             req_path.write_text(json.dumps(one))
             log = tool_dir / "sanitizer.log"
@@ -234,37 +254,74 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
                 timed_out = False
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                proc.wait()
+                _end_group(proc)
             out.close()
             seconds = time.perf_counter() - started
-            report = log.read_text(errors="replace") if log.is_file() else ""
-            stdout = (tool_dir / "stdout.txt").read_text(errors="replace")
+            report = _read(log)
+            stdout = _read(tool_dir / "stdout.txt")
             if timed_out:
-                result = ToolResult(tool, "skipped", detail=f"did not finish within {timeout_s:g} s", seconds=seconds)
+                result = ToolResult(tool, "skipped", detail=f"timed out after {timeout_s:g} s", seconds=seconds,
+                                    timed_out=True)
             else:
                 result = interpret(tool, proc.returncode, report, stdout, seconds)
             results[tool] = result
             if use_cache:
-                _store(key, result)
+                _store(key, result, timeout_s)
     finally:
+        for _, _, proc, out, *_ in procs:  # an exception (or ^C) above must leave no tool holding the GPU
+            if proc.returncode is None:
+                _end_group(proc)
+            out.close()
         if own:
             shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` (not yet reaped) with its process group, its own session: the tool, the
+    instrumented harness and their children, whoever of them still holds the GPU."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _read(path: Path) -> str:
+    """A tool's log or output, or "" where it is missing or unreadable (then no verdict can come of it)."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def interpret(tool: str, returncode: int, report: str, stdout: str, seconds: float = 0.0) -> ToolResult:
-    """A tool's verdict from its exit code, its report and the harness's answer."""
+    """A tool's verdict from its exit code, its report and the harness's answer: clean only with all
+    three saying so (see the module's docstring)."""
     errors, findings = parse_report(report)
     if returncode == ERROR_EXIT or (errors or 0) > 0:
         return ToolResult(tool, "errors", errors or len(findings), findings, seconds=seconds)
     harness = _harness_error(stdout)
-    if returncode == 0 and harness is None:
-        return ToolResult(tool, "clean", 0, seconds=seconds)
     if harness is not None:
         return ToolResult(tool, "skipped", detail=f"the harness did not run the case ({harness})", seconds=seconds)
-    tail = " | ".join(line.strip() for line in (report or stdout).strip().splitlines()[-3:])
-    return ToolResult(tool, "skipped", detail=f"exit code {returncode}: {tail or 'no output'}", seconds=seconds)
+    if returncode != 0:
+        tail = " | ".join(line.strip()[:200] for line in (report or stdout).strip().splitlines()[-3:])
+        return ToolResult(tool, "skipped", detail=f"exit code {returncode}: {tail or 'no output'}", seconds=seconds)
+    if errors is None:
+        return ToolResult(tool, "skipped", detail="its log has no summary line (missing, unreadable or cut short)",
+                          seconds=seconds)
+    if not _answered(stdout):
+        return ToolResult(tool, "skipped", detail="the harness gave no answer for the case", seconds=seconds)
+    return ToolResult(tool, "clean", 0, seconds=seconds)
+
+
+def _answered(stdout: str) -> bool:
+    """Whether the harness answered the case (a ``case`` line of status ok)."""
+    for line in stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and message.get("type") == "case" and message.get("status") == "ok":
+            return True
+    return False

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PROTOCOL_VERSION, library, telemetry
-from .compiler import CompileOptionError, compile_kernel, nvrtc_version
+from . import PROTOCOL_VERSION, digest, library, telemetry
+from .compiler import CompileLimits, CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
-from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, request_problems, worker_checks
+from .protocol import (EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds,
+                       request_problems, request_timeout_s, worker_checks)
 from .runner import DEFAULT_PAD_MAX, CaseInputError, CaseRun, Launchable, error_body, rotation_copies, run_case
 from .stopping import Settle
 
@@ -54,6 +55,7 @@ class Worker:
         self.source = source
         self.modules: dict[str, tuple[object, object]] = {}
         self._compiled: dict[str, tuple[object, object]] = {}  # compile inputs -> (result, function)
+        self.compile_limits = CompileLimits()  # the request being served's (its timeout_s)
         self.info = device.describe()
         # Timed launches are held where the driver can (nvbench's way): the timing then excludes the
         # host's enqueueing; where it cannot, the fingerprint says so and baselines do not mix.
@@ -61,6 +63,7 @@ class Worker:
         self._flush_ptr = 0
         self._flush_bytes = 0
         self._pad: Launchable | None = None
+        self._digester: digest.Digester | None = None
         self._scrub = None  # the scrub callable once built; False when this device cannot run it
         self.scrub_note: str | None = None
         self.libraries: dict[str, object] = {}  # adapter -> loaded baseline, or why it cannot be (once per worker)
@@ -88,6 +91,15 @@ class Worker:
             result, function = self.function_for({"source": PAD_SOURCE, "entry": "cudagate_pad"}, self.device.arch)
             self._pad = Launchable(function, (1, 1, 1), (1, 1, 1), 0)
         return self._pad
+
+    def digester(self) -> digest.Digester:
+        """The timed launches' output digest (:mod:`.digest`), compiled once per worker."""
+        if self._digester is None:
+            result, function = self.function_for({"source": digest.SOURCE, "entry": digest.ENTRY}, self.device.arch)
+            if function is None:
+                raise CudaError("COMPILE_FAILED", "the output digest kernel", result.log)
+            self._digester = digest.Digester(self.device, function, int(self.info.get("sm_count") or 1))
+        return self._digester
 
     def scrubber(self):
         """A callable that scrubs every SM's shared memory with a poison's pattern, or None."""
@@ -157,7 +169,8 @@ class Worker:
             return dataclasses.replace(result, cache_hit=True, seconds=0.0), function
         result = compile_kernel(kernel["source"], entry=kernel["entry"], arch=arch,
                                 source_name=kernel.get("source_name", "kernel.cu"),
-                                options=kernel.get("options", []), headers=kernel.get("headers", {}))
+                                options=kernel.get("options", []), headers=kernel.get("headers", {}),
+                                limits=self.compile_limits)
         if not result.ok:
             return result, None
         if result.key not in self.modules:
@@ -180,6 +193,10 @@ class Worker:
     def handle(self, request: dict) -> None:
         rid = request.get("id")
         op = request.get("op")
+        # This request's compiles stop in time to be answered before its client's watchdog ends the worker.
+        timeout = request_timeout_s(request)
+        self.compile_limits = (CompileLimits(compile_seconds(timeout), f"inside the request's {timeout:g} s timeout")
+                               if timeout is not None else CompileLimits())
         problems = request_problems(request) if op == "run" else []
         if problems:
             self.emit({"type": "error", "id": rid, "message": "refused run request: " + "; ".join(problems[:5])})
@@ -212,7 +229,8 @@ class Worker:
             body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
                             scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
-                            floor=self.warmup_floor_ms, hold=self.held)
+                            floor=self.warmup_floor_ms, hold=self.held,
+                            digester=self.digester() if timing and checks["timed_outputs"] else None)
             self._note(body, checks)
             self.answer(rid, body)
 
@@ -242,13 +260,15 @@ class Worker:
                          seed=int(timing.get("seed", 0)),
                          copies=rotation_copies(request["signature"], case, timing.get("rotate")),
                          guard=GUARD_BYTES if checks["guards"] else 0, timed_outputs=checks["timed_outputs"],
-                         scrub=self.scrubber() if checks["scrub_shared"] else None, hold=self.held) as run:
+                         scrub=self.scrubber() if checks["scrub_shared"] else None, hold=self.held,
+                         digester=self.digester() if checks["timed_outputs"] else None) as run:
                 for kernel in kernels:
                     run.prepare(kernel)
                 firsts = []
                 for index, kernel in enumerate(kernels):
                     with run.phase(f"validation launch 1 of the {ROLES[index]} kernel"):
                         firsts.append(run.validation_launch(kernel, POISON_FIRST))
+                        run.expect(kernel, index)
                     run.check_guards(f"validation launch 1 of the {ROLES[index]} kernel", who=index)
                 with run.phase("the warm-up launches"):
                     floor = self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))

@@ -6,7 +6,9 @@ GPU runner. So each read is bounded before anything is parsed: a size cap checke
 (never a device, FIFO or a symlink to one), a depth limit checked without recursion, no YAML
 aliases (billion laughs) or duplicate keys (a second block a reviewer does not see), integers with
 a bounded number of digits (before anything formats them), and every number finite.
-Each refusal is a :class:`FileError` naming the file, the place and the fix.
+Each refusal is a :class:`FileError` naming the file, the place and the fix. Folders of a checkout
+are walked by :func:`walk` alone: with a stack (Python 3.10 and 3.11 recurse in ``Path.rglob`` and
+``os.walk``, so a tree 1,000 folders deep raised ``RecursionError``), bounded in depth and entries.
 
 This module reads bytes, text and JSON with the standard library alone (the plugin's settings pass
 through it before anything heavy is imported); :mod:`.yaml_rules` holds the YAML rules and
@@ -20,12 +22,13 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from pytest_cudagate.errors import FileError
+from pytest_cudagate.paths import display_path
 
 # Size caps per kind of file; generous for anything written by hand or by the tool.
 MAX_SUITE_BYTES = 256 * 1024
@@ -38,6 +41,11 @@ MAX_ANSWER_BYTES = 1024 * 1024
 MAX_NPY_BYTES = 8 * 1024**3  # one case buffer on disk
 MAX_DEPTH = 32  # nesting of mappings and lists; the deepest valid file nests about 7
 MAX_INT_DIGITS = 24  # any 64-bit integer has at most 20
+# Walking folders: pytest's own collection recurses, and fails near 1,000 levels; a real tree nests
+# about 20 (node_modules included), and a large monorepo holds a few hundred thousand entries.
+MAX_WALK_DEPTH = 64
+MAX_WALK_ENTRIES = 1_000_000
+_MAX_SHOWN = 160  # characters of a folder's name in a refusal: a too-deep one can be thousands long
 
 # A string (or, unclosed, the rest of the text: the match never fails, so the scan stays linear on
 # any input) or a bracket.
@@ -102,6 +110,54 @@ def read_text(path: str | Path, limit: int, what: str) -> str:
         raise refuse(path, f"line {line} (byte {exc.start}): not UTF-8 text; save the {what} as UTF-8") from None
 
 
+# -- folders --------------------------------------------------------------------------------------
+
+
+def walk(root: str | Path, what: str, *, skip: Collection[str] = (), max_depth: int = MAX_WALK_DEPTH,
+         max_entries: int = MAX_WALK_ENTRIES) -> list[Path]:
+    """Every entry below the folder ``root`` that is not a folder (files, and links, to folders too),
+    sorted; a link is never followed and folders named in ``skip`` are not entered. A folder that
+    cannot be listed is passed over, as pathlib's glob does. A folder more than ``max_depth`` below
+    ``root``, or more than ``max_entries`` entries in all, is a :class:`FileError` naming it; ``what``
+    says what the folder is (``"checkout"``, ``"case folder"``)."""
+    root = Path(root)
+    found: list[Path] = []
+    entries = 0
+    todo = [(os.fspath(root), 0)]
+    while todo:
+        folder, depth = todo.pop()
+        try:
+            listing = os.scandir(folder)
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries > max_entries:
+                    raise refuse(display_path(root), f"the {what} holds more than {max_entries} files and folders; "
+                                                     "cudagate reads no more of it: remove what it does not need")
+                try:
+                    is_folder = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_folder = False
+                if not is_folder:
+                    found.append(Path(entry.path))
+                elif entry.name in skip:
+                    continue
+                elif depth == max_depth:
+                    raise refuse(_clipped(display_path(entry.path)), f"more than {max_depth} folders deep in the "
+                                                                     f"{what}; cudagate reads no deeper: flatten the "
+                                                                     "tree, or remove it")
+                else:
+                    todo.append((entry.path, depth + 1))
+    return sorted(found)
+
+
+def _clipped(name: str) -> str:
+    half = _MAX_SHOWN // 2
+    return name if len(name) <= _MAX_SHOWN else f"{name[:half]}…{name[-half:]}"
+
+
 # -- JSON -----------------------------------------------------------------------------------------
 
 
@@ -137,23 +193,25 @@ def json_depth(text: str) -> int:
     return deepest
 
 
-def parse_json(text: str, path: str | Path, what: str, max_depth: int = MAX_DEPTH):
+def parse_json(text: str, path: str | Path, what: str, max_depth: int = MAX_DEPTH, pairs_hook=None):
     """``json.loads`` within the boundary's rules; raises :class:`ValueError` for text that is not JSON
-    (callers word that) and :class:`FileError` for JSON that breaks a rule."""
+    (callers word that) and :class:`FileError` for JSON that breaks a rule. ``pairs_hook``: json's
+    ``object_pairs_hook`` (a ValueError from it counts as not JSON)."""
     depth = json_depth(text)
     if depth > max_depth:
         raise refuse(path, f"the {what} nests {depth} levels deep (at most {max_depth}); is it the right file?")
     try:
-        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant,
+                          object_pairs_hook=pairs_hook)
     except _Unbounded as exc:
         raise refuse(path, f"{exc}: every number in the {what} must be finite and fit 64 bits") from None
 
 
-def load_json(path: str | Path, limit: int, what: str, max_depth: int = MAX_DEPTH):
+def load_json(path: str | Path, limit: int, what: str, max_depth: int = MAX_DEPTH, pairs_hook=None):
     """Read and parse a JSON file within the boundary's rules; every problem is a :class:`FileError`."""
     text = read_text(path, limit, what)
     try:
-        return parse_json(text, path, what, max_depth)
+        return parse_json(text, path, what, max_depth, pairs_hook)
     except ValueError as exc:
         raise refuse(path, f"cannot read the {what}: not valid JSON: {exc}") from None
 

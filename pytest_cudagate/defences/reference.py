@@ -5,13 +5,20 @@ gate's fresh inputs (expected outputs computed at gate time). What the reference
 before anyone uses it: every output present, its element count and shape, its dtype, and NaN/Inf
 against the output's ``nan:`` tolerance. A Python reference that fails is reported with its own
 file and line, not a traceback, and one outside the suite's folder is never run.
+
+A Python reference is one file, run from its source text: read once, checked against the sha256
+its suite's signature signs, compiled and executed in a module of its own. It is never imported, so
+no ``__pycache__`` is read (bytecode may carry the signed source's hash and other code) or written
+into the checkout, and, in no package, it cannot import a file beside it (`cudagate gate` also keeps
+the checkout off sys.path: it imports installed packages only).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import tempfile
 import traceback
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,8 +26,9 @@ import numpy as np
 
 from cudagate_harness.protocol import numpy_dtype
 
-from pytest_cudagate import trash
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate import boundary, trash
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.worker.requests import case_spec, run_request
 
@@ -35,36 +43,56 @@ class ReferenceFailure(CudagateError):
 
 def _where(exc: BaseException, path: Path) -> str:
     """``file:line`` of the innermost frame in the reference's own file ('' when none is)."""
-    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == path:
+    if isinstance(exc, SyntaxError) and exc.filename == str(path):
         return f"{path}:{exc.lineno}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == path]
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    # the frames' lines are not looked up: that would read the file again
+    frames = [f for f in traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__), lookup_lines=False)
+              if f.filename == str(path)]
+    return f"{path}:{frames[-1].lineno}" if frames else ""
+
+
+def _signed_sha256(suite: Suite, path: Path) -> tuple[Path, str | None]:
+    """The suite's signature file, and the sha256 it signs for the Python reference at ``path``
+    (None where no readable signature signs that file: an unsigned suite, judged only when unsigned
+    suites are allowed, whose trust check the gate has not passed anyway)."""
+    from pytest_cudagate.trust import load_signature_file, signature_path  # as in ReferenceRunner._source
+
+    signature = signature_path(suite)
+    if not signature.is_file():
+        return signature, None
+    try:
+        signed = load_signature_file(signature)["manifest"]["reference"].get("python")
+    except (FileError, KeyError, AttributeError):
+        return signature, None
+    if not isinstance(signed, dict) or Path(os.path.normpath(suite.root / str(signed.get("file")))) != path:
+        return signature, None
+    return signature, signed["sha256"] if isinstance(signed.get("sha256"), str) else None
 
 
 class ReferenceRunner:
-    def __init__(self, suite: Suite, client=None, work: Path | None = None):
+    def __init__(self, suite: Suite, client=None, work: Path | None = None, *, signed: bool = True):
+        """``signed``: a Python reference runs only as its suite's signature signs it, where one does;
+        False for ``cases generate``, which computes the outputs about to be signed."""
         self.suite = suite
         self.client = client
         self.work = work
+        self.signed = signed
         self.runs = 0
         self._function = None
+        self._path: Path | None = None  # the file the function was compiled from, as its frames name it
 
     # -- Python ---------------------------------------------------------------------------------
     def python_function(self):
-        """The reference function, imported once (its module runs here: it is signed, and inside the suite)."""
+        """The reference function, its module run once from the source text (it is signed, and inside the suite)."""
         if self._function is not None:
             return self._function
-        spelled = self.suite.reference.python
-        file_name, name = spelled.rsplit(":", 1)
-        root = self.suite.root.resolve()
-        path = (root / file_name).resolve()
-        if not path.is_relative_to(root):
-            raise ReferenceFailure(f"{self.suite.path}: reference.python {spelled!r} is outside the suite's folder; "
-                                   "keep the reference beside the suite")
-        spec = importlib.util.spec_from_file_location(f"cudagate_reference_{self.suite.name}", path)
-        module = importlib.util.module_from_spec(spec)
+        name = self.suite.reference.python.rsplit(":", 1)[1]
+        path, source = self._source()
+        module = types.ModuleType(f"cudagate_reference_{self.suite.name}")
+        module.__file__ = str(path)
         try:
-            spec.loader.exec_module(module)
+            # the bytes hashed are the bytes compiled (PEP 263 decoding, as an import would do)
+            exec(compile(source, str(path), "exec", dont_inherit=True), module.__dict__)  # noqa: S102 - signed
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the reference's own error, reported at its line
             where = _where(exc, path) or str(path)
             raise ReferenceFailure(f"{where}: the Python reference cannot be imported: "
@@ -72,13 +100,41 @@ class ReferenceRunner:
         function = getattr(module, name, None)
         if not callable(function):
             raise ReferenceFailure(f"{path}: no function {name!r} (reference.python in {self.suite.path})")
-        self._function = function
+        self._function, self._path = function, path
         return function
+
+    def _source(self) -> tuple[Path, bytes]:
+        """The reference's file and its source, read once; :class:`ReferenceFailure` where it lies
+        outside the suite's folder, cannot be read, or is not the text its suite's signature signs."""
+        # trust imports this module (through suite.generated): its helpers are imported here
+        from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
+        from pytest_cudagate.trust.manifest import sign_fix
+
+        spelled = self.suite.reference.python
+        root = self.suite.root
+        # Normalised as the manifest normalises it, so the file read is the file signed: resolved, a
+        # spelling like `link/../reference.py` would name another file than the one the manifest hashes.
+        path = Path(os.path.normpath(root / spelled.rsplit(":", 1)[0]))
+        if not path.resolve().is_relative_to(root.resolve()):
+            raise ReferenceFailure(f"{self.suite.path}: reference.python {spelled!r} is outside the suite's folder; "
+                                   "keep the reference beside the suite")
+        try:
+            source = normalize_newlines(boundary.read_bytes(path, boundary.MAX_SOURCE_BYTES, "Python reference"))
+        except FileNotFoundError:
+            raise ReferenceFailure(f"{path}: missing (reference.python in {self.suite.path})") from None
+        except FileError as exc:
+            raise ReferenceFailure(f"{path}: {exc.problems[0]}") from None
+        signature, signed = _signed_sha256(self.suite, path) if self.signed else (None, None)
+        if signed is not None and sha256_bytes(source) != signed:
+            raise ReferenceFailure(f"{path}: its sha256 {sha256_bytes(source)[:16]}… differs from the reference signed "
+                                   f"in {display_path(signature)} ({signed[:16]}…), so it is not run; "
+                                   f"{sign_fix(self.suite)}")
+        return path, source
 
     def python(self, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The Python reference's outputs for ``inputs``, checked; :class:`ReferenceFailure` otherwise."""
         function = self.python_function()
-        path = Path(function.__code__.co_filename).resolve()
+        path = self._path
         try:
             result = function(**{k: v.copy() for k, v in inputs.items()}, **case.scalars)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported at the reference's line, not as a traceback

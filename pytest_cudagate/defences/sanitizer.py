@@ -1,5 +1,11 @@
 """compute-sanitizer in the gate: once per kernel, on its smallest case, skipped with a note when
-the tool is absent; a finding fails the case (docs/hardening.md)."""
+the tool is absent; a finding fails the case (docs/hardening.md).
+
+A tool that gives no verdict (it timed out, crashed, exited oddly or left no readable report) is
+never a pass. Under a trust root (``cudagate gate --trusted-ref``) it fails the case, since a
+kernel can tell it is instrumented (a slow first load) and spin or crash only then; elsewhere it
+is a warning, so a local run on a machine with a broken sanitizer still judges the kernel.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,11 @@ from pytest_cudagate.suite.model import Case, Checks, Suite
 
 # Errors after which a sanitizer run has nothing to add (or would only hang again).
 _NOT_SANITIZED = frozenset({"fault", "timeout", "crash", "launch", "oom", "input", "compile"})
+# What an instrumented run gets beyond the case timeout: compute-sanitizer's own start (the tool, a
+# CUDA context and the module's instrumentation; the examples' kernels take about 3 s side by side on
+# the H200), capped at the timeout itself: a kernel that hangs under instrumentation costs at most
+# twice the case timeout, for its three tools at once.
+INSTRUMENTED_START_S = 5.0
 
 
 def sanitizer_case(suite: Suite) -> Case:
@@ -32,14 +43,23 @@ def find() -> str | None:
     return sanitizer.find()
 
 
-def sanitize(request: dict, tools, *, timeout_s: float, env: dict | None = None) -> tuple[list[str], list[str]]:
-    """Run ``tools`` on the one-case ``request``: (problems that fail the case, notes)."""
+def start_allowance(case_timeout_s: float) -> float:
+    """The seconds an instrumented run gets on top of the case timeout (see :data:`INSTRUMENTED_START_S`)."""
+    return min(case_timeout_s, INSTRUMENTED_START_S)
+
+
+def sanitize(request: dict, tools, *, case_timeout_s: float, env: dict | None = None,
+             required: bool = False) -> tuple[list[str], list[str]]:
+    """Run ``tools`` on the one-case ``request`` within the case timeout and the instrumented start:
+    (problems that fail the case, notes). ``required`` (a trust root): no verdict is a problem."""
     exe = find()
     if exe is None:
         return [], [f"compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the "
                     f"{', '.join(tools)} step was skipped"]
+    allowance = start_allowance(case_timeout_s)
     with tempfile.TemporaryDirectory(prefix="cudagate-sanitize-") as work:
-        results = sanitizer.run_tools(request, tuple(tools), exe=exe, timeout_s=timeout_s, env=env, workdir=Path(work))
+        results = sanitizer.run_tools(request, tuple(tools), exe=exe, timeout_s=case_timeout_s + allowance, env=env,
+                                      workdir=Path(work))
     problems, notes = [], []
     for tool in tools:
         result = results.get(tool)
@@ -48,5 +68,12 @@ def sanitize(request: dict, tools, *, timeout_s: float, env: dict | None = None)
         if result.status == "errors":
             problems.append(result.describe())
         elif result.status == "skipped":
-            notes.append(result.describe())
+            line = result.describe()
+            if result.timed_out:
+                line += (f" (the case timeout {case_timeout_s:g} s + {allowance:g} s for the instrumented start); "
+                         "a kernel under instrumentation must finish")
+            if required:
+                problems.append(f"{line}: under --trusted-ref a sanitizer without a verdict fails the case")
+            else:
+                notes.append(f"{line}: not a pass (under --trusted-ref it fails the case)")
     return problems, notes

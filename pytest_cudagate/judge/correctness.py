@@ -153,6 +153,24 @@ def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, 
         else:
             verdict.notes.append(f"output {name!r}: timed launches differed bitwise from launch 1 within tolerance "
                                  f"(allowed by checks.determinism: tolerance)")
+    _judge_digests(verdict, timed.get("digests"), checks, all(signed_ok.get(name, False) for name in expected))
+
+
+def _judge_digests(verdict: CaseVerdict, digests: dict | None, checks: Checks, launch1_ok: bool) -> None:
+    """Every timed launch's outputs, digested on the GPU, against validation launch 1's digest: a
+    kernel wrong on one launch in 64 is caught on that launch, not only if it was the last on a copy."""
+    if not digests or not digests.get("differing"):
+        return
+    count = f"{digests['differing']} of {digests['launches']} timed launches (the first: timed launch {digests.get('first')})"
+    if checks.determinism != "bitwise":
+        verdict.notes.append(f"{count} wrote outputs that differ bitwise from validation launch 1 (allowed by "
+                             "checks.determinism: tolerance; the last launch on each buffer copy is judged against the "
+                             "tolerance)")
+    elif launch1_ok:  # otherwise the wrong launch 1 is the finding
+        verdict.problems.append(
+            f"{count} wrote outputs that differ bitwise from validation launch 1 on the same inputs: every timed "
+            "launch must write what the validated launch wrote (the kernel counts calls or detects the timing loop, "
+            "or is not deterministic)")
 
 
 _POOL: ThreadPoolExecutor | None = None

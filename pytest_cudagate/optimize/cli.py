@@ -122,6 +122,8 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
     proposer_kind = "replay" if args.proposer.startswith("replay:") else args.proposer
     if proposer_kind not in ("openai", "autotune", "replay"):
         raise CudagateError(f"--proposer {args.proposer!r}: use openai, autotune or replay:DIR")
+    # its files are read and checked before a GPU is taken
+    replay = ReplayProposer(args.proposer.split(":", 1)[1]) if proposer_kind == "replay" else None
     price = None
     if proposer_kind == "openai":
         price = price_for(args.model, load_price_table(Path(args.price_table) if args.price_table else None))
@@ -161,8 +163,8 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         pack = AuditPack(Path(args.results), suite=suite, program=program, device=evaluator.device(), settings=settings,
                          trust=trust, on_problem=progress.note)
         visible = [c for c in suite.cases if not c.holdout]
-        proposer = _proposer(args, proposer_kind, suite, program, visible, meter, pack, notes, evaluator,
-                             openai_client, sleep)
+        proposer = replay or _proposer(args, proposer_kind, suite, program, visible, meter, pack, notes, evaluator,
+                                       openai_client, sleep)
         describe = getattr(proposer, "describe", None)
         pack.proposer = {"kind": proposer_kind, **(describe() if describe else {})}
         settings["base_url"] = pack.proposer.get("endpoint")
@@ -208,10 +210,7 @@ def _proposer(args, kind, suite, program, visible, meter, pack, notes, evaluator
                               base_url=args.base_url, description=args.description, notes=notes, device=device,
                               timeout_s=min(600.0, args.max_wall_minutes * 60 if args.max_wall_minutes else 600.0),
                               client=client, **({"sleep": sleep} if sleep else {}))
-    if kind == "autotune":
-        return AutotuneProposer(suite, program, visible, batch=args.batch, seed=args.seed)
-
-    return ReplayProposer(args.proposer.split(":", 1)[1])
+    return AutotuneProposer(suite, program, visible, batch=args.batch, seed=args.seed)
 
 
 def _print_summary(summary: dict, pack, proposal, stream) -> None:

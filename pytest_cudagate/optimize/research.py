@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_cudagate.boundary import walk
+
 SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".html", ".htm"}
 MAX_FILE_BYTES = 4 << 20
 MAX_FILES = 2000
@@ -53,7 +55,7 @@ class Notes:
         if not self.folder.is_dir():
             raise FileNotFoundError(f"research folder {folder} does not exist")
         self.chunks: list[Chunk] = []
-        for path in sorted(self.folder.rglob("*"))[:MAX_FILES * 4]:
+        for path in walk(self.folder, "research folder")[:MAX_FILES * 4]:
             if len({c.file for c in self.chunks}) >= MAX_FILES:
                 break
             try:

@@ -2,12 +2,25 @@
 
 Escaping follows the runner's rules (actions/toolkit ``command.ts``): in a message ``%``, CR and
 LF become ``%25``, ``%0D``, ``%0A``; in a property value ``:`` and ``,`` are escaped as well.
+
+The runner obeys any line of a step's output that starts with ``::`` after its leading blanks, or
+holds ``##[`` anywhere (the legacy form), and a pull request's file names and compiler logs reach
+that output. So a gate run stops command processing first (:func:`stop_commands`, with a random
+token nothing printed later can know) and resumes it only around its own annotations
+(:func:`publish`) and at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
+import secrets
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from pytest_cudagate.reports import fmt
 
@@ -25,6 +38,64 @@ def escape_property(text: str) -> str:
 def command(kind: str, message: str, **properties: str | int | None) -> str:
     props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None)
     return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+@dataclass
+class _Commands:
+    """Whether the runner obeys commands in this process's output: one state per process, since the
+    runner keeps one per step, and the gate runs as one process."""
+
+    token: str | None = None  # while stopped: the token that resumes
+    stream: TextIO | None = None  # where the stop went: the resume at exit goes there too
+
+
+_COMMANDS = _Commands()
+
+
+def _write(line: str) -> None:
+    _COMMANDS.stream.write(line + "\n")
+    _COMMANDS.stream.flush()  # before anything reaches stderr, which the runner reads too, unbuffered
+
+
+def stop_commands() -> None:
+    """In GitHub Actions, have the runner obey no workflow command in this process's output, until it
+    exits; once per process."""
+    if not in_actions() or _COMMANDS.token is not None:
+        return
+    _COMMANDS.stream = sys.stdout
+    _stop(_write)
+    atexit.register(_resume_at_exit)
+
+
+def _stop(write: Callable[[str], None]) -> None:
+    _COMMANDS.token = secrets.token_hex(16)
+    write(f"::stop-commands::{_COMMANDS.token}")
+
+
+def _resume_at_exit() -> None:
+    """Commands back on for whatever the step runs after the gate (the runner resets at the step's end)."""
+    if _COMMANDS.token is None:
+        return
+    try:
+        _write(f"::{_COMMANDS.token}::")
+    except (OSError, ValueError):  # that stream closed (a capture's), or its reader gone: nobody reads it
+        pass
+    _COMMANDS.token = None
+
+
+def publish(lines: list[str], write: Callable[[str], None]) -> None:
+    """Write the gate's own workflow commands (annotations) through ``write`` where the runner obeys
+    them: with commands stopped, resume for these lines alone, then stop again under a fresh token
+    (the old one is in the log by now)."""
+    if _COMMANDS.token is None or not lines:
+        for line in lines:
+            write(line)
+        return
+    write(f"::{_COMMANDS.token}::")
+    for line in lines:
+        write(line)
+    _stop(write)
+    sys.stdout.flush()  # the stop out before anything reaches stderr
 
 
 def annotation_path(source: str | None, root: Path | None, workspace: str | None) -> str | None:
@@ -56,8 +127,14 @@ def workflow_annotations(doc: dict, root: Path | None = None, workspace: str | N
     return lines
 
 
+# Marks by which a name or message from a pull request in a table cell would make a link, an image,
+# code, HTML or a new column of the job summary; each is backslash-escaped. Emphasis marks are left
+# as they are: they only restyle, and names are full of underscores.
+_MARKUP = re.compile(r"([\\`\[\]|<>&])")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", "<br>")
+    return "<br>".join(_MARKUP.sub(r"\\\1", line) for line in text.splitlines())
 
 
 def summary_markdown(doc: dict) -> str:
@@ -76,11 +153,11 @@ def summary_markdown(doc: dict) -> str:
         current = (lat.get("current") or {}).get("median") or (item.get("correctness") or {}).get("median_ms")
         ratio = f"{fmt.ratio(est)} {fmt.interval(est)}" if est else "–"
         detail = item.get("headline") or ""
-        cells = [f"**{item['status'].upper()}**" if item["status"] == "failed" else item["status"],
-                 fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
+        status = f"**{item['status'].upper()}**" if item["status"] == "failed" else _cell(item["status"])
+        cells = [fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
                  fmt.us((lat.get("approved") or {}).get("median")), fmt.us(current), ratio,
                  lat.get("verdict", "–"), fmt.clip(detail, 140)]
-        lines.append("| " + " | ".join(_cell(str(c)) for c in cells) + " |")
+        lines.append("| " + " | ".join([status, *(_cell(str(c)) for c in cells)]) + " |")
     if len(doc["items"]) > len(shown):
         lines.append(f"\n…and {len(doc['items']) - len(shown)} more: see the HTML report artifact.")
     lines += ["", "Full evidence (plots, error figures, telemetry, reproduction commands): the `report.html` artifact.", ""]

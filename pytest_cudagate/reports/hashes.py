@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from pytest_cudagate.boundary import walk
+from pytest_cudagate.errors import FileError
+
 
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -24,8 +27,12 @@ def case_hashes(files: list[Path], root: Path | None) -> dict[str, str]:
 
 
 def case_files(case_dir: Path) -> list[Path]:
-    """Every file of a case folder (inputs and ``expected/``)."""
-    return [p for p in case_dir.rglob("*") if p.is_file()] if case_dir.is_dir() else []
+    """Every file of a case folder (inputs and ``expected/``); none where the folder is too deep or too
+    large to walk (the trust check refuses such a folder itself: trust/manifest.py)."""
+    try:
+        return [p for p in walk(case_dir, "case folder") if p.is_file()] if case_dir.is_dir() else []
+    except FileError:
+        return []
 
 
 def relative(path: Path | str, root: Path | None) -> str:

@@ -7,21 +7,27 @@ reproduction commands are rewritten for the merged folder.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from pytest_cudagate.boundary import MAX_REQUEST_BYTES, load_json
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.reports.document import Built, assemble, reproduce
 from pytest_cudagate.reports.writer import REQUESTS_DIR, read_report
+from pytest_cudagate.schema import validate
 
 
 def _load_request(folder: Path, name: str) -> dict:
+    """A request file the report names (``requests/NAME.json``, by the report's schema), checked here so
+    that a bad one is named where it is, not where the merged copy would go."""
     path = folder / name
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CudagateError(f"{path}: cannot read a request the report names: {exc}") from None
+        request = load_json(path, MAX_REQUEST_BYTES, "request file")
+    except FileNotFoundError:
+        raise CudagateError(f"{path}: cannot read a request the report names: no such file; copy the report "
+                            f"folder whole, {REQUESTS_DIR}/ included") from None
+    validate(request, "harness-request", path)
+    return request
 
 
 def _merge_suites(suites: list[dict]) -> list[dict]:

@@ -54,8 +54,8 @@ def _publish_to_github(config: pytest.Config, document: dict, scrubber: Scrubber
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(scrubber.text(github.summary_markdown(document)))
-    for line in github.workflow_annotations(document, Path(config.rootpath), os.environ.get("GITHUB_WORKSPACE")):
-        _say(config, scrubber.text(line))
+    lines = github.workflow_annotations(document, Path(config.rootpath), os.environ.get("GITHUB_WORKSPACE"))
+    github.publish([scrubber.text(line) for line in lines], lambda line: _say(config, line))
 
 
 def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None:

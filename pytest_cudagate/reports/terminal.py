@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.paths import visible
 
 
 def _micros(ms: float | None) -> str:
@@ -60,6 +61,7 @@ def render_table(outcomes: list[CaseOutcome], skipped: list[tuple[str, str, str,
     rows += [row(o, bool(library)) for o in ordered]
     rows += [(s, k, c, kind, classes.get((s, c), "-"), "skipped", "-", "-", "-", "-", *(["-"] if library else []),
               "-", "no CUDA device") for s, k, c, kind in sorted(skipped)]
+    rows = [tuple(visible(cell) for cell in r) for r in rows]  # names from the checkout: a newline in one is shown
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

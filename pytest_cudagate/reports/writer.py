@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.boundary import load_json
+from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.phases import run_phase
 from pytest_cudagate.schema import validate
 from pytest_cudagate.reports.scrub import Scrubber
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 REQUESTS_DIR = "requests"
+MAX_REPORT_BYTES = 256 * 1024 * 1024  # thousands of items with their timing samples fit many times over
 
 
 def dumps(value) -> str:
@@ -64,13 +66,23 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
 
 
 def read_report(path: Path) -> dict:
-    """A report.json (or the folder holding one), checked against the schema."""
+    """A report.json (or the folder holding one), read within the boundary's rules (another job's
+    artifact: any size, depth or kind of file) and checked against the schema; every item's run must
+    be one of its runs."""
     path = Path(path)
     if path.is_dir():
         path = path / REPORT_JSON
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CudagateError(f"{path}: cannot read the report: {exc}") from None
+        document = load_json(path, MAX_REPORT_BYTES, "report")
+    except FileNotFoundError:
+        raise CudagateError(f"{path}: cannot read the report: no such file; name a report folder or its "
+                            f"{REPORT_JSON}") from None
     validate(document, "report", path)
+    runs = len(document["runs"])
+    stray = [(i, item["run"]) for i, item in enumerate(document["items"]) if item["run"] >= runs]
+    if stray:
+        (index, run), more = stray[0], len(stray) - 1
+        raise FileError(path, [f"items[{index}].run: {run} names no run (the report has {runs} run"
+                               f"{'s' if runs != 1 else ''}){f', nor do {more} more items' if more else ''}; "
+                               "use the report.json the gate wrote"])
     return document

@@ -126,9 +126,9 @@ class GeneratedCache:
                     if now - folder.stat().st_mtime > STALE_S:
                         shutil.rmtree(folder, ignore_errors=True)
                     continue
-                size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+                size = sum(p.stat().st_size for p in boundary.walk(folder, "generated-case cache entry") if p.is_file())
                 entries.append(((folder / RECORD).stat().st_mtime, size, folder))
-            except OSError:
+            except (OSError, FileError):
                 continue
             total += size
         for _, size, folder in sorted(entries, key=lambda e: e[0]):

@@ -7,6 +7,7 @@ path and what is expected, because a suite author fixes them all in one edit.
 from __future__ import annotations
 
 import re
+from collections import ChainMap
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,10 @@ from cudagate_harness.library import ADAPTERS
 from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate import schema
-from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text, walk
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
+from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Suite, Tolerance, Timing, Variant)
@@ -27,6 +29,10 @@ from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distributi
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+# Tunables are not signed (the gate never passes them), so a pull request can add any number: the
+# caps keep loading, checking and autotune's search bounded. The schema caps each list at 64 values.
+MAX_TUNABLES = 256  # per kernel; a hand-tuned kernel has a handful
+MAX_TUNABLE_VALUES = 1024  # per kernel, all lists together: autotune's model has one coefficient each
 
 
 def _locator(text: str):
@@ -121,7 +127,7 @@ class _Checker:
 
     def program(self, raw: dict, parts: list, scalars: set[str], name: str, case_names: set[str],
                 case_classes: set[str] = frozenset(), signature: tuple[Param, ...] = ()) -> Program:
-        tunables = self.tunables(raw.get("tunables", {}), parts + ["tunables"], scalars)
+        tunables = self.tunables(raw.get("tunables", {}), parts + ["tunables"], scalars, name)
         names = scalars | set(tunables)  # launch expressions may use tunables' names
         defaults = {tunable: values[0] for tunable, values in tunables.items()}
         overrides, raw_overrides = {}, {}
@@ -222,8 +228,13 @@ class _Checker:
                                 "the suite's signature there")
         return path
 
-    def tunables(self, raw: dict, parts: list, scalars: set[str]) -> dict[str, tuple[int, ...]]:
+    def tunables(self, raw: dict, parts: list, scalars: set[str], kernel: str) -> dict[str, tuple[int, ...]]:
         """``tunables: {NAME: [default, other, ...]}``: -D constants for the autotune proposer."""
+        values_in_all = sum(len(values) for values in raw.values())
+        if len(raw) > MAX_TUNABLES or values_in_all > MAX_TUNABLE_VALUES:
+            self.add(parts, f"kernel {kernel!r} declares {len(raw)} tunables with {values_in_all} values in all; "
+                            f"at most {MAX_TUNABLES} tunables and {MAX_TUNABLE_VALUES} values per kernel: keep the "
+                            "-D constants and values the search needs")
         found = {}
         for name, values in raw.items():
             if name in scalars:
@@ -405,26 +416,38 @@ class _Checker:
 
     @staticmethod
     def launches(program: Program, case: Case):
-        """``(what, launch, scalars)`` for the launch the gate uses and each tuning launch with every
-        tunable value (one tunable at a time, the others at their defaults)."""
+        """``(what, launch, scalars)`` for the launch the gate uses and the tuning launch with every
+        value of each tunable it names (one tunable at a time, the others at their defaults). A tunable
+        the launch does not name cannot change it, and each value costs one resolve: the checks grow
+        with the values, not with their square."""
         build = program.for_case(case)
         what = f"launch (class {case.shape_class} variant)" if build.variant else "launch"
         yield what, build.launch_for(case.name), case.scalars
         tuning = program.tuning_overrides.get(case.name, program.tuning_launch)
         if tuning is None or not program.tunables:
             return
-        defaults = {name: values[0] for name, values in program.tunables.items()}
-        for name, values in program.tunables.items():
-            for value in values:
-                yield f"tuning_launch ({name}={value})", tuning, {**case.scalars, **defaults, name: value}
+        defaults = ChainMap({name: values[0] for name, values in program.tunables.items()}, case.scalars)
+        used = tuning.names()
+        named = [name for name in program.tunables if name in used]
+        if not named:
+            yield "tuning_launch", tuning, defaults
+        for name in named:
+            for value in program.tunables[name]:
+                yield f"tuning_launch ({name}={value})", tuning, defaults.new_child({name: value})
 
 
 def discover(paths: list[Path]) -> list[Path]:
-    """Suite files named on the command line or found below the folders named."""
+    """Suite files named on the command line or found below the folders named (:func:`boundary.walk`).
+    A suite whose path holds a control character is refused: pytest prints node ids as they are, and a
+    newline in one starts a line of the job's log with whatever follows (``::error::``...)."""
     found = []
     for path in paths:
         if path.is_dir():
-            found.extend(sorted(path.rglob(SUITE_FILENAME)))
+            found.extend(p for p in walk(path, "suite folder", skip=(".git",)) if p.name == SUITE_FILENAME)
         elif path.name.endswith(".yaml") or path.name.endswith(".yml"):
             found.append(path)
+    for path in found:
+        if not str(path).isprintable():
+            raise FileError(display_path(path), ["a control character (a newline, tab or escape) in a file or folder "
+                                                 "name of the suite's path; rename it"])
     return found

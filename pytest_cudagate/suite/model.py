@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pytest_cudagate.suite.expr import evaluate
+from pytest_cudagate.suite.expr import ExprError, evaluate, parse
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,17 @@ class Launch:
 
     def to_json(self) -> dict:
         return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+    def names(self) -> frozenset[str]:
+        """The names the expressions read; an expression that does not parse adds none (resolving
+        the launch says why)."""
+        found: set[str] = set()
+        for text in (*self.grid, *self.block, self.shared_bytes):
+            try:
+                found |= parse(text).names
+            except ExprError:
+                pass
+        return frozenset(found)
 
     @classmethod
     def from_record(cls, raw: dict) -> Launch:

@@ -3,8 +3,10 @@
 Under ``cudagate gate --trusted-ref SHA`` the pull request's checkout is the working tree; what
 decides whom to trust comes from the base commit instead: the public keys under
 ``.cudagate/trusted_keys/`` and in ``[tool.cudagate] trusted_keys``, the ``[tool.cudagate]`` policy,
-each approvals ledger's sequence number and the suites that exist there. A pull request can then
-neither add a key nor loosen a setting by editing files, nor roll a ledger back, nor drop a suite.
+each approvals ledger's sequence number, and each suite there: its path, its ``suite:`` name and its
+kernels' names. A pull request can then neither add a key nor loosen a setting by editing files, nor
+roll a ledger back, nor drop, move, rename or swap a suite (a copy of another signed suite put in its
+place), nor drop a kernel from one.
 
 Everything is read from git objects with size and depth bounds (a hostile history must not make the
 gate read gigabytes or recurse forever); symlinks and submodules in the trusted tree are not followed.
@@ -14,15 +16,17 @@ The result travels to the pytest plugin as a JSON document (``schemas/trust-root
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives import serialization
 
-from pytest_cudagate import schema
+from pytest_cudagate import boundary, schema
 from pytest_cudagate.approvals import LEDGER_NAME
-from pytest_cudagate.config import Settings, settings_from_table
+from pytest_cudagate.boundary.yaml_rules import parse_yaml
+from pytest_cudagate.config import Settings, cudagate_table, settings_from_table
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.suite.loader import SUITE_FILENAME
 from pytest_cudagate.suite.model import Suite
@@ -33,13 +37,80 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-FORMAT = 1
-MAX_SMALL_BLOB = 1 << 20  # a key, pyproject.toml
-MAX_LEDGER_BLOB = 64 << 20
+FORMAT = 2  # 2: each suite with its name and kernels
+MAX_KEY_BLOB = 1 << 20
 MAX_DEPTH = 32
 MAX_TREE_ENTRIES = 500_000
 MAX_KEYS = 256
+MAX_SUITES = 1024  # suite files at the trusted commit, each parsed (within the boundary's YAML rules)
+MAX_REF_CHARS = 256  # a sha, a tag or a branch name; gitpython's rev-parse walks whatever it is given
+MAX_TRUST_ROOT_BYTES = 64 << 20
+FETCH_BASE_FIX = "fetch the base commit first (actions/checkout with fetch-depth: 0)"
 _BLOB_MODES = (0o100644, 0o100755)
+
+
+def resolve_commit(repo, ref: str, what: str, fix: str = FETCH_BASE_FIX, error: type = CudagateError):
+    """The commit a user-given ``ref`` names in ``repo``: every ref from a command line is resolved here.
+
+    Anything git cannot resolve (an unknown name, too few parents, a reflog entry that is not there,
+    a tree) is one ``error`` line naming ``what`` (the option) and the fix; a ref is bounded in length.
+    """
+    import git  # gitpython (~35 ms): only the commands that read git history resolve a ref
+
+    shown = repr(ref) if len(ref) <= 60 else f"{ref[:40]!r}... ({len(ref)} characters)"
+    where = f"{what} {shown}: not a commit of the repository at {repo.working_dir}"
+    if not ref.strip():
+        raise error(f"{where} (the ref is empty); pass a sha, a tag or a branch name")
+    if len(ref) > MAX_REF_CHARS:
+        raise error(f"{where} (longer than {MAX_REF_CHARS} characters); pass a sha, a tag or a branch name")
+    try:
+        commit = repo.commit(ref)
+        commit.tree  # resolves the object now: an unknown sha fails here, not mid-read
+    except (git.exc.GitError, git.exc.ODBError, ValueError, IndexError, KeyError, NotImplementedError, OSError) as exc:
+        # gitpython's errors for a ref name: BadName, a ValueError (a tree, not a commit), IndexError
+        # (HEAD@{N} past the reflog), KeyError (REF:path), NotImplementedError (@{date})
+        raise error(f"{where} ({_reason(exc)}); {fix}") from None
+    return commit
+
+
+def _reason(exc: Exception) -> str:
+    try:
+        text = " ".join(str(exc).split())
+    except Exception:  # noqa: BLE001 - gitdb's BadObject cannot always format itself
+        text = ""
+    return text[:160] or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class SuiteIdentity:
+    """A suite file as the trusted commit has it: where, which suite and which kernels it gates."""
+
+    path: str  # posix, from the repository root
+    name: str | None  # its `suite:`; None when the file is no readable suite there (it judged nothing)
+    kernels: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "suite": self.name, "kernels": list(self.kernels)}
+
+
+def suite_identity(text: str, path: str) -> SuiteIdentity:
+    """The ``suite:`` name and kernel names of the suite file ``path``'s text, read within the
+    boundary's YAML rules (bounded depth, no aliases); :class:`FileError` when it is not YAML."""
+    raw = parse_yaml(text, path, "suite file")
+    if not isinstance(raw, dict) or not isinstance(raw.get("suite"), str):
+        return SuiteIdentity(path, None)
+    kernels = raw.get("kernels") if isinstance(raw.get("kernels"), list) else []
+    names = {k["name"] for k in kernels if isinstance(k, dict) and isinstance(k.get("name"), str)}
+    return SuiteIdentity(path, raw["suite"], tuple(sorted(names)))
+
+
+def _checkout_identity(path: Path, posix: str) -> SuiteIdentity | None:
+    """The pull request's suite file at ``path``; None when it cannot be read: then it is a failed
+    item of the run (if judged), or not judged at all, and there is no identity to compare."""
+    try:
+        return suite_identity(boundary.read_text(path, boundary.MAX_SUITE_BYTES, "suite file"), posix)
+    except (OSError, CudagateError):
+        return None
 
 
 @dataclass
@@ -49,7 +120,7 @@ class TrustRoot:
     keys: TrustedKeys
     policy: dict = field(default_factory=dict)  # [tool.cudagate] at the ref
     ledgers: dict[str, int] = field(default_factory=dict)  # suite folder (posix, from the root) -> sequence
-    suites: tuple[str, ...] = ()  # suite files at the ref (posix, from the root)
+    suites: tuple[SuiteIdentity, ...] = ()  # suite files at the ref, by path
 
     def ledger_sequence(self, suite: Suite) -> int | None:
         """The sequence of ``suite``'s ledger at the trusted ref; None when it had none there."""
@@ -62,13 +133,73 @@ class TrustRoot:
     def settings(self) -> Settings:
         return settings_from_table(self.worktree, self.policy, f"pyproject.toml at {self.ref[:12]}")
 
+    def suite_problems(self, found: list[Path]) -> list[str]:
+        """What the checkout changed about the suites this ref gates: each must still be at its path,
+        with its ``suite:`` name and every kernel. ``found``: the checkout's suite files the run judges
+        (where a moved suite is looked for)."""
+        short = self.ref[:12]
+        problems = []
+        moved: dict[str, str] | None = None  # suite name -> its file in the checkout, read once when needed
+        for base in self.suites:
+            path = self.worktree / base.path
+            named = f"suite {base.name!r}" if base.name else "it"
+            if not path.is_file():
+                if moved is None:
+                    moved = {}
+                    for file in found:
+                        ident = _checkout_identity(file, _posix(file, self.worktree) or str(file))
+                        if ident is not None and ident.name is not None:
+                            moved.setdefault(ident.name, ident.path)
+                to = moved.get(base.name) if base.name else None
+                problems.append(f"{base.path}: {f'moved to {to}' if to else 'deleted'} by this change; the trusted "
+                                f"ref {short} gates {named} at {base.path} ({_maintainer('moves or removes a suite')})")
+                continue
+            ident = _checkout_identity(path, base.path)
+            if base.name is None or ident is None or ident.name is None:
+                continue  # it judged nothing at the ref, or the run fails it as a suite that does not load
+            if ident.name != base.name:
+                signed = next((s.path for s in self.suites if s.name == ident.name), None)
+                problems.append(f"{base.path}: its suite name is {ident.name!r}"
+                                + (f" (the signed suite of {signed})" if signed else "")
+                                + f"; the trusted ref {short} gates {named} here ({_maintainer('moves or renames a suite')})")
+                continue
+            problems += [f"{base.path}: kernel {kernel!r} removed by this change; the trusted ref {short} gates it in "
+                         f"{named} ({_maintainer('removes a kernel')})" for kernel in base.kernels
+                         if kernel not in ident.kernels]
+        return problems
+
+    def collection_problems(self, gated: list[Path], collected: dict[Path, tuple[str, set[str]] | None]) -> list[str]:
+        """Each suite this ref gates below the paths ``gated`` must have been collected with every kernel,
+        whatever pytest skips on its own (a folder holding a pyvenv.cfg looks like a virtualenv to it).
+        ``collected``: suite file -> (its suite name, the kernels with items), or None for a suite that
+        failed to load (a failed item: the run fails)."""
+        seen = {_posix(path, self.worktree): value for path, value in collected.items()}
+        folders = [Path(os.path.normpath(path)) for path in gated]
+        problems = []
+        for base in self.suites:
+            path = self.worktree / base.path
+            if base.name is None or not any(path.is_relative_to(folder) for folder in folders):
+                continue
+            if base.path not in seen:
+                problems.append(f"{base.path}: the trusted ref {self.ref[:12]} gates suite {base.name!r} here, but the "
+                                "run collected none of its items (pytest skips a folder holding a pyvenv.cfg, for "
+                                "one); remove what hides it")
+            elif seen[base.path] is not None:
+                name, kernels = seen[base.path]
+                missing = [k for k in base.kernels if k not in kernels]
+                if name != base.name or missing:
+                    problems.append(f"{base.path}: the trusted ref {self.ref[:12]} gates suite {base.name!r} here with "
+                                    f"kernels {', '.join(base.kernels)}; the run collected suite {name!r}"
+                                    + (f" without {', '.join(missing)}" if missing else ""))
+        return problems
+
     def to_json(self) -> dict:
         raw = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         return {"format": FORMAT, "ref": self.ref, "worktree": str(self.worktree), "policy": self.policy,
                 "keys": {kid: {"pem": key.public_bytes(*raw).decode("ascii"), "sources": self.keys.sources.get(kid, [])}
                          for kid, key in sorted(self.keys.items())},
                 "searched": self.keys.searched, "ledgers": dict(sorted(self.ledgers.items())),
-                "suites": list(self.suites)}
+                "suites": [suite.to_json() for suite in self.suites]}
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -77,16 +208,17 @@ class TrustRoot:
     def load(cls, path: Path) -> TrustRoot:
         path = Path(path)
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise FileError(path, [f"cannot read the trust root: {exc}"]) from None
+            raw = boundary.load_json(path, MAX_TRUST_ROOT_BYTES, "trust root")
+        except FileNotFoundError:
+            raise FileError(path, ["cannot read the trust root: no such file"]) from None
         schema.validate(raw, "trust-root", path)
         keys = TrustedKeys()
         keys.searched = list(raw["searched"])
         for kid, entry in raw["keys"].items():
             for source in entry["sources"] or [f"trust root {kid}"]:
                 add_key(keys, public_key_from_bytes(entry["pem"].encode("ascii"), path), source)
-        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], dict(raw["ledgers"]), tuple(raw["suites"]))
+        suites = tuple(SuiteIdentity(s["path"], s["suite"], tuple(s["kernels"])) for s in raw["suites"])
+        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], dict(raw["ledgers"]), suites)
 
 
 class _Reader:
@@ -132,15 +264,29 @@ class _Reader:
                 yield (prefix / item.name).as_posix(), item
 
 
-def _policy(reader: _Reader) -> dict:
-    data = reader.blob("pyproject.toml", MAX_SMALL_BLOB)
+def _maintainer(does: str) -> str:
+    return f"a maintainer {does} on the base branch"
+
+
+def _posix(path: Path, root: Path) -> str | None:
+    try:
+        return Path(os.path.normpath(path)).relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def _policy(reader: _Reader, worktree: Path) -> dict:
+    """``[tool.cudagate]`` at the ref, checked as every command checks it (a non-table is refused)."""
+    data = reader.blob("pyproject.toml", boundary.MAX_SETTINGS_BYTES)
     if data is None:
         return {}
+    where = reader.where("pyproject.toml")
     try:
-        table = tomllib.loads(data.decode("utf-8")).get("tool", {}).get("cudagate", {})
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise FileError(reader.where("pyproject.toml"), [f"cannot read [tool.cudagate]: {exc}"]) from None
-    return table if isinstance(table, dict) else {}
+        table = cudagate_table(tomllib.loads(data.decode("utf-8")), where)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise FileError(where, [f"cannot read [tool.cudagate]: {str(exc)[:200] or 'nested too deeply'}"]) from None
+    settings_from_table(worktree, table, where)
+    return table
 
 
 def _key_files(reader: _Reader, policy: dict) -> list[tuple[str, object]]:
@@ -168,12 +314,23 @@ def _key_files(reader: _Reader, policy: dict) -> list[tuple[str, object]]:
 
 
 def _ledger_sequence(reader: _Reader, path: str, item) -> int:
+    where = reader.where(path)
     try:
-        raw = json.loads(reader.blob(path, MAX_LEDGER_BLOB, item))
+        raw = boundary.parse_json(reader.blob(path, boundary.MAX_LEDGER_BYTES, item).decode("utf-8"), where,
+                                  "approvals ledger")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise FileError(reader.where(path), [f"not valid JSON: {exc}"]) from None
+        raise FileError(where, [f"not valid JSON: {exc}"]) from None
     sequence = raw.get("sequence", 0) if isinstance(raw, dict) else 0
     return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
+
+
+def _suite_identity(reader: _Reader, path: str, item) -> SuiteIdentity:
+    try:
+        return suite_identity(reader.blob(path, boundary.MAX_SUITE_BYTES, item).decode("utf-8"), path)
+    except (UnicodeDecodeError, FileError):
+        # no suite the loader reads (not YAML, over its size cap): it judged nothing at the ref, so
+        # only its existence is kept (a test fixture may be broken on purpose)
+        return SuiteIdentity(path, None)
 
 
 def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
@@ -182,19 +339,18 @@ def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
 
     try:
         repo = git.Repo(worktree)
-        commit = repo.commit(ref)
-        commit.tree  # resolves the object now: an unknown sha fails here, not mid-read
-    except (git.exc.GitError, ValueError) as exc:
-        raise CudagateError(f"--trusted-ref {ref}: not a commit of the repository at {worktree} ({exc}); fetch "
-                            "the base commit first (actions/checkout with fetch-depth: 0)") from None
+    except git.exc.GitError:
+        raise CudagateError(f"--trusted-ref: {worktree} is not a git repository; run the gate in the pull request's "
+                            "checkout (--repo DIR)") from None
+    commit = resolve_commit(repo, ref, "--trusted-ref")
     reader = _Reader(commit)
-    policy = _policy(reader)
+    policy = _policy(reader, Path(worktree))
     keys = TrustedKeys()
     keys.searched.append(f"{TRUSTED_KEYS_DIR.as_posix()}/*.pub at {reader.short}")
     if policy.get("trusted_keys"):
         keys.searched.append(f"[tool.cudagate] trusted_keys at {reader.short}")
     for path, item in _key_files(reader, policy):
-        add_key(keys, public_key_from_bytes(reader.blob(path, MAX_SMALL_BLOB, item), reader.where(path)),
+        add_key(keys, public_key_from_bytes(reader.blob(path, MAX_KEY_BLOB, item), reader.where(path)),
                 reader.where(path))
     filter_by_allowed_ids(keys)
     ledgers, suites = {}, []
@@ -203,5 +359,9 @@ def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
         if name.name == LEDGER_NAME:
             ledgers[name.parent.as_posix()] = _ledger_sequence(reader, path, item)
         elif name.name == SUITE_FILENAME:
-            suites.append(path)
-    return TrustRoot(commit.hexsha, Path(worktree).resolve(), keys, policy, ledgers, tuple(sorted(suites)))
+            if len(suites) == MAX_SUITES:
+                raise CudagateError(f"the trusted commit {reader.short} has more than {MAX_SUITES} {SUITE_FILENAME} "
+                                    "files; the gate does not read further")
+            suites.append(_suite_identity(reader, path, item))
+    return TrustRoot(commit.hexsha, Path(worktree).resolve(), keys, policy, ledgers,
+                     tuple(sorted(suites, key=lambda s: s.path)))

@@ -6,7 +6,8 @@ pytest in-process with a configuration file it writes itself (``-c``), ``--nocon
 autoloading, no cache, an explicit ``--rootdir``, and no pytest variables from the environment; no
 Python file of the checkout is collected. With ``--trusted-ref SHA`` it also reads the trust root
 from that commit's git objects (:mod:`.base_ref`) and hands it to the plugin, refuses the options
-that would weaken the gate, and refuses a change that deletes a suite the trusted commit gates.
+that would weaken the gate, and refuses a change that deletes, moves, renames or swaps a suite the
+trusted commit gates, or drops one of its kernels.
 Without ``--trusted-ref`` it is ``pytest --cuda-gate`` with the same isolation.
 """
 
@@ -21,8 +22,10 @@ from pathlib import Path
 import git
 import pytest
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.boundary import walk
+from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
+from pytest_cudagate.reports import github
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root
 from pytest_cudagate.config import DEFAULT_BUDGET_S
@@ -124,9 +127,14 @@ def _weakening_problems(options: list[str], suites) -> list[str]:
 
 def _ignored_configs(worktree: Path) -> list[str]:
     notes = []
+    try:
+        conftests = [p for p in walk(worktree, "checkout", skip=(".git",)) if p.name == "conftest.py"]
+    except FileError as exc:  # these notes alone need the search: the gate loads no conftest.py either way
+        conftests = []
+        notes.append(f"cudagate gate: not looking for conftest.py files to ignore: {exc.path}: {exc.problems[0]}")
     for name in PYTEST_CONFIG_FILES:
-        for path in sorted(worktree.rglob(name)) if name == "conftest.py" else [worktree / name]:
-            if path.is_file() and ".git" not in path.parts:
+        for path in conftests if name == "conftest.py" else [worktree / name]:
+            if path.is_file():
                 notes.append(f"cudagate gate: ignoring {display_path(path)}: the gate runs without the checkout's "
                              "pytest configuration")
     pyproject = worktree / "pyproject.toml"
@@ -160,6 +168,29 @@ def _isolated_environment():
                 os.environ[name] = value
 
 
+@contextlib.contextmanager
+def _checkout_off_sys_path(worktree: Path):
+    """sys.path without the checkout's folders: run as ``python -m`` or ``-c`` from the checkout, the
+    current folder comes first, and a module first imported during the run (pdb, cuda, whatever the
+    reference imports) would be the pull request's. The interpreter's own environment stays, even
+    where it lies inside the checkout (a local .venv)."""
+    prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    environments = [path for path in (Path(p).resolve() for p in prefixes) if path.is_relative_to(worktree)]
+
+    def in_checkout(entry) -> bool:
+        if not isinstance(entry, str):
+            return False
+        path = Path(entry or os.curdir).resolve()
+        return path.is_relative_to(worktree) and not any(path.is_relative_to(env) for env in environments)
+
+    saved = list(sys.path)
+    sys.path[:] = [entry for entry in sys.path if not in_checkout(entry)]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
 def _worktree(repo: str | None) -> Path:
     start = Path(repo or Path.cwd())
     try:
@@ -169,6 +200,7 @@ def _worktree(repo: str | None) -> Path:
 
 
 def cmd_gate(args) -> int:
+    github.stop_commands()  # first: no name or log of the checkout printed from here on is a workflow command
     worktree = _worktree(args.repo)
     rest = list(args.pytest_args)
     if rest and rest[0] == "--":
@@ -177,14 +209,14 @@ def cmd_gate(args) -> int:
     with tempfile.TemporaryDirectory(prefix="cudagate-gate-") as tmp:
         policy = {}
         extra = []
-        if args.trusted_ref:
+        if args.trusted_ref is not None:  # an empty ref is refused, never a run without a trust root
             root = read_trust_root(worktree, args.trusted_ref)
             policy = root.policy
             suite_paths = [worktree / p for p in (paths or list(root.settings().suites) or ["."])]
-            problems = [f"{path}: deleted by this change; the trusted ref {root.ref[:12]} gates it (a maintainer "
-                        "removes a suite on the base branch)" for path in root.suites if not (worktree / path).is_file()]
+            found = discover(suite_paths)
+            problems = root.suite_problems(found)
             suites = []
-            for path in discover(suite_paths):
+            for path in found:
                 try:
                     suites.append(load_suite(path))
                 except CudagateError:
@@ -204,11 +236,13 @@ def cmd_gate(args) -> int:
         config = Path(tmp) / "pytest.ini"
         config.write_text(_config_text(policy), encoding="utf-8")
         argv = ["-c", str(config), "--rootdir", str(worktree), "--noconftest", "-p", "no:cacheprovider",
-                "-o", "addopts=", "-p", "pytest_cudagate.plugin", "--cuda-gate", *extra, *options,
+                "-p", "no:doctest", "-o", "addopts=", "-p", "pytest_cudagate.plugin", "--cuda-gate", *extra, *options,
                 *[str(p) for p in suite_paths]]
-        with _isolated_environment():
+        from pytest_cudagate.items import CheckoutCollection  # the plugin imports it anyway; `cudagate verify` need not
+
+        with _isolated_environment(), _checkout_off_sys_path(worktree):
             sys.stdout.flush()
-            return int(pytest.main(argv))
+            return int(pytest.main(argv, plugins=[CheckoutCollection()]))
 
 
 def register(subparsers) -> None:

@@ -20,6 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from pytest_cudagate.boundary import walk
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
 
@@ -278,13 +279,17 @@ class TrustedKeys(dict):
         return " and ".join(self.searched) if self.searched else "no location"
 
 
+def _public_key_files(folder: Path) -> list[Path]:
+    return [path for path in walk(folder, "trusted-keys folder") if path.name.endswith(".pub")]
+
+
 def _settings_key_files(root: Path, entries) -> list[tuple[Path, str]]:
     files = []
     for entry in entries:
         path = Path(entry)
         path = path if path.is_absolute() else root / path
         if path.is_dir():
-            files.extend((p, entry) for p in sorted(path.rglob("*.pub")))
+            files.extend((p, entry) for p in _public_key_files(path))
         elif path.is_file():
             files.append((path, entry))
         else:
@@ -312,7 +317,7 @@ def load_trusted_keys(project_root: Path, settings=None) -> TrustedKeys:
     files: list[tuple[Path, str]] = []
     keys.searched.append(f"{display_path(folder)}/*.pub")
     if folder.is_dir():
-        files.extend((p, None) for p in sorted(folder.rglob("*.pub")))
+        files.extend((p, None) for p in _public_key_files(folder))
     entries = tuple(getattr(settings, "trusted_keys", ()) or ())
     if entries:
         keys.searched.append("[tool.cudagate] trusted_keys (" + ", ".join(entries) + ")")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.paths import display_path, visible
 from pytest_cudagate.suite.generated import generated_files
 from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
@@ -179,9 +179,14 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         entry["files"] = files
         cases[case.name] = entry
     if suite.data_dir.is_dir():
-        for path in sorted(suite.data_dir.rglob("*")):
+        try:
+            below = boundary.walk(suite.data_dir, "case folder")
+        except FileError as exc:  # too deep or too large to be checked for planted files: not trusted
+            problems.append(f"{exc.path}: {exc.problems[0]}")
+            below = []
+        for path in below:
             if (path.is_file() or path.is_symlink()) and Path(os.path.normpath(path)) not in referenced:
-                problems.append(f"unexpected file {_rel(path, root)}: no case references it (remove it, or "
+                problems.append(f"unexpected file {visible(_rel(path, root))}: no case references it (remove it, or "
                                 "add the case that uses it to the suite and re-sign)")
     manifest = {
         "format": MANIFEST_FORMAT,

@@ -162,7 +162,6 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
                                f"reads format {MANIFEST_FORMAT}")
     current, found = collect_manifest(suite)
     result.problems.extend(found)
-    result.problems.extend(_pyc_problems(suite))
     try:
         same = canonical_bytes(signed) == canonical_bytes(current)
     except ValueError:
@@ -173,27 +172,6 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
     if result.ok:
         result.fix = ""
     return result
-
-
-def _pyc_problems(suite: Suite) -> list[str]:
-    """An unchecked hash-based .pyc beside the Python reference would run instead of the signed source."""
-    if not suite.reference.python:
-        return []
-    source = suite.root / suite.reference.python.rsplit(":", 1)[0]
-    problems = []
-    for pyc in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
-        try:  # the header alone; a link to a device is refused, since Python would read it on import
-            with boundary.open_regular(pyc, boundary.MAX_SOURCE_BYTES, "bytecode file") as handle:
-                flags = int.from_bytes(handle.read(16)[4:8], "little")
-        except FileError as exc:
-            problems.extend(f"{display_path(pyc)}: {p}; delete it" for p in exc.problems)
-            continue
-        except OSError:
-            continue
-        if flags & 0b01 and not flags & 0b10:
-            problems.append(f"{display_path(pyc)}: unchecked hash-based bytecode that Python would run instead of "
-                            f"{source.name}; delete it")
-    return problems
 
 
 def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_unsigned: bool = False,

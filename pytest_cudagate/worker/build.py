@@ -1,6 +1,8 @@
 """Compile a suite program on the host (NVRTC needs no GPU), through the per-user on-disk cache.
 
 The log that comes back is scrubbed of secret environment values before anyone prints or stores it.
+A compile for the gate's items is limited by the case timeout (``timeout_s``), as the worker's is,
+and one that failed is not started again in this process (:func:`~cudagate_harness.compiler.compile_kernel`).
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
-from cudagate_harness.compiler import CompileOptionError, CompileResult, compile_kernel, nvrtc_version
+from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 
 from pytest_cudagate.host import cores
 from pytest_cudagate.reports.scrub import Scrubber
@@ -17,32 +19,36 @@ from pytest_cudagate.worker.requests import kernel_spec
 from pytest_cudagate.suite.model import Program
 
 
-def compile_program(program: Program, arch: str, source_text: str | None = None) -> CompileResult:
-    """Compile ``program`` for ``arch`` + its suffix; a refused option or include becomes a failed result."""
+def compile_program(program: Program, arch: str, source_text: str | None = None, *,
+                    timeout_s: float | None = None) -> CompileResult:
+    """Compile ``program`` for ``arch`` + its suffix, stopped after ``timeout_s`` (the case timeout;
+    None: the compiler's default); a refused option or include becomes a failed result."""
     target = arch + program.arch_suffix
     try:
         spec = kernel_spec(program, source_text)
         result = compile_kernel(spec["source"], entry=spec["entry"], arch=target, source_name=spec["source_name"],
-                                options=spec["options"], headers=spec["headers"])
+                                options=spec["options"], headers=spec["headers"],
+                                limits=CompileLimits.case_timeout(timeout_s))
     except (CompileOptionError, IncludeError) as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(result.log)
     return result
 
 
-def compile_builds(program: Program, cases, arch: str, source_text: str | None = None) -> list[tuple[Program, CompileResult]]:
+def compile_builds(program: Program, cases, arch: str, source_text: str | None = None, *,
+                   timeout_s: float | None = None) -> list[tuple[Program, CompileResult]]:
     """Every build ``cases`` run (one per class variant in use, see :meth:`Program.builds`), compiled."""
-    return [(build, compile_program(build, arch, source_text)) for build in program.builds(cases)]
+    return [(build, compile_program(build, arch, source_text, timeout_s=timeout_s)) for build in program.builds(cases)]
 
 
-def compile_ahead(programs: list[tuple[Program, list]], arch: str) -> None:
+def compile_ahead(programs: list[tuple[Program, list]], arch: str, *, timeout_s: float | None = None) -> None:
     """Compile every ``(program, cases)`` build at once into the on-disk cache (each NVRTC run is a
-    child process of its own), so that the compile items that follow, one by one, read it back. A
-    program that cannot even be read (a header that is not UTF-8, say) is left to its compile item,
-    which fails saying why."""
+    child process of its own), so that the compile items that follow, one by one, read it back (a
+    failure, from this process's memory). A program that cannot even be read (a header that is not
+    UTF-8, say) is left to its compile item, which fails saying why."""
     def one(job: tuple[Program, list]) -> None:
         try:
-            compile_builds(job[0], job[1], arch)
+            compile_builds(job[0], job[1], arch, timeout_s=timeout_s)
         except Exception:  # noqa: BLE001 - only a head start: the item meets the same error and reports it
             pass
 
@@ -50,12 +56,14 @@ def compile_ahead(programs: list[tuple[Program, list]], arch: str) -> None:
         list(pool.map(one, programs))
 
 
-def build_record(program: Program, arch: str, source_text: str | None = None) -> dict | None:
+def build_record(program: Program, arch: str, source_text: str | None = None, *,
+                 timeout_s: float | None = None) -> dict | None:
     """How ``program`` builds here, as an approval's ``build`` records it: the NVRTC version, the
-    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile.
-    A kernel with class variants records its shared build (the variants differ by options only)."""
+    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile
+    (within ``timeout_s``, as :func:`compile_program`). A kernel with class variants records its
+    shared build (the variants differ by options only)."""
     program = program.shared
-    result = compile_program(program, arch, source_text)
+    result = compile_program(program, arch, source_text, timeout_s=timeout_s)
     if not result.ok or result.cubin is None:
         return None
     return {"nvrtc_version": nvrtc_version(), "options": list(program.options),

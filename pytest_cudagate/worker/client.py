@@ -176,7 +176,8 @@ class HarnessClient:
                 self._restart()
             self._ids += 1
             try:
-                self._send({**request, "id": self._ids, "cases": pending})
+                # timeout_s: the worker's compiles stop in time to say so before this watchdog ends it
+                self._send({**request, "id": self._ids, "cases": pending, "timeout_s": self.timeout_s})
             except OSError:
                 self._restart()
                 continue
@@ -231,7 +232,7 @@ class HarnessClient:
         result = CompareResult()
         case = request["case"]["name"]
         try:
-            self._send({**request, "id": self._ids})
+            self._send({**request, "id": self._ids, "timeout_s": self.timeout_s})
             while True:
                 line = self._next(self.timeout_s)
                 if line is None:

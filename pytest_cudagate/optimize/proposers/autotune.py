@@ -13,10 +13,10 @@ a space of hundreds of points:
   one farthest from those already chosen);
 - every later round keeps the best measured points (the batch's half in round 2, halving each
   round, at least three), gathers the unmeasured feasible points near them (one or two tunables
-  moved one step, and mixtures of two of them), ranks those by an additive model of log latency
-  fitted to every measurement so far, and times the best-ranked ones; one point per round (of a
-  batch of four or more) still goes to the farthest unmeasured point, so a wrong model cannot trap
-  the search.
+  moved one step, a seeded sample of the pairs past 64 moves, and mixtures of two of them), ranks
+  those by an additive model of log latency fitted to every measurement so far, and times the
+  best-ranked ones; one point per round (of a batch of four or more) still goes to the farthest
+  unmeasured point, so a wrong model cannot trap the search.
 
 Shape classes (a case's ``class:``) are searched separately: each class's objective is the
 geometric mean over its visible performance cases, and every round's batch is split between the
@@ -50,6 +50,9 @@ from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 DEFAULT_BATCH = 8
 ENUMERATE_LIMIT = 20_000  # larger spaces are searched through a random pool of feasible points
 POOL_SIZE = 4096
+# Pairs of one-step moves tried around each elite point: every pair up to 64 moves (32 tunables
+# inside their range), a seeded sample beyond, so a round's cost grows with the tunables, not their square.
+MAX_PAIRS = 2016
 RIDGE = 0.1  # keeps the fit defined with fewer measurements than coefficients
 
 
@@ -75,6 +78,8 @@ class AutotuneProposer:
         self.names = list(program.tunables)
         self.default = tuple(values[0] for values in program.tunables.values())
         self.axes = [sorted(values) for values in program.tunables.values()]
+        # each value's position on its axis, scaled to 0..1 (axes are sorted, so steps are neighbours)
+        self._positions = [{v: i / max(1, len(values) - 1) for i, v in enumerate(values)} for values in self.axes]
         self.size = math.prod(len(a) for a in self.axes)
         self.source_path = program.tuning_source or program.source
         self.source = read_text(self.source_path, MAX_SOURCE_BYTES, "tuning source")
@@ -126,8 +131,7 @@ class AutotuneProposer:
         return self._feasible
 
     def _coords(self, point: tuple) -> tuple[float, ...]:
-        """Each value's position on its axis, scaled to 0..1 (axes are sorted, so steps are neighbours)."""
-        return tuple(values.index(v) / max(1, len(values) - 1) for v, values in zip(point, self.axes))
+        return tuple(positions[v] for v, positions in zip(point, self._positions))
 
     def _farthest(self, chosen: list[tuple], count: int) -> list[tuple]:
         """Up to ``count`` unmeasured feasible points, each the farthest from ``chosen`` and those before it."""
@@ -155,7 +159,10 @@ class AutotuneProposer:
             index = [values.index(v) for v, values in zip(point, self.axes)]
             moves = [(axis, step) for axis in range(len(self.axes)) for step in (-1, 1)
                      if 0 <= index[axis] + step < len(self.axes[axis])]
-            for chosen in itertools.chain(((m,) for m in moves), itertools.combinations(moves, 2)):
+            pairs = itertools.combinations(moves, 2)
+            if len(moves) * (len(moves) - 1) // 2 > MAX_PAIRS:
+                pairs = (tuple(self.rng.sample(moves, 2)) for _ in range(MAX_PAIRS))
+            for chosen in itertools.chain(((m,) for m in moves), pairs):
                 if len({axis for axis, _ in chosen}) != len(chosen):
                     continue
                 moved = list(point)

@@ -149,6 +149,15 @@ class FakeDevice:
         array.reshape(-1).view(np.uint8)[:] = self.view(ptr, np.dtype(np.uint8), array.nbytes)
         return array
 
+    def pinned(self, count: int) -> np.ndarray:
+        return np.zeros(max(1, count), np.uint64)
+
+    def free_pinned(self, array: np.ndarray) -> None:
+        pass
+
+    def download_async(self, ptr: int, array: np.ndarray) -> None:
+        self.download(ptr, array)
+
     def fill(self, ptr: int, byte: int, nbytes: int) -> None:
         self._check()
         if nbytes:

@@ -147,3 +147,20 @@ def test_a_tool_cudagate_that_is_no_table_is_refused_by_the_gate_and_by_verify(r
     done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
                            "verify", "softmax"], cwd=repo.path, capture_output=True, text=True, timeout=120)
     clean(done.returncode, done.stdout + done.stderr, "pyproject.toml:", "tool.cudagate: expected a table, not a str")
+
+
+def test_a_suite_folder_swapped_for_a_link_to_an_older_signed_copy_is_refused(repo):
+    """The older copy's ledger sequence is below the base's, refused when the copy sits at the gated path;
+    behind a link its real folder is one the trusted sequences never name, so the link itself is refused."""
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1.0, rtol=1.0))
+    repo.sign("alice")
+    loose = repo.commit("loose tolerance, sequence 3")
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1e-6, rtol=1e-5))
+    repo.sign("alice")
+    repo.base = repo.commit("tight tolerance, sequence 4")
+    repo.git.git.checkout(loose, "--", "softmax")
+    shutil.move(str(repo.suite_dir), str(repo.path / "old"))
+    (repo.path / "softmax").symlink_to("old")
+    code, out = repo.gate()
+    clean(code, out, "softmax/cudagate.yaml: reached through the symbolic link softmax; under --trusted-ref a suite "
+                     "is judged only at its real path")

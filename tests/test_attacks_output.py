@@ -213,3 +213,15 @@ def test_the_job_summary_shows_markup_from_names_and_messages_as_text(tmp_path):
     row = next(line for line in github.summary_markdown(document).splitlines() if "click" in line)
     assert r"\<img src=x onerror=alert(1)\> \[click\](https://evil.example) \`code\` \| cell" in row, row
     assert row.count(" | ") == 8, row  # no new column either
+
+
+def test_a_huge_pyproject_in_the_checkout_is_not_read(repo):
+    """The trusted settings come from the ref; the checkout's pyproject.toml only words a note, and a
+    link to a large file (or a device) must not be read whole."""
+    big = repo.path.parent / "big.toml"
+    with open(big, "wb") as handle:
+        handle.truncate(64 << 20)
+    (repo.path / "pyproject.toml").unlink()
+    (repo.path / "pyproject.toml").symlink_to(big)
+    code, out = repo.gate()
+    assert "not reading pyproject.toml: the project settings file is" in out and "Traceback" not in out, out

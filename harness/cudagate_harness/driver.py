@@ -109,6 +109,18 @@ class Device:
             check(_cu().cuMemcpyDtoH(array, ptr, array.nbytes), "cuMemcpyDtoH")
         return array
 
+    def pinned(self, count: int) -> np.ndarray:
+        """``count`` 64-bit words of page-locked host memory, for copies the stream makes itself."""
+        host = int(check(_cu().cuMemHostAlloc(8 * max(1, count), 0), "cuMemHostAlloc"))
+        return np.frombuffer((ctypes.c_uint64 * max(1, count)).from_address(host), dtype=np.uint64)
+
+    def free_pinned(self, array: np.ndarray) -> None:
+        _cu().cuMemFreeHost(array.ctypes.data)  # best effort, as free
+
+    def download_async(self, ptr: int, array: np.ndarray) -> None:
+        """Copy into ``array`` (pinned) in stream order; it holds the bytes once the stream has synchronised."""
+        check(_cu().cuMemcpyDtoHAsync(array.ctypes.data, ptr, array.nbytes, self.stream), "cuMemcpyDtoHAsync")
+
     def fill(self, ptr: int, byte: int, nbytes: int) -> None:
         if nbytes:
             check(_cu().cuMemsetD8Async(ptr, byte, nbytes, self.stream), "cuMemsetD8Async")

@@ -61,19 +61,24 @@ MAX_COPIES = 4
 LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
 
 
-def launch_groups(batch: int, held: bool) -> list[int]:
+def launch_groups(batch: int, held: bool, copies: int = 1) -> list[int]:
     """The launches of one timed launch of ``batch`` between each of its event pairs: all in one
-    pair, or held, :data:`HELD_LAUNCHES` at most per pair."""
-    return [min(HELD_LAUNCHES, batch - first) for first in range(0, batch, HELD_LAUNCHES)] if held else [batch]
+    pair, or held, :data:`HELD_LAUNCHES` at most per pair; and never more than ``copies``, as each
+    launch of a pair gets a buffer copy of its own (:meth:`CaseRun._timed_launch`)."""
+    if batch <= 1:
+        return [1]
+    most = max(1, min(HELD_LAUNCHES if held else batch, copies))
+    return [min(most, batch - first) for first in range(0, batch, most)]
 
 
-def rotation_copies(signature: list[dict], case: dict, requested: int | None) -> int:
-    """How many buffer copies timed launches rotate through: ``requested``, or as many as fit."""
-    if requested:
-        return int(requested)
+def rotation_copies(signature: list[dict], case: dict, requested: int | None, batch: int = 1) -> int:
+    """How many buffer copies timed launches rotate through: ``requested``, or as many as fit; with
+    ``batch`` > 1, enough for each launch of an event pair to have its own, as far as they fit."""
     sizes = {p["name"]: numpy_dtype(p["dtype"]).itemsize for p in signature if p["kind"] == "buffer"}
     nbytes = sum(sizes[name] * int(spec["count"]) for name, spec in case["buffers"].items() if name in sizes)
-    return max(1, min(MAX_COPIES, ROTATION_BYTES // max(nbytes, 1)))
+    fit = max(1, ROTATION_BYTES // max(nbytes, 1))
+    copies = int(requested) if requested else min(MAX_COPIES, fit)
+    return max(1, copies, min(HELD_LAUNCHES, batch, fit) if batch > 1 else 1)
 
 
 class CaseInputError(ValueError):
@@ -302,7 +307,10 @@ class CaseRun:
         # Drawn per case run, never seeded: a kernel cannot aim wrong outputs at a digest collision.
         key = int.from_bytes(os.urandom(8), "little")
         self._digest_keys = [buffer_key(key, i) for i, buf in enumerate(self._written())]
-        self._digests_ptr = 0  # device words: one per timed launch of a batch, then one for launch 1
+        # The digest is computed into one device word and copied at once, in the stream, into pinned
+        # host memory: a later launch of the kernel cannot rewrite an earlier launch's digest there.
+        self._digest_word = 0
+        self._digests_host: np.ndarray | None = None
         self.expected: dict[int, tuple[int, int]] = {}  # id(kernel) -> (its index, launch 1's digest)
         self.digests: dict[int, dict] = {}  # kernel index -> {"launches", "differing", "first"}
         self.jitter = np.random.default_rng()  # warm-up counts no kernel can predict (never seeded)
@@ -348,7 +356,7 @@ class CaseRun:
                     if buf.intent == "in":
                         dev.upload(buf.ptrs[-1], buf.host)
             if self.digester is not None:
-                self._digests_ptr = dev.alloc(8 * (MAX_EVENTS_IN_FLIGHT + 1))
+                self._digest_word = dev.alloc(8)
             synchronize_all(dev)
         except BaseException:
             self.__exit__()
@@ -365,41 +373,51 @@ class CaseRun:
                 if ptr:
                     self.device.free(ptr)
             buf.ptrs, buf.bases, buf.pristine = [], [], 0
-        if self._digests_ptr:
-            self.device.free(self._digests_ptr)
-            self._digests_ptr = 0
+        if self._digest_word:
+            self.device.free(self._digest_word)
+            self._digest_word = 0
             self.digester.forget()  # a later allocation may reuse these addresses
+        if self._digests_host is not None:
+            self.device.free_pinned(self._digests_host)
+            self._digests_host = None
 
     def _written(self) -> list[Buffer]:
         """The buffers a launch writes (outputs and inouts), in signature order."""
         return [buf for buf in self.buffers.values() if buf.intent != "in"]
 
-    def _digest(self, slot: int, word: int) -> None:
-        """Enqueue the digest of what copy ``slot``'s written buffers hold into digest word ``word``."""
-        out = self._digests_ptr + 8 * word
+    def _digest(self, slot: int) -> None:
+        """Enqueue the digest of what copy ``slot``'s written buffers hold into the digest word."""
+        self.device.fill(self._digest_word, 0, 8)
         for buf, key in zip(self._written(), self._digest_keys):
-            self.digester.add(buf.ptrs[slot], buf.nbytes, key, out)
+            self.digester.add(buf.ptrs[slot], buf.nbytes, key, self._digest_word)
+
+    def _digests_for(self, words: int) -> np.ndarray:
+        """Pinned host words for ``words`` digests of one timing batch."""
+        if self._digests_host is None or self._digests_host.size < words:
+            if self._digests_host is not None:
+                self.device.free_pinned(self._digests_host)
+                self._digests_host = None
+            self._digests_host = self.device.pinned(words)
+        return self._digests_host
 
     def expect(self, kernel: Launchable, index: int) -> None:
         """Take what validation launch 1 of kernel ``index`` left on the first copy as the digest
         every timed launch of ``kernel`` must match. Call right after that launch."""
         if self.digester is None:
             return
-        word = MAX_EVENTS_IN_FLIGHT
-        self.device.fill(self._digests_ptr + 8 * word, 0, 8)
-        self._digest(0, word)
+        self._digest(0)
         self.device.synchronize()
-        value = self.device.download(self._digests_ptr + 8 * word, np.zeros(1, np.uint64))
+        value = self.device.download(self._digest_word, np.zeros(1, np.uint64))
+        self.device.fill(self._digest_word, 0, 8)  # not left where a kernel could copy it from
         self.expected[id(kernel)] = (index, int(value[0]))
         self.digests.setdefault(index, {"launches": 0, "differing": 0})
 
-    def _compare_digests(self, launched: list[tuple[int, int]]) -> None:
-        """Every timed launch's digest (``launched``: its kernel's index and expected digest, in digest
-        word order) against validation launch 1's. After the batch's synchronisation."""
+    def _compare_digests(self, launched: list[tuple[int, int]], got: np.ndarray | None) -> None:
+        """Every timed launch's digest (``launched``: its kernel's index and expected digest, in the
+        order of ``got``) against validation launch 1's. After the batch's synchronisation."""
         if not launched:
             return
-        got = self.device.download(self._digests_ptr, np.zeros(len(launched), np.uint64))
-        for (index, expected), value in zip(launched, got.tolist()):
+        for (index, expected), value in zip(launched, got[:len(launched)].tolist()):
             record = self.digests[index]
             record["launches"] += 1
             if value != expected:
@@ -474,34 +492,45 @@ class CaseRun:
             self.device.synchronize()
 
     def _timed_launch(self, kernel: Launchable, slot: int, pairs: list, groups: list[int], *, cold: bool,
-                      pad_max: int) -> None:
+                      pad_max: int) -> list[int]:
         """One timed launch: restore, poison, flush, pad, then ``groups`` (:func:`launch_groups`) of
         launches, each between its event pair of ``pairs`` (the launch's time is their sum). Held
         (:attr:`hold`), the stream waits for the host until each pair and its launches are enqueued.
+        Returns the buffer copies written, one per launch, in launch order.
+
+        Each launch of a pair has a copy of its own, from ``slot`` on, restored and poisoned before
+        the pair: a launch that found the previous launch's outputs could check they are there and
+        return at once, timed as a fraction of the work with right outputs.
 
         Unheld, a GPU that has drained its queue records the start event at once and then idles
         until the host's next call enqueues the kernel: a µs kernel then reads several µs slower in
         some launches and not in others (seen on the H200 as two modes, 5 and 15 µs, for a 5 µs
         softmax), and by how much depends on the host, not the kernel."""
         dev = self.device
-        self._restore(slot)
-        if self.timed_outputs:
-            self._poison(slot, POISON_TIMED)  # before the flush: the cold cache state is unchanged
-        if cold and self.flush:
-            self.flush()
-        for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
-            self._launch(self.pad)
-        for (start, end), size in zip(pairs, groups, strict=True):
+        written: list[int] = []
+        for number, ((start, end), size) in enumerate(zip(pairs, groups, strict=True)):
+            slots = [(slot + j) % self.copies for j in range(size)]
+            for copy in slots:
+                self._restore(copy)
+                if self.timed_outputs:
+                    self._poison(copy, POISON_TIMED)  # before the flush: the cold cache state is unchanged
+            if number == 0:
+                if cold and self.flush:
+                    self.flush()
+                for _ in range(int(self.rng.integers(0, pad_max + 1)) if self.pad else 0):
+                    self._launch(self.pad)
             if self.hold:
                 dev.hold()
             try:
                 dev.record(start)
-                for _ in range(size):
-                    self._launch(kernel, slot)
+                for copy in slots:
+                    self._launch(kernel, copy)
                 dev.record(end)
             finally:
                 if self.hold:
                     dev.release()  # even after a failed enqueue: a stream left waiting would hang the worker
+            written += slots
+        return written
 
     @_step("timing")
     def time_rounds(self, kernels: list[Launchable], rounds: int, *, cold: bool, pad_max: int = DEFAULT_PAD_MAX,
@@ -518,7 +547,7 @@ class CaseRun:
         samples: list[list[float]] = [[] for _ in kernels]
         firsts: list[int] = []
         per_round = len(kernels)
-        groups = launch_groups(batch, self.hold)
+        groups = launch_groups(batch, self.hold, self.copies)
         per_launch = len(groups)
         rounds_per_batch = max(1, MAX_EVENTS_IN_FLIGHT // (per_round * per_launch))
         pairs = [(dev.event(), dev.event()) for _ in range(min(rounds, rounds_per_batch) * per_round * per_launch)]
@@ -527,10 +556,9 @@ class CaseRun:
             while remaining:
                 todo = min(remaining, rounds_per_batch)
                 slots = []
-                launched: list[tuple[int, int]] = []  # digest word -> (kernel index, expected digest)
+                launched: list[tuple[int, int]] = []  # per digest: (kernel index, expected digest)
+                host = self._digests_for(todo * per_round * batch) if self.expected else None
                 done = rounds - remaining
-                if self.expected:
-                    dev.fill(self._digests_ptr, 0, 8 * todo * per_round)
                 # The stream is checked after every batch, so a fault is reported with its rounds.
                 with self.phase(f"the timed launches (rounds {done + 1}-{done + todo})"):
                     for _ in range(todo):
@@ -540,15 +568,17 @@ class CaseRun:
                         self._slot += 1
                         for index in order:
                             mine = pairs[len(slots) * per_launch:(len(slots) + 1) * per_launch]
-                            self._timed_launch(kernels[index], slot, mine, groups, cold=cold, pad_max=pad_max)
-                            self.last_writer[slot] = int(index)
+                            written = self._timed_launch(kernels[index], slot, mine, groups, cold=cold,
+                                                         pad_max=pad_max)
+                            self.last_writer.update(dict.fromkeys(written, int(index)))
                             slots.append((int(index), mine))
                             expected = self.expected.get(id(kernels[index]))
-                            if expected is not None:  # after the event pair: outside the timed interval
-                                self._digest(slot, len(launched))
+                            for copy in written if expected is not None else ():  # after the event pairs
+                                self._digest(copy)
+                                dev.download_async(self._digest_word, host[len(launched):len(launched) + 1])
                                 launched.append(expected)
                     dev.synchronize()
-                self._compare_digests(launched)
+                self._compare_digests(launched, host)
                 for index, mine in slots:
                     samples[index].append(sum(dev.elapsed_ms(start, end) for start, end in mine) / batch)
                 remaining -= todo
@@ -630,7 +660,7 @@ class CaseRun:
             return
         dev = self.device
         slot = int(self.jitter.integers(0, self.copies))
-        groups = launch_groups(batch, self.hold)
+        groups = launch_groups(batch, self.hold, self.copies)
         pairs = [(dev.event(), dev.event()) for _ in groups]
         try:
             with self.phase("the timed launches (a checked launch)"):
@@ -863,7 +893,8 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
     checks = checks or {}
     sanitize = bool(case.get("sanitize"))
     try:
-        copies = rotation_copies(signature, case, timing.get("rotate")) if timing and not sanitize else 1
+        copies = (rotation_copies(signature, case, timing.get("rotate"), int(timing.get("batch", 1)))
+                  if timing and not sanitize else 1)
         guard = GUARD_BYTES if checks.get("guards", True) and not sanitize else 0
         with CaseRun(device, signature, case, base, flush, pad, seed=int((timing or {}).get("seed", 0)),
                      copies=copies, guard=guard, timed_outputs=checks.get("timed_outputs", True),

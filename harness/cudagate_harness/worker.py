@@ -258,7 +258,7 @@ class Worker:
         try:
             with CaseRun(self.device, request["signature"], case, base, self.flush_l2, self.pad(),
                          seed=int(timing.get("seed", 0)),
-                         copies=rotation_copies(request["signature"], case, timing.get("rotate")),
+                         copies=rotation_copies(request["signature"], case, timing.get("rotate"), batch),
                          guard=GUARD_BYTES if checks["guards"] else 0, timed_outputs=checks["timed_outputs"],
                          scrub=self.scrubber() if checks["scrub_shared"] else None, hold=self.held,
                          digester=self.digester() if checks["timed_outputs"] else None) as run:

@@ -138,11 +138,18 @@ class TrustRoot:
         with its ``suite:`` name and every kernel. ``found``: the checkout's suite files the run judges
         (where a moved suite is looked for)."""
         short = self.ref[:12]
-        problems = []
+        # A link would let the gate judge another folder's files under a gated path: an older signed
+        # copy whose ledger the trusted sequences never name (the ledger is looked up by real folder).
+        linked = {self.worktree / base.path for base in self.suites} | {Path(os.path.abspath(f)) for f in found}
+        problems = [f"{_posix(path, self.worktree) or path}: reached through the symbolic link {link}; under "
+                    "--trusted-ref a suite is judged only at its real path (replace the link with the folder)"
+                    for path in sorted(linked) if (link := _link_in(path, self.worktree))]
         moved: dict[str, str] | None = None  # suite name -> its file in the checkout, read once when needed
         for base in self.suites:
             path = self.worktree / base.path
             named = f"suite {base.name!r}" if base.name else "it"
+            if _link_in(path, self.worktree):
+                continue  # said above
             if not path.is_file():
                 if moved is None:
                     moved = {}
@@ -266,6 +273,21 @@ class _Reader:
 
 def _maintainer(does: str) -> str:
     return f"a maintainer {does} on the base branch"
+
+
+def _link_in(path: Path, worktree: Path) -> str | None:
+    """The first symbolic link on the way from ``worktree`` to ``path`` (``path`` itself included),
+    as a path from the worktree; None when there is none or ``path`` lies outside it."""
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(worktree).parts
+    except ValueError:
+        return None
+    folder = worktree
+    for part in parts:
+        folder = folder / part
+        if folder.is_symlink():
+            return folder.relative_to(worktree).as_posix()
+    return None
 
 
 def _posix(path: Path, root: Path) -> str | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import git
 import pytest
 
+from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
@@ -138,7 +139,14 @@ def _ignored_configs(worktree: Path) -> list[str]:
                 notes.append(f"cudagate gate: ignoring {display_path(path)}: the gate runs without the checkout's "
                              "pytest configuration")
     pyproject = worktree / "pyproject.toml"
-    if pyproject.is_file() and "[tool.pytest" in pyproject.read_text(encoding="utf-8", errors="replace"):
+    try:
+        text = boundary.read_text(pyproject, boundary.MAX_SETTINGS_BYTES, "project settings file")
+    except FileNotFoundError:
+        text = ""
+    except FileError as exc:  # the trusted settings come from the ref; this only words a note
+        text = ""
+        notes.append(f"cudagate gate: not reading {display_path(pyproject)}: {exc.problems[0]}")
+    if "[tool.pytest" in text:
         notes.append(f"cudagate gate: ignoring [tool.pytest.ini_options] in {display_path(pyproject)} (addopts "
                      "included): the gate runs without the checkout's pytest configuration")
     return notes
@@ -173,7 +181,9 @@ def _checkout_off_sys_path(worktree: Path):
     """sys.path without the checkout's folders: run as ``python -m`` or ``-c`` from the checkout, the
     current folder comes first, and a module first imported during the run (pdb, cuda, whatever the
     reference imports) would be the pull request's. The interpreter's own environment stays, even
-    where it lies inside the checkout (a local .venv)."""
+    where it lies inside the checkout (a local .venv). A module the interpreter imported before the
+    gate started is beyond its reach: CI runs the ``cudagate`` console script, whose sys.path holds
+    no checkout folder."""
     prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
     environments = [path for path in (Path(p).resolve() for p in prefixes) if path.is_relative_to(worktree)]
 

@@ -13,8 +13,10 @@ a gate run pays. Needs a GPU.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['output_bytes']:>14} {r['digest_us']:>10.2f} {r['wall_ms_per_launch_without']:>24.4f} "
               f"{r['wall_ms_per_launch_with']:>8.4f} {r['added_pct']:>6.1f}% {r['launches_checked']:>8}")
     if args.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
         args.json.write_text(json.dumps({"device": worker.info["name"], "uuid": worker.info.get("uuid"),
-                                         "rounds": args.rounds, "repeats": args.repeats, "rows": rows}, indent=1))
+                                         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                         "commit": commit.stdout.strip() or None, "rounds": args.rounds,
+                                         "repeats": args.repeats, "rows": rows}, indent=1))
     return 0 if all(r["differing"] == 0 for r in rows) else 1
 
 

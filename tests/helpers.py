@@ -101,3 +101,25 @@ def changed_after_approval(suite):
     ledger.save()
     program.source.write_text(program.source.read_text() + "// changed\n")
     return load_suite(suite.path), ledger
+
+
+def fake_compute_sanitizer(folder: Path, body: str) -> Path:
+    """A stand-in ``compute-sanitizer`` in ``folder`` that notes each tool it is started for in
+    ``calls.txt``, then runs ``body`` (Python with ``tool``, ``log`` and ``here`` defined)."""
+    import stat
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "compute-sanitizer"
+    script.write_text(f"""#!{sys.executable}
+import json, subprocess, sys, time
+from pathlib import Path
+args = sys.argv[1:]
+tool, log = args[args.index("--tool") + 1], args[args.index("--log-file") + 1]
+here = Path(__file__).parent
+with open(here / "calls.txt", "a") as f:
+    f.write(tool + "\\n")
+{body}
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script

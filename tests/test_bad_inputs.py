@@ -11,7 +11,6 @@ five times that in wall time (a loaded 2-core host), and within 512 MB. Valid in
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

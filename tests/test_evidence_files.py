@@ -12,7 +12,7 @@ from pytest_cudagate import schema
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence"
 SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity", "vs-library-": "vs-library",
-             "optimize-summary-": "optimize-summary"}
+             "optimize-summary-": "optimize-summary", "digest-cost-": "digest-cost"}
 
 
 def kept() -> list[Path]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import stat
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from cudagate_harness.protocol import request_problems
 
-from helpers import SUITE_YAML, replace_once, write_suite
+from helpers import SUITE_YAML, fake_compute_sanitizer, replace_once, write_suite
 from fake_worker import FakeWorker
 from test_hardening_gate import Fingerprint, kernels_for
 
@@ -92,22 +91,11 @@ def fake_sanitizer(folder: Path, reports: dict[str, str]) -> Path:
     """A stand-in ``compute-sanitizer``: writes the canned report of the tool it is asked for."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "reports.json").write_text(json.dumps(reports))
-    script = folder / "compute-sanitizer"
-    script.write_text(f"""#!{sys.executable}
-import json, sys
-from pathlib import Path
-args = sys.argv[1:]
-tool, log = args[args.index("--tool") + 1], args[args.index("--log-file") + 1]
-here = Path(__file__).parent
-with open(here / "calls.txt", "a") as f:
-    f.write(tool + "\\n")
+    return fake_compute_sanitizer(folder, """\
 report = json.loads((here / "reports.json").read_text()).get(tool, "========= ERROR SUMMARY: 0 errors\\n")
 Path(log).write_text(report)
-print(json.dumps({{"type": "case", "status": "ok"}}))
-sys.exit(99 if "ERROR SUMMARY: 0 errors" not in report and report.strip() else 0)
-""")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script
+print(json.dumps({"type": "case", "status": "ok"}))
+sys.exit(99 if "ERROR SUMMARY: 0 errors" not in report and report.strip() else 0)""")
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ instrumented start (at most twice the case timeout), once per run."""
 from __future__ import annotations
 
 import dataclasses
-import stat
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import numpy as np
 import pytest
 
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, install
-from helpers import write_suite
+from helpers import fake_compute_sanitizer, write_suite
 from test_attacks import Repo
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate.approvals import Ledger
@@ -42,20 +40,7 @@ WARNED = ": not a pass (under --trusted-ref it fails the case)"
 
 def fake_sanitizer(folder: Path, mode: str) -> Path:
     """A stand-in ``compute-sanitizer`` behaving as ``mode``; it notes each tool it is started for."""
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "compute-sanitizer"
-    script.write_text(f"""#!{sys.executable}
-import json, subprocess, sys, time
-from pathlib import Path
-args = sys.argv[1:]
-tool, log = args[args.index("--tool") + 1], args[args.index("--log-file") + 1]
-here = Path(__file__).parent
-with open(here / "calls.txt", "a") as f:
-    f.write(tool + "\\n")
-{FAKES[mode]}
-""")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script
+    return fake_compute_sanitizer(folder, FAKES[mode])
 
 
 def calls(folder: Path) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fake_worker import FakeKernel, FakeWorker, honest, scale_xy
+from fake_worker import FakeKernel, FakeWorker, scale_xy
 from test_hardening_gate import compare_request, kernels_for, scale_suite  # noqa: F401 - the fixture
 
 from cudagate_harness import digest

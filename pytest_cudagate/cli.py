@@ -23,7 +23,6 @@ from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.errors import EXIT_INPUT, FileError
 from pytest_cudagate import boundary
 from cudagate_harness.protocol import request_problems
-from pytest_cudagate.paths import display_path
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
@@ -35,7 +34,7 @@ from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.build import compile_program, parameter_problems
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -79,6 +78,11 @@ def cmd_check(args) -> int:
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
+                    mismatch = parameter_problems(result, suite.signature)
+                    if mismatch:
+                        failed = True
+                        print(f"  {program.build_name}: entry {program.entry!r} does NOT take the parameters the "
+                              "signature lists:\n" + "\n".join(f"      - {p}" for p in mismatch))
                 else:
                     failed = True
                     print(f"  {program.build_name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))

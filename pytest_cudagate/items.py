@@ -31,7 +31,7 @@ from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
-from pytest_cudagate.worker.build import build_record, compile_ahead, compile_builds
+from pytest_cudagate.worker.build import build_record, compile_ahead, compile_builds, parameter_problems
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.spawn import runs_items
 
@@ -336,9 +336,13 @@ class CompileItem(GateItem):
                 self.user_properties.append(("arch", result.arch))
             for key, value in result.resources.items():  # a class variant's prefixed with its class
                 self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
+            what = f" ({build.build_name})" if build.variant else ""
             if not result.ok:
-                what = f" ({build.build_name})" if build.variant else ""
                 failures.append(f"{node.program.source}{what} does not compile for {result.arch}:\n{result.log}")
+            mismatch = parameter_problems(result, node.suite.signature)
+            if mismatch:
+                failures.append(f"{node.program.source}{what}: entry {build.entry!r} does not take the parameters "
+                                "the suite's signature lists:\n" + "\n".join(f"  - {p}" for p in mismatch))
         if failures:
             raise GateFailure("\n".join(failures))
 

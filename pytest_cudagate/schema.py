@@ -64,6 +64,8 @@ def problems(document, name: str, locate=None) -> list[str]:
         hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
         if error.validator in ("oneOf", "anyOf") and hint:
             message = f"expected {hint}"
+        elif error.validator == "pattern" and hint:  # a hint says what the pattern means, and the fix
+            message = f"{_clip(repr(error.instance), 120)} is not {hint}"
         elif error.validator == "additionalProperties":
             message = f"{error.message}; allowed keys: {', '.join(sorted(error.schema.get('properties', {})))}"
         else:

@@ -2,7 +2,8 @@
 
 Always a cubin, never PTX: a newer NVRTC (PyPI's) than the driver produces PTX the driver refuses
 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), while its cubin for the exact SM loads. The cache key covers
-everything that changes the binary: source, headers, entry, options, architecture, NVRTC version.
+everything that changes the binary: source, headers, entry, options, architecture, NVRTC version,
+and the CUDA headers' version (:func:`toolkit_headers`).
 
 Kernel text is untrusted. NVRTC runs in a child process (:mod:`.confine`) that the kernel lets read
 only the request's header tree (the headers the request carries, written to a private temporary
@@ -75,6 +76,7 @@ REFUSED_TAIL = "a source that expands this much is refused"
 # gives up, or Python raises); read for these words only, never shown: it may quote what the kernel read.
 _OUT_OF_MEMORY = re.compile(rb"out of memory|memory allocation fail|bad_alloc|MemoryError|cannot allocate memory",
                             re.IGNORECASE)
+_NAME_MAP_ERROR = re.compile(r"^__nv_name_map\(\d+\): error: (.*)$", re.MULTILINE)
 _RESOURCE_PATTERNS = {
     "registers": re.compile(r"Used (\d+) registers"),
     "shared_static_bytes": re.compile(r"(\d+) bytes smem"),
@@ -134,24 +136,15 @@ class CompileResult:
 
 
 @lru_cache(maxsize=1)
+def toolkit_headers() -> toolkit.Headers:
+    """Where kernels' <cuda_bf16.h>, <cub/...> and <cuda/std/...> come from (:func:`toolkit.headers`):
+    NVRTC from PyPI ships no headers, the pinned nvidia-cuda-runtime, -crt and -cccl packages do."""
+    return toolkit.headers(int(nvrtc_version().split(".")[0]))
+
+
 def toolkit_include_dirs() -> tuple[str, ...]:
-    """A CUDA toolkit include folder, so kernels can use <cuda_fp16.h> and friends.
-
-    NVRTC from PyPI ships no headers; the first folder holding cuda_fp16.h wins: $CUDA_HOME,
-    $CUDA_PATH, /usr/local/cuda, then the nvidia-* wheels in site-packages.
-    """
-    candidates = [root / "include" for root in toolkit.roots()]
-    try:
-        import nvidia
-
-        for root in nvidia.__path__:
-            candidates.extend(sorted(Path(root).glob("*/include")))
-    except ImportError:
-        pass
-    for folder in candidates:
-        if (folder / "cuda_fp16.h").is_file():
-            return (str(folder.resolve()),)
-    return ()
+    """The CUDA include folders, in search order; the confined compiler may read beneath them."""
+    return toolkit_headers().dirs
 
 
 def default_flags() -> list[str]:
@@ -205,7 +198,7 @@ def private_dir(directory: Path) -> Path | None:
 def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str) -> str:
     blob = json.dumps(
         {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry,
-         "options": default_flags() + list(options), "source": source,
+         "options": default_flags() + list(options), "source": source, "toolkit": toolkit_headers().identity,
          "headers": sorted(headers.items())},
         sort_keys=True,
     )
@@ -345,11 +338,18 @@ def _run_confined(request: dict, limits: CompileLimits) -> dict:
 
 
 def _explain_log(log: str, entry: str, source_name: str) -> str:
-    # The name-expression pragma reports a missing entry against a synthetic file; say it plainly.
-    if "__nv_name_map" in log:
-        kept = "\n".join(line for line in log.splitlines() if "__nv_name_map" not in line and "nv_mangled_name" not in line and line.strip() != "^")
-        return (f"entry {entry!r} is not defined in {source_name} (declare it `extern \"C\" __global__`)\n" + kept).strip()
-    return log
+    # NVRTC reports an entry that names no kernel (a template that does not instantiate, too) against
+    # the synthetic file of its name expression: say it against the source, with NVRTC's own reason.
+    if "__nv_name_map" not in log:
+        return log
+    reasons = [found for found in _NAME_MAP_ERROR.findall(log) if not found.startswith("Error in parsing name expression")]
+    kept = "\n".join(line for line in log.splitlines() if "__nv_name_map" not in line and "nv_mangled_name" not in line and line.strip() != "^")
+    if "<" in entry:
+        what, fix = "does not instantiate a kernel", "name a __global__ function template and arguments it accepts"
+    else:
+        what, fix = "is not defined", "declare it `__global__` there; extern \"C\" or not, it is found by its C++ name"
+    because = f": {'; '.join(reasons)}" if reasons else ""
+    return f"entry {entry!r} {what} in {source_name}{because} ({fix})\n{kept}".strip()
 
 
 def _check(err, call: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 # Element types a signature may name; the C spelling is what a kernel parameter should use.
-DTYPES: dict[str, tuple[str, str]] = {
+DTYPES: dict[str, tuple[str | list, str]] = {
     "float16": ("<f2", "__half"),
     "float32": ("<f4", "float"),
     "float64": ("<f8", "double"),
@@ -27,8 +27,17 @@ DTYPES: dict[str, tuple[str, str]] = {
     "uint16": ("<u2", "unsigned short"),
     "uint32": ("<u4", "unsigned int"),
     "uint64": ("<u8", "unsigned long long"),
+    # Buffers only (no scalars). numpy has no type of its own for these: an array of one holds its
+    # elements' bits under a one-field structured dtype named after the type, so a .npy file (the
+    # worker's outputs included) says which type its bits are, np.load(allow_pickle=False) reads it
+    # back, and numpy refuses arithmetic on the bits instead of doing integer arithmetic on them.
+    # Their values come from ml_dtypes (:func:`values`, :func:`encode`), which the worker never needs.
+    "bfloat16": ([("bfloat16", "<u2")], "__nv_bfloat16"),
+    "float8_e4m3fn": ([("float8_e4m3fn", "|u1")], "__nv_fp8_e4m3"),
+    "float8_e5m2": ([("float8_e5m2", "|u1")], "__nv_fp8_e5m2"),
 }
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+LOW_PRECISION = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 # Output buffers are filled with a byte pattern before every launch; a different one on the second
 # validation launch. An element holding the first pattern after launch 1 AND the second after
@@ -103,8 +112,70 @@ STICKY_ERRORS = frozenset({
 EXIT_STICKY = 3
 
 
+_NUMPY = {name: np.dtype(code) for name, (code, _) in DTYPES.items()}
+
+
 def numpy_dtype(name: str) -> np.dtype:
-    return np.dtype(DTYPES[name][0])
+    """The dtype of a ``name`` buffer's host arrays and .npy files (for a :data:`LOW_PRECISION` type,
+    its bits: see :data:`DTYPES`)."""
+    return _NUMPY[name]
+
+
+def low_precision(dtype: np.dtype) -> str | None:
+    """The :data:`LOW_PRECISION` type whose bits ``dtype`` holds, or None."""
+    name = dtype.names[0] if dtype.names and len(dtype.names) == 1 else None
+    return name if name in LOW_PRECISION and dtype == _NUMPY[name] else None
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """The signature's name of ``dtype`` (``bfloat16`` for its bits; ``float32`` for float32)."""
+    return low_precision(dtype) or str(dtype)
+
+
+def value_type(name: str) -> np.dtype:
+    """ml_dtypes' numpy type of a :data:`LOW_PRECISION` type, imported only when one is used."""
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def finfo(name: str):
+    """Machine limits of a float type of the signature (ml_dtypes' for a :data:`LOW_PRECISION` one)."""
+    if name in LOW_PRECISION:
+        import ml_dtypes
+
+        return ml_dtypes.finfo(value_type(name))
+    return np.finfo(numpy_dtype(name))
+
+
+def unit_roundoff(name: str) -> float:
+    """u = 2^-p for a float type of p significant bits: the largest relative error of one rounding
+    to nearest (bfloat16 2^-8, float8_e4m3fn 2^-4, float8_e5m2 2^-3, float32 2^-24)."""
+    return float(finfo(name).eps) / 2
+
+
+def values(array: np.ndarray) -> np.ndarray:
+    """``array``'s values: a low-precision array's as float32 (which holds each exactly), any other
+    array as it is."""
+    name = low_precision(array.dtype)
+    if name is None:
+        return array
+    bits = np.ascontiguousarray(array).view(value_type(name))
+    return bits.astype(np.float32)
+
+
+def encode(numbers, name: str) -> np.ndarray:
+    """``numbers`` (any real array) rounded to the :data:`LOW_PRECISION` type ``name``, to nearest
+    with ties to even, and held as its bits (:func:`numpy_dtype`). ml_dtypes rounds float64 through
+    float32 (a double rounding, off by one unit in the last place only on a float64 value within
+    2^-24 relative of a tie). Beyond the type's range: Inf (float8_e5m2, bfloat16) or NaN
+    (float8_e4m3fn, which has no infinity)."""
+    array = np.asarray(numbers)
+    if low_precision(array.dtype) == name:
+        return array
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = array.astype(value_type(name))
+    return rounded.view(_NUMPY[name])
 
 
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}  # one unsigned word per element
@@ -187,7 +258,7 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
         if dtype not in DTYPES:
             problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
         elif isinstance(name, str):
-            itemsize[name] = np.dtype(DTYPES[dtype][0]).itemsize
+            itemsize[name] = numpy_dtype(dtype).itemsize
     cases = request.get("cases") or []
     if len(cases) > CASES_MAX:
         problems.append(f"cases: {len(cases)} cases, more than {CASES_MAX} in one request")

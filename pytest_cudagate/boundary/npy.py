@@ -10,13 +10,17 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
+from cudagate_harness.protocol import low_precision
+
 from pytest_cudagate.boundary import MAX_DEPTH, MAX_NPY_BYTES, refuse
+
 
 def npy_header(path: str | Path, limit: int = MAX_NPY_BYTES) -> tuple[tuple[int, ...], np.dtype]:
     """Shape and dtype of a ``.npy`` file, read from its header before anything is allocated.
 
-    Refused: not a regular file, not a .npy, object/string/structured dtypes, a byte size that
-    overflows or exceeds ``limit``, and a file whose length does not match its header.
+    Refused: not a regular file, not a .npy, object/string/structured dtypes (but for the bits of a
+    bfloat16 or float8 type, cudagate_harness.protocol.DTYPES), a byte size that overflows or
+    exceeds ``limit``, and a file whose length does not match its header.
     """
     path = Path(path)
     info = os.stat(path)
@@ -36,7 +40,8 @@ def npy_header(path: str | Path, limit: int = MAX_NPY_BYTES) -> tuple[tuple[int,
     # parser's recursion instead of raising ValueError.
     except (OSError, ValueError, SyntaxError, TypeError, OverflowError, EOFError, MemoryError, RecursionError) as exc:
         raise refuse(path, f"not a readable .npy file ({(str(exc) or type(exc).__name__)[:200]}); regenerate it") from None
-    if dtype.hasobject or dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+    plain = dtype.kind in "biuf" and dtype.fields is None and dtype.subdtype is None
+    if dtype.hasobject or not (plain or low_precision(dtype)):
         raise refuse(path, f"holds {str(dtype)[:60]}, not plain numbers; regenerate it")
     if any(not isinstance(d, int) or d < 0 for d in shape) or len(shape) > MAX_DEPTH:
         raise refuse(path, f"has an invalid shape {str(shape)[:80]}; regenerate it")

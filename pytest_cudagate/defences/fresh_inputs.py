@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
+from cudagate_harness.protocol import FLOAT_DTYPES, LOW_PRECISION, encode, finfo, numpy_dtype
+from cudagate_harness.protocol import values as float_values
 
 from pytest_cudagate import trash
 from pytest_cudagate.defences.reference import ReferenceRunner
@@ -41,8 +42,12 @@ from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.suite.draw import draw_fresh
 from pytest_cudagate.suite.model import Case, Suite
 
-SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40}  # magnitudes spread over 2^-R..2^R
-HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16}  # |expected| stays below max * 2^-H
+# Magnitudes spread over 2^-R..2^R, and |expected| kept below max * 2^-H. bfloat16 has float32's
+# exponent range; float8_e4m3fn's normal numbers span only 2^-6..448 and float8_e5m2's 2^-14..57344,
+# so their spread stays within a few binades of values of order one, representable, not subnormal.
+SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40, "bfloat16": 16, "float8_e4m3fn": 2, "float8_e5m2": 4}
+HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16, "bfloat16": 8, "float8_e4m3fn": 1, "float8_e5m2": 2}
+FLOATING = FLOAT_DTYPES | frozenset(LOW_PRECISION)
 ZERO_FRACTION = 0.02
 SCALE_STEPS = 4  # candidate global scales: 2^(E*j/4), j = 4..0, E the largest the inputs allow
 
@@ -101,7 +106,7 @@ def reads_signed_inputs(suite: Suite) -> bool:
 
 def changes_inputs(suite: Suite) -> bool:
     """Whether fresh sets hold new values: not where every input is integer data without a distribution."""
-    return any(p.name in suite.inputs or p.dtype in FLOAT_DTYPES for p in suite.buffers if p.is_input)
+    return any(p.name in suite.inputs or p.dtype in FLOATING for p in suite.buffers if p.is_input)
 
 
 def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator,
@@ -113,7 +118,7 @@ def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator,
             continue
         if param.name in suite.inputs:
             inputs[param.name] = draw_fresh(param, suite.shape(param, case), suite.inputs[param.name], rng)
-        elif param.dtype in FLOAT_DTYPES:
+        elif param.dtype in FLOATING:  # a low-precision input's bits are shuffled, as its values are
             values = signed(param.name)
             inputs[param.name] = rng.permutation(values.reshape(-1)).reshape(values.shape)
         else:
@@ -138,13 +143,14 @@ def zero_positions(rng: np.random.Generator, size: int) -> np.ndarray:
 def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator) -> tuple[dict[str, np.ndarray], int]:
     """Float inputs with magnitudes spread widely and signed zeros, not yet scaled nor cast: each
     value times 2^k, k drawn from -R..R, in float32 (float64 for float64 inputs), which holds them
-    exactly (no exp2, whose rounding differs between CPUs' libraries); and the zeros placed."""
+    exactly (no exp2, whose rounding differs between CPUs' libraries); and the zeros placed. A
+    bfloat16 or float8 input is spread from its float32 values and rounded back in :func:`scaled`."""
     out, zeros = {}, 0
     for param in suite.buffers:
         if not param.is_input:
             continue
-        x = inputs[param.name]
-        if param.dtype not in FLOAT_DTYPES:
+        x = float_values(inputs[param.name])
+        if param.dtype not in FLOATING:
             out[param.name] = x
             continue
         bits = SPREAD_BITS[param.dtype]
@@ -169,10 +175,10 @@ def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[
     """Candidate powers of two for the float inputs, largest first, ending at 0."""
     most = None
     for param in suite.buffers:
-        if param.is_input and param.dtype in FLOAT_DTYPES:
+        if param.is_input and param.dtype in FLOATING:
             biggest = magnitude(spread_inputs[param.name])
             if biggest > 0:  # NaN is not: as before, an input holding NaN sets no bound
-                room = (int(np.floor(np.log2(float(np.finfo(numpy_dtype(param.dtype)).max) / biggest))) - 2
+                room = (int(np.floor(np.log2(float(finfo(param.dtype).max) / biggest))) - 2
                         if np.isfinite(biggest) else 0)
                 most = room if most is None else min(most, room)
     if not most or most <= 0:
@@ -202,7 +208,9 @@ def scaled(suite: Suite, spread_inputs: dict[str, np.ndarray], exponent: int) ->
         if not param.is_input:
             continue
         values = spread_inputs[param.name]
-        if param.dtype in FLOAT_DTYPES:
+        if param.dtype in LOW_PRECISION:  # scaled exactly in float32, then rounded to the input's type
+            values = encode(np.ldexp(values, exponent, dtype=np.float32), param.dtype)
+        elif param.dtype in FLOAT_DTYPES:
             with np.errstate(over="ignore"):  # rounded to the input's dtype as it is computed: no float64 copy
                 values = np.ldexp(values, exponent, out=np.empty(values.shape, numpy_dtype(param.dtype)),
                                   casting="same_kind")
@@ -218,15 +226,15 @@ def usable(suite: Suite, outputs: dict | None) -> bool:
         value = outputs.get(param.name)
         if value is None:
             return False
-        if param.dtype in FLOAT_DTYPES:
-            limit = float(np.finfo(numpy_dtype(param.dtype)).max) * 2.0 ** -HEADROOM_BITS[param.dtype]
-            if not magnitude(np.asarray(value)) <= limit:  # exact in the output's dtype; NaN and Inf fail
+        if param.dtype in FLOATING:
+            limit = float(finfo(param.dtype).max) * 2.0 ** -HEADROOM_BITS[param.dtype]
+            if not magnitude(float_values(np.asarray(value))) <= limit:  # exact in the output's dtype; NaN, Inf fail
                 return False
     return True
 
 
 def _rms(values) -> float:
-    v = np.asarray(values).reshape(-1)
+    v = float_values(np.asarray(values)).reshape(-1)
     if v.size and v.dtype.kind == "f" and not (np.isfinite(v.min()) and np.isfinite(v.max())):
         v = v[np.isfinite(v)]  # min and max see any NaN or infinity
     biggest = magnitude(v)
@@ -323,7 +331,7 @@ class Prepared:
         else:
             write_case(suite, case, draft.candidates[chosen], outputs[chosen], folder)
         if draft.adversarial:
-            bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOAT_DTYPES})
+            bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOATING})
             description = (f"{label}: magnitudes spread over 2^±{'/'.join(map(str, bits)) or 0}, {draft.zeros} signed "
                            f"zeros, scaled by 2^{draft.exponents[chosen]}; CUDAGATE_FRESH_SEED={self.seed} draws them again")
         else:

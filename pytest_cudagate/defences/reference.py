@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import numpy_dtype
+from cudagate_harness.protocol import LOW_PRECISION, encode, finfo, low_precision, numpy_dtype, values
 
 from pytest_cudagate import boundary, trash
 from pytest_cudagate.errors import CudagateError, FileError
@@ -33,8 +33,10 @@ from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.worker.requests import case_spec, run_request
 
 CALLING_CONVENTION = ("a Python reference is called as FUNCTION(**inputs, **scalars): every input buffer as a "
-                      "numpy array and every scalar, by name, all as keywords; it returns the outputs as an array "
-                      "(one output), a tuple in signature order, or a dict by name")
+                      "numpy array (a bfloat16 or float8 one as float32 holding its values exactly) and every "
+                      "scalar, by name, all as keywords; it returns the outputs as an array (one output), a tuple "
+                      "in signature order, or a dict by name, a bfloat16 or float8 output as any float array, "
+                      "rounded to nearest by the gate")
 
 
 class ReferenceFailure(CudagateError):
@@ -136,7 +138,10 @@ class ReferenceRunner:
         function = self.python_function()
         path = self._path
         try:
-            result = function(**{k: v.copy() for k, v in inputs.items()}, **case.scalars)
+            # numpy has no bfloat16 or float8 arithmetic: such an input arrives as float32 (a copy, as
+            # every input is), which holds each of its values exactly
+            arguments = {k: v.copy() if low_precision(v.dtype) is None else values(v) for k, v in inputs.items()}
+            result = function(**arguments, **case.scalars)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported at the reference's line, not as a traceback
             where = _where(exc, path)
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -158,12 +163,21 @@ class ReferenceRunner:
     # -- what a reference returns -----------------------------------------------------------------
     def checked(self, case: Case, result: dict, who: str) -> dict[str, np.ndarray]:
         """``result`` as arrays of the signature's shape and dtype; :class:`ReferenceFailure` naming
-        ``who`` when an output has the wrong size or dtype, or NaN/Inf its tolerance fails."""
+        ``who`` when an output has the wrong size or dtype, or NaN/Inf its tolerance fails. A
+        bfloat16 or float8 output may come as any float array (float32, as the reference computes):
+        it is rounded to nearest, ties to even, into the output's type, and checked after rounding
+        (a value past the type's range has become Inf, or NaN in float8_e4m3fn)."""
         checked = {}
         for param in self.suite.outputs:
             value = result[param.name]
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
             shape, dtype = self.suite.shape(param, case), numpy_dtype(param.dtype)
+            if param.dtype in LOW_PRECISION and array.dtype != dtype:
+                if not (array.dtype.kind == "f" or array.dtype.name in LOW_PRECISION):  # numpy's or ml_dtypes' floats
+                    raise ReferenceFailure(f"{who} returned {array.dtype} for {param.name!r} in case {case.name!r}, but "
+                                           f"the signature says {param.dtype}: return its values as floats (e.g. "
+                                           f"float32), which the gate rounds to {param.dtype}")
+                array = encode(array, param.dtype)
             if array.dtype != dtype:
                 raise ReferenceFailure(f"{who} returned {array.dtype} for {param.name!r} in case {case.name!r}, but the "
                                        f"signature says {param.dtype}: convert it (e.g. .astype(np.{param.dtype}))")
@@ -171,12 +185,14 @@ class ReferenceRunner:
                 raise ReferenceFailure(f"{who} returned {array.size} elements for {param.name!r} in case {case.name!r}, "
                                        f"but its size is {param.size} = {int(np.prod(shape, dtype=object))}")
             tolerance = self.suite.tolerance.get(param.name)
-            if array.dtype.kind == "f" and (tolerance is None or tolerance.nan == "fail"):
-                bad = int(np.count_nonzero(~np.isfinite(array)))
+            if (array.dtype.kind == "f" or param.dtype in LOW_PRECISION) and (tolerance is None or tolerance.nan == "fail"):
+                bad = int(np.count_nonzero(~np.isfinite(values(array))))
                 if bad:
+                    rounded = (f" once rounded to {param.dtype} (values beyond ±{float(finfo(param.dtype).max):g} "
+                               "do not fit it)" if param.dtype in LOW_PRECISION else "")
                     raise ReferenceFailure(f"{who} returned {bad} NaN/Inf value(s) for {param.name!r} in case "
-                                           f"{case.name!r}, and tolerance.{param.name}.nan is fail: no kernel could "
-                                           "pass; fix the reference or its inputs (or set nan: equal)")
+                                           f"{case.name!r}{rounded}, and tolerance.{param.name}.nan is fail: no kernel "
+                                           "could pass; fix the reference or its inputs (or set nan: equal)")
             checked[param.name] = array.reshape(shape)
         return checked
 

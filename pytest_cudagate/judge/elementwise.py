@@ -9,6 +9,8 @@ suite says ``nan: equal``; an infinity must match exactly, sign included; -0.0 e
 relative norm ``||actual - expected|| / ||expected||`` is always reported, and is a rule of its
 own when the suite sets ``max_rel_norm``. When an all-zeros or constant output would pass the
 tolerance, the error is also judged against the output's own scale (:mod:`pytest_cudagate.judge.output_scale`).
+A bfloat16 or float8 output (its bits, see cudagate_harness.protocol.DTYPES) is judged on its
+values, converted exactly to float32 and compared in float64 like any float output.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from cudagate_harness.protocol import values
 
 from pytest_cudagate.judge.norms import euclidean_norm
 from pytest_cudagate.judge.output_scale import MIN_ELEMENTS, Allowance, ScaleVerdict, scale_check, scale_verdict, trivial_given
@@ -76,7 +80,7 @@ def check_output(name: str, actual: np.ndarray, expected: np.ndarray, tol: Toler
     # inf - inf and 0 * inf are expected along the way; a project running with -W error must not
     # see a correct kernel fail on them.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return _check_output(name, actual, expected, tol, shape, unwritten, output_scale)
+        return _check_output(name, values(actual), values(expected), tol, shape, unwritten, output_scale)
 
 
 def _check_output(name, actual, expected, tol, shape, unwritten, output_scale=True) -> OutputCheck:

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cudagate_harness.protocol import LOW_PRECISION, finfo, unit_roundoff, values
+
 from pytest_cudagate.judge.norms import euclidean_norm
+from pytest_cudagate.suite.model import default_rtol
 
 SCALE_FRACTION = 0.25  # the error may be at most this fraction of the distance to a passing trivial output
 MIN_ELEMENTS = 32  # below this an output's "scale" means little; flag_cases still reports such outputs
@@ -153,7 +156,7 @@ def degenerate_outputs(suite, case) -> list[str]:
     for param in suite.outputs:
         path = suite.resolved(case).expected[param.name]
         try:
-            expected = np.load(path, allow_pickle=False)
+            expected = values(np.load(path, allow_pickle=False))
         except (OSError, ValueError, EOFError):
             continue  # missing or unreadable data is check_case_data's to report
         tol = suite.tolerance.get(param.name)
@@ -176,9 +179,37 @@ def degenerate_outputs(suite, case) -> list[str]:
     return problems
 
 
+def tolerance_flags(suite) -> list[str]:
+    """A bfloat16 or float8 output's tolerance that its type makes meaningless: looser than the type
+    can express (rtol of 1 or more lets zeros pass anywhere, an atol of the largest finite value lets
+    any finite output pass), or tighter than the reference's own rounding (rtol below 2u, one unit in
+    the last place where units are widest, fails a kernel whose float32 result rounds the other way;
+    an exact tolerance, atol and rtol 0, is taken as meant)."""
+    flags = []
+    for param in suite.outputs:
+        tol = suite.tolerance.get(param.name)
+        if param.dtype not in LOW_PRECISION or tol is None:
+            continue
+        ulp, largest, where = 2 * unit_roundoff(param.dtype), float(finfo(param.dtype).max), f"tolerance.{param.name}"
+        if tol.rtol >= 1 or tol.atol >= largest:
+            what = f"rtol={tol.rtol:g} lets an output of zeros pass" if tol.rtol >= 1 else \
+                f"atol={tol.atol:g} is at least {param.dtype}'s largest value {largest:g}, so any finite output passes"
+            flags.append(f"{where}: looser than {param.dtype} can express: {what}; tighten it (leave rtol out for "
+                         f"the default {default_rtol(param.dtype):g}, 4 units of roundoff)")
+        elif tol.rtol < ulp and (tol.rtol, tol.atol) != (0.0, 0.0):
+            beyond = f" wherever |expected| > atol/{ulp:g} = {tol.atol / ulp:.3g}" if tol.atol else ""
+            flags.append(f"{where}: rtol={tol.rtol:g} is tighter than the reference's own rounding to {param.dtype}: "
+                         f"its outputs are rounded to {param.dtype}, whose unit in the last place is up to {ulp:g} "
+                         f"(2u) of a value, so a correct kernel whose float32 result rounds the other way fails"
+                         f"{beyond}; use rtol of at least {ulp:g} (leave it out for the default "
+                         f"{default_rtol(param.dtype):g})")
+    return flags
+
+
 def flag_cases(suite) -> list[str]:
-    """Every case of ``suite`` whose expected output is (nearly) constant under its tolerance.
+    """Every low-precision output's meaningless tolerance (:func:`tolerance_flags`), and every case of
+    ``suite`` whose expected output is (nearly) constant under its tolerance.
 
     For ``cudagate check``, ``cudagate cases generate`` and ``cudagate sign``: warnings a
     maintainer should read before signing, not errors (a suite may still be signed)."""
-    return [problem for case in suite.cases for problem in degenerate_outputs(suite, case)]
+    return tolerance_flags(suite) + [problem for case in suite.cases for problem in degenerate_outputs(suite, case)]

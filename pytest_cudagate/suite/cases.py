@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import numpy_dtype
+from cudagate_harness.protocol import LOW_PRECISION, dtype_name, numpy_dtype, values
 
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
@@ -88,12 +88,14 @@ def _file_problems(suite: Suite, case: Case, param: Param, path: Path, exact_dty
     if size != count:
         return [f"{display_path(path)}: holds {size} elements, but {param.name} has size {param.size} = {count} "
                 f"in case {case.name!r}"]
-    if exact_dtype and dtype != numpy_dtype(param.dtype):
-        return [f"{display_path(path)}: holds {dtype}, but the signature says {param.name} is {param.dtype}"]
+    # A low-precision file holds bits: only its own header tells them from another type's.
+    if (exact_dtype or param.dtype in LOW_PRECISION) and dtype != numpy_dtype(param.dtype):
+        return [f"{display_path(path)}: holds {dtype_name(dtype)}, but the signature says {param.name} is {param.dtype}"]
     tolerance = suite.tolerance.get(param.name)
-    if not exact_dtype and dtype.kind == "f" and tolerance is not None and tolerance.nan == "fail":
-        values = np.load(path, allow_pickle=False, mmap_mode="r")
-        bad = int(np.count_nonzero(~np.isfinite(values)))
+    if not exact_dtype and (dtype.kind == "f" or param.dtype in LOW_PRECISION) and tolerance is not None \
+            and tolerance.nan == "fail":
+        numbers = values(np.load(path, allow_pickle=False, mmap_mode="r"))
+        bad = int(np.count_nonzero(~np.isfinite(numbers)))
         if bad:
             return [f"{display_path(path)}: {bad} of {size} expected values are NaN or Inf, and "
                     f"tolerance.{param.name}.nan is fail, so no kernel could pass; fix the reference"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import FLOAT_DTYPES, numpy_dtype
+from cudagate_harness.protocol import FLOAT_DTYPES, LOW_PRECISION, encode, finfo, numpy_dtype
 
 from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
 
@@ -26,25 +26,45 @@ def case_seed(suite: Suite, case: Case) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def _rounded(values: np.ndarray, name: str) -> np.ndarray:
+    """Drawn ``values`` rounded to the low-precision type ``name`` (its bits), clipped first to its
+    finite range: the loader refuses a distribution whose bulk lies beyond it, and the rare normal
+    draw past mean ± 6 std becomes the largest finite value instead of NaN or Inf."""
+    limit = float(finfo(name).max)
+    return encode(np.clip(values, -limit, limit, out=values), name)
+
+
 def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: np.random.Generator) -> np.ndarray:
+    """``param``'s values for a case, drawn in float64 (integers: int64) and cast to its dtype; a
+    bfloat16 or float8 input is rounded to nearest (:func:`_rounded`)."""
     dtype = numpy_dtype(param.dtype)
-    dist = dist or Distribution(distribution="uniform" if param.dtype in FLOAT_DTYPES else "integers",
-                                low=-1.0 if param.dtype in FLOAT_DTYPES else (0 if param.dtype.startswith("u") else -100),
-                                high=1.0 if param.dtype in FLOAT_DTYPES else 100)
+    floating = param.dtype in FLOAT_DTYPES or param.dtype in LOW_PRECISION
+    dist = dist or Distribution(distribution="uniform" if floating else "integers",
+                                low=-1.0 if floating else (0 if param.dtype.startswith("u") else -100),
+                                high=1.0 if floating else 100)
     if dist.distribution == "normal":
         values = rng.normal(dist.mean, dist.std, size=shape)
     elif dist.distribution == "integers":
         values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True)
     else:
         values = rng.uniform(dist.low, dist.high, size=shape)
+    if param.dtype in LOW_PRECISION:
+        return _rounded(values.astype(np.float64), param.dtype)
     return values.astype(dtype)
 
 
 def draw_fresh(param: Param, shape: tuple[int, ...], dist: Distribution, rng: np.random.Generator) -> np.ndarray:
-    """A new draw from ``dist`` made in the input's own precision (float32 for float16 and float32;
-    integers in their dtype where the bounds fit), a few times less work than :func:`draw`'s float64 draw and cast. For fresh inputs only: signed
+    """A new draw from ``dist`` made in the input's own precision (float32 for float16, float32,
+    bfloat16 and float8, then rounded; integers in their dtype where the bounds fit), a few times
+    less work than :func:`draw`'s float64 draw and cast. For fresh inputs only: signed
     and generated cases stay drawn by :func:`draw`, whose values their digests sign."""
     dtype = numpy_dtype(param.dtype)
+    if param.dtype in LOW_PRECISION:
+        if dist.distribution == "integers":
+            values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True).astype(np.float32)
+        else:
+            values = draw_fresh(Param(param.name, param.kind, "float32", param.intent), shape, dist, rng)
+        return _rounded(values, param.dtype)
     if dist.distribution == "integers":
         low, high = int(dist.low), int(dist.high)
         if dtype.kind in "iu" and np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import numpy_dtype
+from cudagate_harness.protocol import dtype_name, numpy_dtype
 
 from pytest_cudagate import boundary, schema
 from pytest_cudagate.boundary.npy import npy_header
@@ -108,7 +108,7 @@ def write_generated(suite: Suite, case: Case, seed: int, inputs: dict[str, np.nd
     (folder / "sample").mkdir(parents=True, exist_ok=True)
     document = {
         "format": GENERATED_FORMAT, "suite": suite.name, "case": case.name, "seed": seed,
-        "inputs": {name: {"dtype": str(a.dtype), "shape": list(a.shape), "sha256": array_sha256(a)}
+        "inputs": {name: {"dtype": dtype_name(a.dtype), "shape": list(a.shape), "sha256": array_sha256(a)}
                    for name, a in inputs.items()},
         "sample": {},
     }
@@ -116,7 +116,7 @@ def write_generated(suite: Suite, case: Case, seed: int, inputs: dict[str, np.nd
         flat = array.reshape(-1)
         values = flat[sample_indices(seed, name, flat.size)]
         np.save(folder / "sample" / f"{name}.npy", values)
-        document["sample"][name] = {"dtype": str(values.dtype), "count": int(values.size)}
+        document["sample"][name] = {"dtype": dtype_name(values.dtype), "count": int(values.size)}
     if note:
         document["note"] = note
     path = folder / GENERATED_FILE
@@ -185,7 +185,7 @@ def _sample_problems(path: Path, dtype: str, count: int) -> list[str]:
     except FileError as exc:
         return [f"{display_path(path)}: {exc.problems[0]}"]
     if shape != (count,) or found != numpy_dtype(dtype):
-        return [f"{display_path(path)}: holds {found} {list(shape)}, but the sample is {dtype} [{count}]"]
+        return [f"{display_path(path)}: holds {dtype_name(found)} {list(shape)}, but the sample is {dtype} [{count}]"]
     return []
 
 
@@ -268,7 +268,7 @@ def _cached_inputs(suite: Suite, case: Case, record: GeneratedRecord, folder: Pa
         if param.is_input:
             array = np.load(folder / f"{param.name}.npy", allow_pickle=False)
             signed = record.inputs[param.name]
-            if array.dtype != np.dtype(signed.dtype) or array.shape != resolved.shapes[param.name]:
+            if array.dtype != numpy_dtype(signed.dtype) or array.shape != resolved.shapes[param.name]:
                 raise GeneratedCaseError(f"input {param.name!r} is {array.dtype} {list(array.shape)}")
             if array_sha256(array) != signed.sha256:
                 raise GeneratedCaseError(f"input {param.name!r} does not match its signed sha256 {signed.sha256[:16]}…")

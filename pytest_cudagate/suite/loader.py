@@ -15,7 +15,7 @@ import yaml
 
 from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.library import ADAPTERS
-from cudagate_harness.protocol import numpy_dtype
+from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
 
 from pytest_cudagate import schema
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text, walk
@@ -24,7 +24,7 @@ from pytest_cudagate.errors import FileError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
-                                        Program, Reference, Suite, Tolerance, Timing, Variant)
+                                        Program, Reference, Suite, Tolerance, Timing, Variant, default_rtol)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -33,6 +33,7 @@ INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "u
 # caps keep loading, checking and autotune's search bounded. The schema caps each list at 64 values.
 MAX_TUNABLES = 256  # per kernel; a hand-tuned kernel has a handful
 MAX_TUNABLE_VALUES = 1024  # per kernel, all lists together: autotune's model has one coefficient each
+NORMAL_SPAN = 6  # a normal draw's mean ± 6 std must fit a low-precision type; the rarer tail is clipped
 
 
 def _locator(text: str):
@@ -254,6 +255,9 @@ class _Checker:
                                        tuple(str(s) for s in p["shape"]) if "shape" in p else None))
             else:
                 signature.append(Param(p["name"], "scalar", p["scalar"]))
+                if p["scalar"] in LOW_PRECISION:
+                    self.add(["signature", i, "scalar"], f"{p['scalar']} is for buffers only; pass the scalar as "
+                                                         "float32 (`scalar: float32`) and convert it in the kernel")
         self.unique([p.name for p in signature], ["signature"], "parameter")
         scalars = {p.name for p in signature if p.kind == "scalar"}
         for i, p in enumerate(signature):
@@ -290,9 +294,12 @@ class _Checker:
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 
         tolerance = {}
+        dtypes = {p.name: p.dtype for p in signature}
         for name, tol in raw["tolerance"].items():
             if name not in outputs:
                 self.add(["tolerance", name], f"{name!r} is not an output buffer (outputs: {', '.join(sorted(outputs))})")
+            if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol:
+                tol = {**tol, "rtol": default_rtol(dtypes[name])}
             tolerance[name] = Tolerance(**tol)
         for name in sorted(outputs - set(tolerance)):
             self.add(["tolerance"], f"output {name!r} has no tolerance; add `{name}: {{atol: ..., rtol: ...}}`")
@@ -329,6 +336,9 @@ class _Checker:
         """Parameters the generator can draw from for ``dtype`` (numpy refuses or overflows otherwise)."""
         if dist.low > dist.high:
             self.add(parts, f"low ({dist.low}) is above high ({dist.high}); swap them")
+        if dtype in LOW_PRECISION:
+            self.low_precision_distribution(dist, dtype, parts)
+            return
         info = np.iinfo(dtype) if dtype in INT_DTYPES else np.finfo(dtype)
         limit = float(info.max) / 2  # the draw spans high - low, which must stay finite
         for key in ("low", "high", "mean", "std"):
@@ -337,6 +347,23 @@ class _Checker:
                 self.add(parts + [key], f"{value} does not fit {dtype} ({info.min} to {info.max})")
             elif abs(value) > limit:
                 self.add(parts + [key], f"{value} is too large for {dtype} (at most {limit:g})")
+
+    def low_precision_distribution(self, dist: Distribution, dtype: str, parts: list) -> None:
+        """Refused where the draw reaches past ``dtype``'s largest finite value (448 for float8_e4m3fn,
+        57344 for float8_e5m2), which rounds to NaN or Inf: uniform and integers bounds, and a normal
+        draw's mean ± 6 std (a value further out is clipped to the range, see suite/draw.py)."""
+        limit = float(finfo(dtype).max)
+        if dist.distribution == "normal":
+            reach = abs(dist.mean) + NORMAL_SPAN * dist.std
+            if reach > limit:
+                self.add(parts, f"mean ± {NORMAL_SPAN} std reaches {reach:g}, beyond {dtype}'s largest value "
+                                f"{limit:g}; lower mean or std so the draws stay representable")
+            return
+        for key in ("low", "high"):
+            value = getattr(dist, key)
+            if abs(value) > limit:
+                self.add(parts + [key], f"{value:g} is beyond {dtype}'s largest value {limit:g} (it would round to "
+                                        f"NaN or Inf); keep the range within ±{limit:g}")
 
     def data_dir(self, value: str) -> Path:
         root = self.path.parent.resolve()
@@ -378,7 +405,7 @@ class _Checker:
             elif declared[name].dtype in INT_DTYPES and not (isinstance(value, int) and not isinstance(value, bool)):
                 self.add(parts + [name], f"{name} is {declared[name].dtype}, so its value must be a whole number, not {value!r}")
             else:
-                info = np.iinfo(declared[name].dtype) if declared[name].dtype in INT_DTYPES else np.finfo(declared[name].dtype)
+                info = np.iinfo(declared[name].dtype) if declared[name].dtype in INT_DTYPES else finfo(declared[name].dtype)
                 if not -abs(info.min) <= value <= info.max:
                     self.add(parts + [name], f"{value} does not fit {name}'s type {declared[name].dtype} "
                                              f"({info.min} to {info.max})")

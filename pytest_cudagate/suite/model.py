@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cudagate_harness.protocol import unit_roundoff
+
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse
 
 
@@ -89,9 +91,21 @@ class Launch:
 @dataclass(frozen=True)
 class Tolerance:
     atol: float = 0.0
-    rtol: float = 0.0
+    rtol: float = 0.0  # a bfloat16 or float8 output's: default_rtol(dtype) when the suite leaves it out
     nan: str = "fail"
     max_rel_norm: float | None = None
+
+
+# A low-precision output's rtol when its tolerance leaves rtol out: 4u, two units in the last place
+# where they are widest (just above a power of two one ulp is 2u relative), so a kernel whose float32
+# result rounds the other way than the reference's passes, with one more ulp for accumulation order.
+DEFAULT_RTOL_UNITS = 4
+
+
+def default_rtol(dtype: str) -> float:
+    """The rtol a bfloat16 or float8 output gets when its tolerance names none: bfloat16 2^-6,
+    float8_e4m3fn 2^-2, float8_e5m2 2^-1 (u = 2^-8, 2^-4, 2^-3)."""
+    return DEFAULT_RTOL_UNITS * unit_roundoff(dtype)
 
 
 @dataclass(frozen=True)

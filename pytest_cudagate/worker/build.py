@@ -11,12 +11,13 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
 from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
+from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
 from pytest_cudagate.host import cores
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import kernel_spec
-from pytest_cudagate.suite.model import Program
+from pytest_cudagate.suite.model import Param, Program
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,
@@ -33,6 +34,19 @@ def compile_program(program: Program, arch: str, source_text: str | None = None,
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(result.log)
     return result
+
+
+def parameter_problems(result: CompileResult, signature: tuple[Param, ...]) -> list[str]:
+    """How the compiled entry's own parameter list (read from its cubin) differs from ``signature``,
+    one line each; empty when they agree or the build did not compile (its log says why). On the host,
+    so a kernel whose parameters would be read wrongly on a GPU fails before it reaches one."""
+    if not result.ok or result.cubin is None or result.lowered_name is None:
+        return []
+    try:
+        layout = entry_params(result.cubin, result.lowered_name)
+    except ParamInfoError as exc:
+        return [f"its parameters cannot be read from the cubin NVRTC produced: {exc}"]
+    return signature_problems(layout, [p.protocol() for p in signature])
 
 
 def compile_builds(program: Program, cases, arch: str, source_text: str | None = None, *,

@@ -306,7 +306,10 @@ class CaseRun:
         self.digester = digester if timed_outputs else None
         # Drawn per case run, never seeded: a kernel cannot aim wrong outputs at a digest collision.
         key = int.from_bytes(os.urandom(8), "little")
-        self._digest_keys = [buffer_key(key, i) for i, buf in enumerate(self._written())]
+        # The buffers a launch writes (outputs and inouts), each with its key: worked out once, as the
+        # digest runs after every timed launch.
+        self._digested = [(buf, buffer_key(key, i))
+                          for i, buf in enumerate(b for b in self.buffers.values() if b.intent != "in")]
         # The digest is computed into one device word and copied at once, in the stream, into pinned
         # host memory: a later launch of the kernel cannot rewrite an earlier launch's digest there.
         self._digest_word = 0
@@ -381,14 +384,10 @@ class CaseRun:
             self.device.free_pinned(self._digests_host)
             self._digests_host = None
 
-    def _written(self) -> list[Buffer]:
-        """The buffers a launch writes (outputs and inouts), in signature order."""
-        return [buf for buf in self.buffers.values() if buf.intent != "in"]
-
     def _digest(self, slot: int) -> None:
         """Enqueue the digest of what copy ``slot``'s written buffers hold into the digest word."""
         self.device.fill(self._digest_word, 0, 8)
-        for buf, key in zip(self._written(), self._digest_keys):
+        for buf, key in self._digested:
             self.digester.add(buf.ptrs[slot], buf.nbytes, key, self._digest_word)
 
     def _digests_for(self, words: int) -> np.ndarray:

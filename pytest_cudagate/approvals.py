@@ -23,7 +23,7 @@ from pathlib import Path
 from pytest_cudagate import boundary, schema
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.worker.requests import kernel_spec
-from pytest_cudagate.suite.model import Case, Launch, Program, Suite
+from pytest_cudagate.suite.model import Case, Launch, Program, Steps, Suite, launch_from_record
 
 LEDGER_NAME = "cudagate.approvals.json"
 BLOB_DIR = "approved"
@@ -47,7 +47,7 @@ class Approval:
     entry: str
     options: list[str]
     headers: dict[str, str]  # include name -> blob path
-    launch: dict
+    launch: dict | list  # a kernel of steps: one record per step (suite/model.py Steps.to_json)
     launch_overrides: dict[str, dict]
     arch_suffix: str
     approved_at: str
@@ -190,12 +190,14 @@ class Ledger:
             "source_name": f"{approval.kernel}@approved/{approval.source_sha256[:12]}.cu", "headers": headers,
             "options": list(approval.options) + list(approval.variant(case).get("options", [])),
             "arch_suffix": approval.arch_suffix,
+            **({"entries": launch_from_record(approval.launch).entries} if isinstance(approval.launch, list) else {}),
         }
 
-    def approved_launch(self, approval: Approval, case: Case) -> Launch:
-        """The approved launch of ``case``: its override, else its class variant's, else the kernel's."""
+    def approved_launch(self, approval: Approval, case: Case) -> Launch | Steps:
+        """The approved launch of ``case``: its override, else its class variant's, else the kernel's
+        (for a kernel of steps, its steps)."""
         raw = approval.launch_overrides.get(case.name) or approval.variant(case).get("launch") or approval.launch
-        return Launch.from_record(raw)
+        return launch_from_record(raw)
 
 
 def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved_at: str, git: dict,

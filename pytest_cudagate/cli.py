@@ -34,7 +34,7 @@ from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program, parameter_problems
+from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -78,11 +78,11 @@ def cmd_check(args) -> int:
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
-                    mismatch = parameter_problems(result, suite.signature)
+                    mismatch = parameter_problems(program, result, suite.signature, arch)
                     if mismatch:
                         failed = True
-                        print(f"  {program.build_name}: entry {program.entry!r} does NOT take the parameters the "
-                              "signature lists:\n" + "\n".join(f"      - {p}" for p in mismatch))
+                        print(f"  {program.build_name}: {mismatch_heading(program, loud=True)}:\n"
+                              + "\n".join(f"      - {p}" for p in mismatch))
                 else:
                     failed = True
                     print(f"  {program.build_name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))

@@ -31,7 +31,8 @@ from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
-from pytest_cudagate.worker.build import build_record, compile_ahead, compile_builds, parameter_problems
+from pytest_cudagate.worker.build import (build_record, compile_ahead, compile_builds, mismatch_heading,
+                                         parameter_problems)
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.spawn import runs_items
 
@@ -339,10 +340,11 @@ class CompileItem(GateItem):
             what = f" ({build.build_name})" if build.variant else ""
             if not result.ok:
                 failures.append(f"{node.program.source}{what} does not compile for {result.arch}:\n{result.log}")
-            mismatch = parameter_problems(result, node.suite.signature)
+            mismatch = parameter_problems(build, result, node.suite.signature, self.runtime.arch(),
+                                          timeout_s=self.runtime.timeout_s)
             if mismatch:
-                failures.append(f"{node.program.source}{what}: entry {build.entry!r} does not take the parameters "
-                                "the suite's signature lists:\n" + "\n".join(f"  - {p}" for p in mismatch))
+                failures.append(f"{node.program.source}{what}: {mismatch_heading(build)}:\n"
+                                + "\n".join(f"  - {p}" for p in mismatch))
         if failures:
             raise GateFailure("\n".join(failures))
 

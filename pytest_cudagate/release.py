@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.suite.model import Case, Launch, Suite
+from pytest_cudagate.suite.model import Case, Launch, Steps, Suite, launch_from_record
 
 if TYPE_CHECKING:
     import git  # gitpython (~35 ms): imported where a release ref is resolved, only in release mode
@@ -85,7 +85,7 @@ class ReleasedApproval:
     entry: str
     options: tuple[str, ...]
     arch_suffix: str
-    launch: dict
+    launch: dict | list  # a kernel of steps: one record per step
     launch_overrides: dict[str, dict]
     build: BuildRecord | None
     classes: dict[str, dict] = field(default_factory=dict)  # the approval's class variants, as recorded
@@ -98,11 +98,12 @@ class ReleasedApproval:
             "source_name": f"{self.kernel}@{self.label}/{self.source_sha256[:12]}.cu",
             "headers": dict(self.headers), "arch_suffix": self.arch_suffix,
             "options": list(self.options) + list(self.classes.get(case.shape_class, {}).get("options", [])),
+            **({"entries": launch_from_record(self.launch).entries} if isinstance(self.launch, list) else {}),
         }
 
-    def launch_for(self, case: Case) -> Launch:
-        """``case``'s override, else its class variant's launch, else the kernel's."""
-        return Launch.from_record(self.launch_overrides.get(case.name)
+    def launch_for(self, case: Case) -> Launch | Steps:
+        """``case``'s override, else its class variant's launch, else the kernel's (or its steps)."""
+        return launch_from_record(self.launch_overrides.get(case.name)
                                   or self.classes.get(case.shape_class, {}).get("launch") or self.launch)
 
     def identity(self) -> dict:
@@ -182,7 +183,7 @@ def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str
         head = repo.head.commit.hexsha
     except ValueError:
         raise ReleaseError(f"{repo.working_dir}: the repository has no commits yet") from None
-    shallow = _is_shallow(repo)
+    shallow = is_shallow(repo)
     if ref is not None:
         return _explicit(repo, ref, shallow)
     tags = list(repo.tags)
@@ -218,7 +219,7 @@ def _explicit(repo: git.Repo, ref: str, shallow: bool) -> ReleaseRef:
     return ReleaseRef(repo, commit.hexsha, label, explicit=True)
 
 
-def _is_shallow(repo: git.Repo) -> bool:
+def is_shallow(repo: git.Repo) -> bool:
     return repo.git.rev_parse("--is-shallow-repository").strip() == "true"
 
 
@@ -311,6 +312,19 @@ def _released(ref: ReleaseRef, suite_dir: str, ledger_path: str, name: str, entr
             raise ReleaseError(f"{where}: {key} needs 'grid' and 'block' lists")
         return raw
 
+    def steps(raw, key):
+        """A kernel's launch, or its steps: each a launch with an entry and a list of argument names."""
+        if not isinstance(raw, list):
+            return launch(raw, key)
+        if not raw or len(raw) > 16:
+            raise ReleaseError(f"{where}: {key} holds {len(raw)} steps (1 to 16)")
+        for number, step in enumerate(raw, 1):
+            launch(step, f"{key} step {number}")
+            if not (isinstance(step.get("entry"), str) and isinstance(step.get("args"), list)
+                    and all(isinstance(a, str) for a in step["args"])):
+                raise ReleaseError(f"{where}: {key} step {number} needs an 'entry' and a list of 'args'")
+        return raw
+
     source_sha = field("source_sha256", str)
     source = _pinned_text(ref, suite_dir, field("source_blob", str), source_sha, where)
     headers = {include: _pinned_text(ref, suite_dir, blob, None, where)
@@ -318,7 +332,7 @@ def _released(ref: ReleaseRef, suite_dir: str, ledger_path: str, name: str, entr
     return ReleasedApproval(
         kernel=name, label=ref.label, commit=ref.commit, source=source, source_sha256=source_sha,
         headers=headers, entry=field("entry", str), options=tuple(field("options", list)),
-        arch_suffix=field("arch_suffix", str), launch=launch(field("launch", dict), "launch"),
+        arch_suffix=field("arch_suffix", str), launch=steps(entry.get("launch") if isinstance(entry, dict) else None, "launch"),
         launch_overrides={case: launch(raw, f"launch_overrides.{case}")
                           for case, raw in field("launch_overrides", dict).items()},
         build=_build(entry.get("build"), where),

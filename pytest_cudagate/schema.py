@@ -58,10 +58,12 @@ def problems(document, name: str, locate=None) -> list[str]:
     """Readable schema violations of ``document``; ``locate(path)`` may return a line number."""
     found = []
     for error in sorted(_validator(name).iter_errors(document), key=lambda e: list(map(str, e.absolute_path))):
+        hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
+        if error.validator in ("oneOf", "anyOf") and not hint and error.context:
+            error = _closest(error)
         where = format_path(error.absolute_path)
         line = locate(list(error.absolute_path)) if locate else None
         prefix = f"line {line}: {where}" if line else where
-        hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None
         if error.validator in ("oneOf", "anyOf") and hint:
             message = f"expected {hint}"
         elif error.validator == "pattern" and hint:  # a hint says what the pattern means, and the fix
@@ -72,6 +74,13 @@ def problems(document, name: str, locate=None) -> list[str]:
             message = error.message
         found.append(f"{prefix}: {_clip(message)}")
     return found
+
+
+def _closest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of the alternatives a value matches none of, what is wrong in the one of its own type (a
+    launch object's grid, not "is not a list of steps")."""
+    own_type = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
+    return jsonschema.exceptions.best_match(own_type or error.context)
 
 
 def _clip(message: str, limit: int = 300) -> str:

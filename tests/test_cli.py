@@ -37,8 +37,11 @@ def test_check_the_examples(capsys):
     assert "reference: compiles for sm_90" in out  # matmul's CUDA reference is compiled too
     assert "softmax_rows: compiles for sm_90" in out
     assert "fir_valid: compiles for sm_90" in out
+    assert "suite 'rmsnorm' is valid (1 kernel(s), 5 case(s))" in out
+    assert "rmsnorm_bf16: compiles for sm_90" in out  # a templated entry, with <cuda_bf16.h>
+    assert "row_sums_split: compiles for sm_90" in out  # two steps
     registers = [line for line in out.splitlines() if "registers" in line]
-    assert len(registers) == 4
+    assert len(registers) == 6
     assert all(line.split("; ")[1].split()[0].isdigit() for line in registers)
     assert err == ""
 

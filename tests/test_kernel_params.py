@@ -232,7 +232,7 @@ DOUBLE_POINTER = 'extern "C" __global__ void scale2(const double* x, double* y, 
 def test_check_refuses_a_kernel_whose_parameters_differ(capsys, tmp_path, source, line):
     code, out = run_check(capsys, write_suite(tmp_path / "s", kernel_source=source))
     assert code == EXIT_FAILED
-    assert "scale2: entry 'scale2' does NOT take the parameters the signature lists:" in out
+    assert "scale2: entry 'scale2' does NOT take the parameters the suite's signature lists:" in out
     assert line in out
 
 
@@ -260,7 +260,7 @@ def test_every_example_build_takes_its_signatures_parameters():
         builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
         for program in builds + ([suite.reference.program] if suite.reference.program else []):
             result = compile_program(program, "sm_90")
-            assert result.ok and parameter_problems(result, suite.signature) == [], (path, program.name)
+            assert result.ok and parameter_problems(program, result, suite.signature, "sm_90") == [], (path, program.name)
 
 
 def test_the_sgemm_templates_candidates_take_the_matmul_signature():
@@ -268,8 +268,9 @@ def test_the_sgemm_templates_candidates_take_the_matmul_signature():
     tuner = AutotuneProposer(suite, suite.kernel("matmul_f32"), [c for c in suite.cases if not c.holdout])
     for point in tuner.feasible()[:2]:
         candidate = tuner.candidate(point)
-        result = compile_program(candidate.program(tuner.program), "sm_90", candidate.text)
-        assert result.ok and parameter_problems(result, suite.signature) == []
+        program = candidate.program(tuner.program)
+        result = compile_program(program, "sm_90", candidate.text)
+        assert result.ok and parameter_problems(program, result, suite.signature, "sm_90") == []
 
 
 # -- templated entries ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def test_the_worker_compiles_each_kernel_once_and_says_so(monkeypatch, tmp_path)
     first = worker.compiled(1, spec, "sm_90")
     again = worker.compiled(2, dict(spec), "sm_90")
     changed = worker.compiled(3, {**spec, "source": KERNEL_CU + "// changed\n"}, "sm_90")
-    assert first == again == "function scale2" and changed == "function scale2"
+    assert first == again == changed == {"scale2": "function scale2"}
     assert compiles == ["scale2", "scale2"]  # the unchanged kernel was not compiled (nor read from disk) again
     assert [line["ok"] for line in lines] == [True, True, True]
     assert lines[1]["cache_hit"] and lines[1]["seconds"] == 0.0 and lines[1]["key"] == lines[0]["key"]

@@ -137,8 +137,9 @@ def expected_size(param: dict) -> int:
     return POINTER_BYTES if param["kind"] == "buffer" else numpy_dtype(param["dtype"]).itemsize
 
 
-def signature_problems(layout: ParamLayout, signature: list[dict]) -> list[str]:
-    """How the kernel's parameters differ from ``signature``, one line each; empty when they agree.
+def signature_problems(layout: ParamLayout, signature: list[dict], source: str = "the signature") -> list[str]:
+    """How the kernel's parameters differ from ``signature``, one line each (what passes them named
+    ``source``: a step's args, say); empty when they agree.
 
     Each parameter must have the size the signature passes, at the offset the C ABI gives that list
     (each aligned to its own size, as a pointer and every scalar dtype are). The driver places every
@@ -148,7 +149,7 @@ def signature_problems(layout: ParamLayout, signature: list[dict]) -> list[str]:
     problems = []
     if len(layout.params) != len(signature):
         listed = ", ".join(p["name"] for p in signature) or "none"
-        problems.append(f"the kernel takes {_count(len(layout.params))}, the signature lists "
+        problems.append(f"the kernel takes {_count(len(layout.params))}, {source} lists "
                         f"{len(signature)} ({listed})")
     offset, agreed = 0, True
     for number, (kernel, wanted) in enumerate(zip(layout.params, signature), start=1):
@@ -158,7 +159,7 @@ def signature_problems(layout: ParamLayout, signature: list[dict]) -> list[str]:
                 else f"{wanted['dtype']} ({_count(size, 'byte')})")
         if kernel.size != size:
             problems.append(f"parameter {number} {wanted['name']!r}: the kernel takes {_bytes(kernel.size)}, "
-                            f"the signature says {said}")
+                            f"{source} says {said}")
             agreed = False
         elif kernel.offset != offset and agreed:
             # Only while every parameter before agreed: after a wrong size or place every offset moves.

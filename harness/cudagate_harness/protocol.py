@@ -211,6 +211,34 @@ CASES_MAX = 4096
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 
 
+INTENTS = ("in", "out", "inout", "scratch")
+STEPS_MAX = 16
+
+
+def _operation_problems(where: str, launch, kernel, names: list[str]) -> list[str]:
+    """A case's launch: one launch of the whole signature, or a list of steps, each naming one of
+    the kernel's ``entries`` and the signature parameters it takes (``names``)."""
+    if not isinstance(launch, list):
+        return _launch_problems(where, launch)
+    entries = kernel.get("entries") if isinstance(kernel, dict) else None
+    if not 1 <= len(launch) <= STEPS_MAX:
+        return [f"{where}: a kernel of steps has 1 to {STEPS_MAX} steps, not {len(launch)}"]
+    if not (isinstance(entries, list) and entries):
+        return [f"{where}: a launch of steps needs the kernel's `entries`"]
+    problems = []
+    for number, step in enumerate(launch, 1):
+        at = f"{where}: step {number}"
+        problems += _launch_problems(at, step)
+        if not isinstance(step, dict):
+            continue
+        if step.get("entry") not in entries:
+            problems.append(f"{at}: entry {str(step.get('entry'))[:80]!r} is not one of the kernel's entries")
+        args = step.get("args")
+        if not (isinstance(args, list) and all(a in names for a in args) and len(set(args)) == len(args)):
+            problems.append(f"{at}: args must name signature parameters, each once")
+    return problems
+
+
 def _launch_problems(where: str, launch) -> list[str]:
     if not isinstance(launch, dict):
         return [f"{where}: launch must be an object with grid, block and shared_bytes"]
@@ -255,6 +283,8 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
         name, dtype = (param.get("name"), param.get("dtype")) if isinstance(param, dict) else (None, None)
         if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
             problems.append(f"signature[{i}].name: {str(name)[:80]!r} is not a plain name ({SAFE_NAME.pattern})")
+        if isinstance(param, dict) and param.get("kind") == "buffer" and param.get("intent") not in INTENTS:
+            problems.append(f"signature[{i}].intent: {str(param.get('intent'))[:40]!r} is not one of {', '.join(INTENTS)}")
         if dtype not in DTYPES:
             problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
         elif isinstance(name, str):
@@ -283,5 +313,5 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             for key in ("inputs", "expected"):
                 for buffer, path in (fresh.get(key) or {}).items() if isinstance(fresh, dict) else ():
                     problems += _confined(f"{where}: fresh {key}.{buffer}", path, base)
-        problems += _launch_problems(where, case.get("launch"))
+        problems += _operation_problems(where, case.get("launch"), request.get("kernel"), list(itemsize))
     return problems

@@ -36,7 +36,7 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +177,17 @@ class Buffer:
     pristine: int = 0  # device copy of an inout buffer's input, restored before every launch
 
     @property
+    def written(self) -> bool:
+        """An output or inout: what the kernel writes, compared and digested."""
+        return self.intent in ("out", "inout")
+
+    @property
+    def poisoned(self) -> bool:
+        """Filled with a poison pattern before every launch: outputs, and scratch, which is never
+        compared (so a step that reads scratch its previous step never wrote reads garbage)."""
+        return self.intent in ("out", "scratch")
+
+    @property
     def ptr(self) -> int:
         return self.ptrs[0]
 
@@ -187,25 +198,49 @@ class Buffer:
 
 @dataclass
 class Launchable:
-    """A loaded kernel with the launch configuration it uses on this case."""
+    """A loaded kernel with the launch configuration it uses on this case: one launch of the whole
+    signature, or the first step of a kernel of steps, whose later steps follow in ``later``. A
+    kernel is launched, timed (one event pair around all its steps) and checked as one unit."""
 
     function: object
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
+    args: tuple[str, ...] | None = None  # the signature parameters it takes, in order; None: all
+    later: tuple[Launchable, ...] = ()
 
     @classmethod
     def of(cls, function, launch: dict) -> Launchable:
         return cls(function, tuple(int(v) for v in launch["grid"]), tuple(int(v) for v in launch["block"]),
                    int(launch.get("shared_bytes", 0)))
 
+    @classmethod
+    def operation(cls, functions: dict[str, object], launch: dict | list[dict]) -> Launchable:
+        """A case's launch (:data:`~cudagate_harness.protocol` form): one launch of the kernel's entry
+        (``functions`` holds one), or its steps, each of the function of its entry."""
+        if isinstance(launch, dict):
+            (function,) = functions.values()
+            return cls.of(function, launch)
+        steps = [replace(cls.of(functions[step["entry"]], step), args=tuple(step["args"])) for step in launch]
+        return replace(steps[0], later=tuple(steps[1:]))
 
-def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: dict, slot: int = 0) -> tuple[np.ndarray, list]:
-    """The ``kernelParams`` array: one pointer per parameter, each to that parameter's bytes.
+    @property
+    def launches(self) -> tuple[Launchable, ...]:
+        """Its launches in order: itself, then its later steps."""
+        return (self, *self.later)
+
+
+def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: dict, slot: int = 0,
+                   args: tuple[str, ...] | None = None) -> tuple[np.ndarray, list]:
+    """The ``kernelParams`` array: one pointer per parameter (``args``, in their order; default the
+    whole signature), each to that parameter's bytes.
 
     Returns the array and the storage it points into, which must stay alive until the launch.
     """
     storage: list[np.ndarray] = []
+    if args is not None:
+        named = {param["name"]: param for param in signature}
+        signature = [named[name] for name in args]
     for param in signature:
         if param["kind"] == "buffer":
             storage.append(np.array([buffers[param["name"]].ptrs[slot]], dtype=np.uint64))
@@ -297,8 +332,8 @@ class CaseRun:
         self.pad = pad
         self.rng = np.random.default_rng(seed)
         self.copies = max(1, copies)
-        self.params: list[np.ndarray] = []
-        self._storage: list = []
+        # (copy, a launch's args) -> its kernelParams and the storage they point into, kept alive with the run
+        self.params: dict[tuple[int, tuple[str, ...] | None], tuple[np.ndarray, list]] = {}
         self._slot = 0
         self.guard = max(0, int(guard))
         self.scrub = scrub
@@ -308,8 +343,7 @@ class CaseRun:
         key = int.from_bytes(os.urandom(8), "little")
         # The buffers a launch writes (outputs and inouts), each with its key: worked out once, as the
         # digest runs after every timed launch.
-        self._digested = [(buf, buffer_key(key, i))
-                          for i, buf in enumerate(b for b in self.buffers.values() if b.intent != "in")]
+        self._digested = [(buf, buffer_key(key, i)) for i, buf in enumerate(b for b in self.buffers.values() if b.written)]
         # The digest is computed into one device word and copied at once, in the stream, into pinned
         # host memory: a later launch of the kernel cannot rewrite an earlier launch's digest there.
         self._digest_word = 0
@@ -364,11 +398,15 @@ class CaseRun:
         except BaseException:
             self.__exit__()
             raise
-        for slot in range(self.copies):
-            params, storage = pack_arguments(self.signature, self.buffers, self.case["scalars"], slot)
-            self.params.append(params)
-            self._storage.append(storage)
         return self
+
+    def _params(self, slot: int, args: tuple[str, ...] | None) -> np.ndarray:
+        """The packed arguments of a launch taking ``args`` on copy ``slot``, packed once."""
+        packed = self.params.get((slot, args))
+        if packed is None:
+            packed = self.params[(slot, args)] = pack_arguments(self.signature, self.buffers, self.case["scalars"],
+                                                                slot, args)
+        return packed[0]
 
     def __exit__(self, *exc) -> None:
         for buf in self.buffers.values():
@@ -424,13 +462,14 @@ class CaseRun:
                 record.setdefault("first", record["launches"])
 
     def prepare(self, kernel: Launchable) -> None:
-        check_launch(self.device, kernel)
-        if kernel.shared > 48 * 1024:  # above 48 KiB a kernel must opt in to dynamic shared memory
-            self.device.allow_dynamic_shared(kernel.function, kernel.shared)
+        for step in kernel.launches:
+            check_launch(self.device, step)
+            if step.shared > 48 * 1024:  # above 48 KiB a kernel must opt in to dynamic shared memory
+                self.device.allow_dynamic_shared(step.function, step.shared)
 
     def _poison(self, slot: int, byte: int) -> None:
         for buf in self.buffers.values():
-            if buf.intent == "out":
+            if buf.poisoned:
                 self.device.fill(buf.ptrs[slot], byte, buf.nbytes)
 
     def _restore(self, slot: int = 0) -> None:
@@ -442,7 +481,8 @@ class CaseRun:
         if isinstance(kernel, LibraryLaunch):  # enqueued on the same stream, on the same copy of the buffers
             kernel.enqueue({name: buf.ptrs[slot] for name, buf in self.buffers.items()}, self.case["scalars"])
             return
-        self.device.launch(kernel.function, kernel.grid, kernel.block, kernel.shared, self.params[slot])
+        for step in kernel.launches:
+            self.device.launch(step.function, step.grid, step.block, step.shared, self._params(slot, step.args))
 
     @_step("validation")
     def validation_launch(self, kernel: Launchable, poison: int | None) -> dict[str, np.ndarray]:
@@ -463,7 +503,8 @@ class CaseRun:
                     self.scrub(poison)
         self._launch(kernel)
         dev.synchronize()
-        return {name: dev.download(buf.ptr, np.empty(buf.count, buf.dtype)) for name, buf in self.buffers.items()}
+        return {name: dev.download(buf.ptr, np.empty(buf.count, buf.dtype))
+                for name, buf in self.buffers.items() if buf.intent != "scratch"}
 
     @_step("warm_up")
     def warm_up(self, kernels: list[Launchable], count: int, min_ms: float = 0.0) -> None:
@@ -688,7 +729,7 @@ class CaseRun:
                 del self.last_writer[slot]
                 record["checked"] += 1
                 for buf in self.buffers.values():
-                    if buf.intent == "in":
+                    if not buf.written:
                         continue
                     got = dev.download(buf.ptrs[slot], np.empty(buf.count, buf.dtype))
                     ref = reference[buf.name]
@@ -772,6 +813,7 @@ class CaseRun:
                 changed = _changed(result[name], arrays[name])
                 if changed:
                     entry["inputs_modified"][name] = changed
+            if not buf.written:
                 continue
             path = case_dir / f"{prefix}fresh.{_SAFE.sub('_', label)}.{name}.npy"
             np.save(path, result[name])
@@ -819,6 +861,7 @@ class CaseRun:
                 changed = max(_changed(first[name], buf.host), _changed(second[name], buf.host))
                 if changed:
                     inputs_modified[name] = changed
+            if not buf.written:
                 continue
             path = case_dir / f"{prefix}{name}.npy"
             np.save(path, first[name])

@@ -178,17 +178,25 @@ class Worker:
         self._compiled[memo] = (result, self.modules[result.key][1])
         return result, self.modules[result.key][1]
 
-    def compiled(self, rid, kernel: dict, arch: str | None, role: str | None = None):
-        """Compile and load ``kernel``, emitting its compile line; the function, or None on failure."""
+    def compiled(self, rid, kernel: dict, arch: str | None, role: str | None = None) -> dict | None:
+        """Compile and load ``kernel``, emitting its compile line: its functions by entry (every entry
+        of a kernel of steps, its first's result in the line), or None on failure."""
         arch = arch or self.device.arch + kernel.get("arch_suffix", "")
         extra = {"role": role} if role else {}
+        functions, shown = {}, None
         try:
-            result, function = self.function_for(kernel, arch)
+            for entry in kernel.get("entries") or [kernel["entry"]]:
+                result, function = self.function_for({**kernel, "entry": entry}, arch)
+                if shown is None or function is None:  # the first entry's line, or the one that failed
+                    shown = result
+                if function is None:
+                    break
+                functions[entry] = function
         except (CompileOptionError, CudaError) as exc:  # refused option, or a cubin the driver rejects
             self.emit({"type": "compile", "id": rid, "ok": False, "arch": arch, "log": str(exc), **extra})
             return None
-        self.emit({"type": "compile", "id": rid, **result.to_json(), **extra})
-        return function
+        self.emit({"type": "compile", "id": rid, **shown.to_json(), **extra})
+        return functions if shown.ok else None
 
     def handle(self, request: dict) -> None:
         rid = request.get("id")
@@ -215,8 +223,8 @@ class Worker:
         self.emit({"type": "done", "id": rid})
 
     def run(self, rid, request: dict, op: str) -> None:
-        function = self.compiled(rid, request["kernel"], request.get("arch"))
-        if op != "run" or function is None:
+        functions = self.compiled(rid, request["kernel"], request.get("arch"))
+        if op != "run" or functions is None:
             return
         base = Path(request.get("base_dir", "."))
         output_dir = Path(request["output_dir"])
@@ -226,7 +234,7 @@ class Worker:
         scrub = self.scrubber() if checks["scrub_shared"] else None
         baseline = self.library_for(request) if timing else None
         for case in request["cases"]:
-            body = run_case(self.device, Launchable.of(function, case["launch"]), request["signature"], case,
+            body = run_case(self.device, Launchable.operation(functions, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
                             scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
                             floor=self.warmup_floor_ms, hold=self.held,
@@ -246,7 +254,7 @@ class Worker:
             if functions[role] is None:
                 return
         case, timing = request["case"], request["timing"]
-        kernels = [Launchable.of(functions[role], request["launches"][role]) for role in ROLES]
+        kernels = [Launchable.operation(functions[role], request["launches"][role]) for role in ROLES]
         cold = timing.get("cache", "cold") == "cold"
         batch = int(timing.get("batch", 1))
         pad_max = int(timing.get("pad_max", DEFAULT_PAD_MAX))

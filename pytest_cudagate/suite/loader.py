@@ -23,8 +23,10 @@ from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
+from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
-                                        Program, Reference, Suite, Tolerance, Timing, Variant, default_rtol)
+                                        Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
+                                        default_rtol)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -137,12 +139,14 @@ class _Checker:
                 self.add(parts + ["launch_overrides", case_name], f"no case named {case_name!r} (cases: {', '.join(sorted(case_names))})")
             raw_overrides[case_name] = self.launch(launch, parts + ["launch_overrides", case_name], names)
             overrides[case_name] = raw_overrides[case_name].with_constants(defaults)
+        entry = raw.get("entry", name)
+        source = self.source(raw["source"], parts + ["source"])
+        if "steps" in raw:
+            return self.stepped(raw, parts, scalars, name, source, signature, case_classes)
         launch = self.launch(raw["launch"], parts + ["launch"], names)
         if "tuning_launch" in raw and not tunables:
             self.add(parts + ["tuning_launch"], "tuning_launch needs tunables: declare the -D constants it uses")
         tuning = self.launch(raw["tuning_launch"], parts + ["tuning_launch"], names) if "tuning_launch" in raw else None
-        entry = raw.get("entry", name)
-        source = self.source(raw["source"], parts + ["source"])
         tuning_source = None
         if "tuning_source" in raw:
             if not tunables:
@@ -170,6 +174,64 @@ class _Checker:
             library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
                               if "library_baseline" in raw else None),
         )
+
+    def stepped(self, raw: dict, parts: list, scalars: set[str], name: str, source: Path,
+                signature: tuple[Param, ...], case_classes: set[str]) -> Program:
+        """A kernel given as ``steps:``: each step an entry the source defines, the signature's
+        parameters it takes (each once), and a launch whose expressions resolve; every output and
+        scratch buffer taken by some step. What varies a single launch per case or per tuning
+        (launch_overrides, a class variant's launch, tunables) is refused: a step's launch is
+        written once, in terms of the case's scalars."""
+        for key, why in (("launch_overrides", "write the steps' launches in terms of the case's scalars"),
+                         ("tunables", "autotune searches single-launch kernels"),
+                         ("tuning_launch", "autotune searches single-launch kernels"),
+                         ("tuning_source", "autotune searches single-launch kernels")):
+            if key in raw:
+                self.add(parts + [key], f"not with `steps`: {why}; remove `{key}`")
+        for shape_class, variant in raw.get("classes", {}).items():
+            if "launch" in variant:
+                self.add(parts + ["classes", shape_class, "launch"], "a kernel of steps takes no class variant launch "
+                                                                     "(a variant may change options only); remove it")
+        params = {p.name: p for p in signature}
+        text = self.defined_names(source)
+        steps = []
+        for i, raw_step in enumerate(raw["steps"]):
+            where = parts + ["steps", i]
+            entry = raw_step["entry"]
+            base = entry.split("<", 1)[0].strip()
+            if text is not None and not re.search(rf"\b{re.escape(base)}\b", text):
+                self.add(where + ["entry"], f"{entry!r} is not defined in {raw['source']} (nor in the headers it "
+                                            "includes); name a __global__ function of the kernel's source")
+            args = tuple(raw_step.get("args", [p.name for p in signature]))
+            for j, arg in enumerate(args):
+                if arg not in params:
+                    self.add(where + ["args", j], f"{arg!r} is not a parameter of the signature (parameters: "
+                                                  f"{', '.join(params)})")
+            for arg in sorted({a for a in args if args.count(a) > 1}):
+                self.add(where + ["args"], f"{arg!r} is named twice; a step takes each parameter once")
+            steps.append(Step(entry, args, self.launch(raw_step["launch"], where + ["launch"], scalars)))
+        taken = {a for step in steps for a in step.args}
+        for param in signature:
+            if (param.is_output or param.is_scratch) and param.name not in taken:
+                self.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} is "
+                                            "taken by no step; add it to the `args` of the step that writes it")
+        return Program(
+            name=name, source=source, entry=steps[0].entry, options=tuple(raw.get("options", [])),
+            launch=Steps(tuple(steps)), arch_suffix=raw.get("arch_suffix", ""),
+            classes={shape_class: self.variant(variant, parts + ["classes", shape_class], scalars, {}, case_classes)
+                     for shape_class, variant in raw.get("classes", {}).items() if "launch" not in variant},
+            library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
+                              if "library_baseline" in raw else None),
+        )
+
+    def defined_names(self, source: Path) -> str | None:
+        """The kernel source and the headers it includes from the suite folder, as one text in which
+        a step's entry must appear; None where they cannot be read (the source check says why)."""
+        try:
+            text = read_text(source, MAX_SOURCE_BYTES, "source file")
+            return "\n".join([text, *local_headers(source, text).values()])
+        except (OSError, FileError, IncludeError):
+            return None
 
     def library_baseline(self, raw: dict, parts: list, signature: tuple[Param, ...]) -> LibraryBaseline:
         """``library_baseline:``: a registered adapter whose every role names a parameter it can read."""
@@ -295,8 +357,12 @@ class _Checker:
 
         tolerance = {}
         dtypes = {p.name: p.dtype for p in signature}
+        scratch = {p.name for p in signature if p.is_scratch}
         for name, tol in raw["tolerance"].items():
-            if name not in outputs:
+            if name in scratch:
+                self.add(["tolerance", name], f"{name!r} is a scratch buffer: the kernel's own workspace is never "
+                                              "compared; remove its tolerance, or make it an output (intent: out)")
+            elif name not in outputs:
                 self.add(["tolerance", name], f"{name!r} is not an output buffer (outputs: {', '.join(sorted(outputs))})")
             if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol:
                 tol = {**tol, "rtol": default_rtol(dtypes[name])}
@@ -305,7 +371,10 @@ class _Checker:
             self.add(["tolerance"], f"output {name!r} has no tolerance; add `{name}: {{atol: ..., rtol: ...}}`")
         distributions = {}
         for name, dist in raw.get("inputs", {}).items():
-            if name not in inputs:
+            if name in scratch:
+                self.add(["inputs", name], f"{name!r} is a scratch buffer: it is poisoned before every run, never "
+                                           "drawn; remove it from `inputs`, or make it an input (intent: in)")
+            elif name not in inputs:
                 self.add(["inputs", name], f"{name!r} is not an input buffer (inputs: {', '.join(sorted(inputs))})")
             distributions[name] = Distribution(**dist)
             dtype = next((p.dtype for p in signature if p.name == name), None)
@@ -433,13 +502,23 @@ class _Checker:
             programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
             for program in programs:
                 for what, launch, scalars in self.launches(program, case):
-                    try:
-                        resolved = launch.resolve(scalars)
-                    except ExprError as exc:
-                        self.add(["cases", i], f"{program.name} {what} in case {case.name!r}: {exc}")
-                        continue
-                    for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
-                        self.add(["cases", i], f"{program.name} {what} in case {case.name!r}: {problem}")
+                    for label, one in self.labelled(what, launch):
+                        try:
+                            resolved = one.resolve(scalars)
+                        except ExprError as exc:
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {exc}")
+                            continue
+                        for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}")
+
+    @staticmethod
+    def labelled(what: str, launch: Launch | Steps):
+        """``(label, launch)`` for a launch, or for each step of a kernel's steps (named by number and entry)."""
+        if isinstance(launch, Steps):
+            for number, step in enumerate(launch.steps, 1):
+                yield f"step {number} ({step.entry})", step.launch
+        else:
+            yield what, launch
 
     @staticmethod
     def launches(program: Program, case: Case):

@@ -18,7 +18,7 @@ class Param:
     name: str
     kind: str  # "buffer" or "scalar"
     dtype: str
-    intent: str | None = None  # in / out / inout, buffers only
+    intent: str | None = None  # in / out / inout / scratch, buffers only
     size: str | None = None
     shape: tuple[str, ...] | None = None
 
@@ -29,6 +29,12 @@ class Param:
     @property
     def is_input(self) -> bool:
         return self.intent in ("in", "inout")
+
+    @property
+    def is_scratch(self) -> bool:
+        """A workspace the kernel's steps share: poisoned before every run, never compared, never
+        shown to the reference."""
+        return self.intent == "scratch"
 
     def protocol(self) -> dict:
         entry = {"name": self.name, "kind": self.kind, "dtype": self.dtype}
@@ -86,6 +92,53 @@ class Launch:
 
         return Launch(tuple(substitute(e) for e in self.grid), tuple(substitute(e) for e in self.block),
                       substitute(self.shared_bytes))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of a multi-launch operation: an entry of the kernel's source, the signature's
+    parameters it takes, in its own order, and its launch configuration."""
+
+    entry: str
+    args: tuple[str, ...]
+    launch: Launch
+
+    def to_json(self) -> dict:
+        return {"entry": self.entry, "args": list(self.args), **self.launch.to_json()}
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The launch of a kernel given as ``steps:``: its launches in order, timed as one unit between
+    one event pair. It stands where a :class:`Launch` stands (resolved per case, pinned by an approval,
+    signed in the manifest), so the number, order, entries and arguments of the steps are all part of
+    the kernel's identity."""
+
+    steps: tuple[Step, ...]
+
+    def resolve(self, scalars: dict) -> list[dict]:
+        return [{"entry": s.entry, "args": list(s.args), **s.launch.resolve(scalars)} for s in self.steps]
+
+    def to_json(self) -> list[dict]:
+        return [s.to_json() for s in self.steps]
+
+    def names(self) -> frozenset[str]:
+        return frozenset().union(*(s.launch.names() for s in self.steps))
+
+    def with_constants(self, values: dict[str, int]) -> Steps:
+        return Steps(tuple(replace(s, launch=s.launch.with_constants(values)) for s in self.steps))
+
+    @property
+    def entries(self) -> list[str]:
+        """The distinct entries the steps launch, in order of first use."""
+        return list(dict.fromkeys(s.entry for s in self.steps))
+
+
+def launch_from_record(raw: dict | list) -> Launch | Steps:
+    """A launch as a ledger or a request records it: one launch, or a kernel's steps."""
+    if isinstance(raw, list):
+        return Steps(tuple(Step(str(s["entry"]), tuple(str(a) for a in s["args"]), Launch.from_record(s)) for s in raw))
+    return Launch.from_record(raw)
 
 
 @dataclass(frozen=True)
@@ -241,9 +294,9 @@ class Program:
 
     name: str
     source: Path
-    entry: str
+    entry: str  # a stepped kernel's: its first step's
     options: tuple[str, ...]
-    launch: Launch
+    launch: Launch | Steps
     launch_overrides: dict[str, Launch] = field(default_factory=dict)
     arch_suffix: str = ""
     # `cudagate optimize --proposer autotune` only: -D constants and the values to search (the first
@@ -294,7 +347,17 @@ class Program:
         """The kernel's name, and for a class variant's build its class and all its options."""
         return f"{self.name} (variant of class {self.variant}: options {list(self.options)})" if self.variant else self.name
 
-    def launch_for(self, case: str) -> Launch:
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The kernel's launches in order: its steps, or () for a single launch of the whole signature."""
+        return self.launch.steps if isinstance(self.launch, Steps) else ()
+
+    @property
+    def entries(self) -> list[str]:
+        """Every entry the kernel launches (one unless it has steps)."""
+        return self.launch.entries if isinstance(self.launch, Steps) else [self.entry]
+
+    def launch_for(self, case: str) -> Launch | Steps:
         """The launch of the case named ``case`` on this build (a case's override wins)."""
         if self.classes:
             raise ValueError(f"{self.name} has class variants: resolve the case's build with for_case() first")
@@ -347,6 +410,11 @@ class Suite:
     @property
     def outputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.signature if p.is_output)
+
+    @property
+    def reference_params(self) -> tuple[Param, ...]:
+        """The signature as the Python reference sees it: scratch buffers are the kernel's own."""
+        return tuple(p for p in self.signature if not p.is_scratch)
 
     def kernel(self, name: str) -> Program:
         for kernel in self.kernels:
@@ -434,8 +502,9 @@ class ResolvedCase:
     def kind(self) -> str:
         return self.case.kind
 
-    def launch(self, of: Program | Launch) -> dict:
-        """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case)."""
+    def launch(self, of: Program | Launch | Steps) -> dict | list[dict]:
+        """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case);
+        for a kernel of steps, one such launch per step with its entry and arguments."""
         launch = of.for_case(self.case).launch_for(self.case.name) if isinstance(of, Program) else of
         return launch.resolve(self.case.scalars)
 

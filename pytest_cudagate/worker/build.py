@@ -21,13 +21,15 @@ from pytest_cudagate.suite.model import Param, Program
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,
-                    timeout_s: float | None = None) -> CompileResult:
-    """Compile ``program`` for ``arch`` + its suffix, stopped after ``timeout_s`` (the case timeout;
-    None: the compiler's default); a refused option or include becomes a failed result."""
+                    timeout_s: float | None = None, entry: str | None = None) -> CompileResult:
+    """Compile ``program`` for ``arch`` + its suffix, looking up ``entry`` (default: its first),
+    stopped after ``timeout_s`` (the case timeout; None: the compiler's default); a refused option or
+    include becomes a failed result. A kernel of steps compiles once per entry (each is a name
+    expression of its own), then from the cache."""
     target = arch + program.arch_suffix
     try:
         spec = kernel_spec(program, source_text)
-        result = compile_kernel(spec["source"], entry=spec["entry"], arch=target, source_name=spec["source_name"],
+        result = compile_kernel(spec["source"], entry=entry or spec["entry"], arch=target, source_name=spec["source_name"],
                                 options=spec["options"], headers=spec["headers"],
                                 limits=CompileLimits.case_timeout(timeout_s))
     except (CompileOptionError, IncludeError) as exc:
@@ -36,17 +38,44 @@ def compile_program(program: Program, arch: str, source_text: str | None = None,
     return result
 
 
-def parameter_problems(result: CompileResult, signature: tuple[Param, ...]) -> list[str]:
-    """How the compiled entry's own parameter list (read from its cubin) differs from ``signature``,
-    one line each; empty when they agree or the build did not compile (its log says why). On the host,
-    so a kernel whose parameters would be read wrongly on a GPU fails before it reaches one."""
+def parameter_problems(program: Program, result: CompileResult, signature: tuple[Param, ...], arch: str, *,
+                       timeout_s: float | None = None) -> list[str]:
+    """How each compiled entry's own parameter list (read from its cubin) differs from what it is
+    passed, one line each: the whole ``signature``, or for each step of a kernel of steps the
+    parameters it names (its other entries compiled for ``arch`` as :func:`compile_program` does).
+    Empty when they agree or the build did not compile (its log says why). On the host, so a kernel
+    whose parameters would be read wrongly on a GPU fails before it reaches one."""
+    if not program.steps:
+        return _layout_problems(result, [p.protocol() for p in signature], "the signature")
+    named = {p.name: p.protocol() for p in signature}
+    problems = []
+    for number, step in enumerate(program.steps, 1):
+        built = result if step.entry == program.entry else compile_program(program, arch, timeout_s=timeout_s,
+                                                                            entry=step.entry)
+        if not built.ok and built is not result:
+            problems.append(f"step {number} ({step.entry}): does not compile: {built.log.strip().splitlines()[0]}")
+        problems += [f"step {number} ({step.entry}): {p}"
+                     for p in _layout_problems(built, [named[a] for a in step.args], "the step")]
+    return problems
+
+
+def mismatch_heading(program: Program, *, loud: bool = False) -> str:
+    """What a parameter mismatch is said of: the entry and the suite's signature, or a kernel of
+    steps' entries and their args (``loud``: NOT in capitals, as `cudagate check` prints it)."""
+    if not program.steps:
+        return f"entry {program.entry!r} {'does NOT' if loud else 'does not'} take the parameters the suite's signature lists"
+    entries = ", ".join(repr(e) for e in program.entries)
+    return f"steps {entries} {'do NOT' if loud else 'do not'} take the parameters their args list"
+
+
+def _layout_problems(result: CompileResult, passed: list[dict], source: str) -> list[str]:
     if not result.ok or result.cubin is None or result.lowered_name is None:
         return []
     try:
         layout = entry_params(result.cubin, result.lowered_name)
     except ParamInfoError as exc:
         return [f"its parameters cannot be read from the cubin NVRTC produced: {exc}"]
-    return signature_problems(layout, [p.protocol() for p in signature])
+    return signature_problems(layout, passed, source)
 
 
 def compile_builds(program: Program, cases, arch: str, source_text: str | None = None, *,

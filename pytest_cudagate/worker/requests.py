@@ -15,7 +15,7 @@ from cudagate_harness.stopping import Settle
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.includes import local_headers
-from pytest_cudagate.suite.model import Case, Launch, Program, Suite
+from pytest_cudagate.suite.model import Case, Launch, Program, Steps, Suite
 
 REQUEST_PROTOCOL = 1
 # A long kernel's library rounds stop once the median of the per-round ratios is known to ±0.5%
@@ -43,6 +43,7 @@ def kernel_spec(program: Program, source_text: str | None = None) -> dict:
         "headers": quoted_includes(program.source, text),
         "options": list(program.options),
         "arch_suffix": program.arch_suffix,
+        **({"entries": program.entries} if program.steps else {}),
     }
 
 
@@ -101,7 +102,7 @@ def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir
     }
 
 
-def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch,
+def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch | Steps,
                     output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None,
                     library: bool = False) -> dict:
     """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given) timed

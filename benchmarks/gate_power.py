@@ -5,6 +5,7 @@ users run it, one fresh process per comparison, each slowdown measured by nvbenc
     python benchmarks/gate_power.py --targets 0,3,5 --gate-only --json rerun.json  # the gate's rows only
     python benchmarks/gate_power.py --aa-only 200 --json aa-session1.json      # A/A false alarms only
     python benchmarks/gate_power.py --merge aa-session1.json aa-session2.json  # tables over several runs
+    python benchmarks/gate_power.py --suites rmsnorm,split_reduce --targets 0,3,5 --gate-only  # other examples
 
 ``--gpus N`` (default: every GPU NVML sees) runs N independent streams of comparisons at once, stream i
 pinned to card i through CUDA_VISIBLE_DEVICES (by UUID); every comparison is still a fresh process with
@@ -227,7 +228,8 @@ def slowed(source: str, entry: str, cycles: int) -> str:
     which the gate must compare interleaved because its bytes differ from the approved version)."""
     if cycles <= 0:
         return source + "\n// identical copy (A/A)\n"
-    match = re.search(r"__global__\s+void\s+" + re.escape(entry) + r"\s*\([^)]*\)\s*\{", source)
+    name = entry.split("<", 1)[0].strip()  # a templated entry's spin goes into its template
+    match = re.search(r"__global__\s+void\s+" + re.escape(name) + r"\s*\([^)]*\)\s*\{", source)
     if match is None:
         raise ValueError(f"no __global__ {entry}(...) {{ in the kernel source")
     spin = f"\n    {{ const long long t0 = clock64(); while (clock64() - t0 < {cycles}) {{ }} }}\n"
@@ -279,7 +281,15 @@ def prepare(name: str, work: Path, env: dict[str, str]) -> Prepared:
     kernel = raw["kernels"][0]
     raw["kernels"], raw["cases"] = [kernel], [case]
     raw["checks"] = {"sanitizer": "off"}  # runs once per new kernel; says nothing about latency
+    # A generated case's arrays live only in a gate run's folder: store them in this copy, so the saved
+    # request that nvbench replays names files that are still there.
+    generated = bool(case.pop("generated", False))
     (root / "cudagate.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(raw)), sort_keys=False))
+    if generated:
+        code, text, _ = run([sys.executable, "-m", "pytest_cudagate.cli", "cases", "generate", str(root / "cudagate.yaml"),
+                             "--case", case["name"]], cwd=root, env=env)
+        if code != 0:
+            raise RuntimeError(f"cudagate cases generate failed for {name}:\n{text[-3000:]}")
     code, text, _ = run([sys.executable, "-m", "pytest_cudagate.cli", "approve", str(root / "cudagate.yaml"),
                          "--approved-by", "gate-power"], cwd=root, env=env)
     if code != 0:
@@ -292,7 +302,7 @@ def prepare(name: str, work: Path, env: dict[str, str]) -> Prepared:
         raise RuntimeError(f"{name}: the gate saved no request for {case['name']}:\n{text[-3000:]}")
     samples = (item.get("samples_ms") or {}).get("current") or (item.get("samples_ms") or {}).get("approved")
     base_us = float(np.median(samples)) * 1000 if samples else 15.0
-    entry = kernel.get("entry", kernel["name"])
+    entry = kernel["steps"][0]["entry"] if "steps" in kernel else kernel.get("entry", kernel["name"])
     return Prepared(name, root, kernel["source"], entry, case["name"], requests[0], base_us)
 
 
@@ -424,6 +434,14 @@ def same_samples(row: dict) -> dict:
 
 # -- the runs ------------------------------------------------------------------------------------------
 
+def parse_suites(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if not (ROOT / "examples" / n / "cudagate.yaml").is_file()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: name example suites under examples/, e.g. matmul,softmax")
+    return names
+
+
 def parse_targets(text: str) -> tuple[float, ...]:
     """``--targets 0,3,5``: slowdowns in percent, A/A as 0; each from 0 to 50, none twice."""
     try:
@@ -438,7 +456,7 @@ def parse_targets(text: str) -> tuple[float, ...]:
 def measure(args, gpus: list[Gpu], work: Path, meta: dict) -> list[dict]:
     if not args.gate_only:
         meta["peers"] = check_peer_tools(peers_env(gpus[0]))  # before any GPU time is spent
-    suites = ("matmul",) if args.quick else SUITES
+    suites = ("matmul",) if args.quick and args.suites == SUITES else args.suites
     targets = args.targets or ((0.0, 0.05) if args.quick else TARGETS)
     started = time.perf_counter()
     first = gpus[0].env()
@@ -480,7 +498,7 @@ def measure(args, gpus: list[Gpu], work: Path, meta: dict) -> list[dict]:
 def measure_aa(args, gpus: list[Gpu], work: Path, meta: dict) -> list[dict]:
     """``--aa-only N``: N A/A comparisons, each in a fresh gate process, alternating the suites."""
     started = time.perf_counter()
-    prepared = [prepare(name, work, gpus[0].env()) for name in SUITES]
+    prepared = [prepare(name, work, gpus[0].env()) for name in args.suites]
     folders = {p.name: p.variant("A/A", slowed(p.source, p.entry, 0)) for p in prepared}
 
     def comparison(gpu: Gpu, n: int) -> list[dict]:
@@ -671,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="concurrent streams, one per GPU (default: every GPU NVML sees)")
     parser.add_argument("--deadline", type=float, default=420.0,
                         help="start no repetition or comparison that would end after this many seconds")
+    parser.add_argument("--suites", type=parse_suites, default=SUITES, metavar="NAME,...",
+                        help=f"example suites to compare on, their first performance case each (default {','.join(SUITES)}; "
+                             "a kernel of steps is slowed in its first step)")
     parser.add_argument("--json", type=Path, help="write every comparison here (input of --merge)")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="JSON", help="print the tables of earlier runs")
     args = parser.parse_args(argv)

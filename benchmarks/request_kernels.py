@@ -3,7 +3,10 @@
 The benchmarks measure cudagate against other tools on exactly what the gate replays, so they take the
 kernel, launch and inputs from the ``run`` requests that ``pytest --cuda-gate --cuda-gate-report DIR``
 saves under ``DIR/requests/`` (schemas/harness-request.schema.json), never from the package's internals.
-CuPy (on the GPU image) compiles the source with NVRTC and launches it on whatever stream it is given.
+CuPy (on the GPU image) compiles the source with NVRTC (templated entries through name expressions, the
+toolkit headers from the same pinned packages the gate compiles with) and launches it on whatever stream
+it is given: every step of a kernel of steps, in order, each with the parameters it names. Low-precision
+buffers travel as their bits.
 """
 
 from __future__ import annotations
@@ -15,25 +18,40 @@ from pathlib import Path
 
 import numpy as np
 
+from cudagate_harness.protocol import element_words, low_precision, numpy_dtype
+from cudagate_harness.compiler import toolkit_include_dirs
+
 SCALARS = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64,
            "float32": np.float32, "float64": np.float64}
 
 
-@dataclass
-class RequestKernel:
-    """One kernel × case of a run request: source, launch, and the host data of its buffers."""
+@dataclass(frozen=True)
+class StepLaunch:
+    """One launch of the kernel: its entry, grid, block, dynamic shared bytes and parameter names."""
 
-    label: str
-    source: str
     entry: str
-    options: tuple[str, ...]
-    headers: dict[str, str]
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int
+    args: tuple[str, ...]
+
+
+@dataclass
+class RequestKernel:
+    """One kernel × case of a run request: source, its launches, and the host data of its buffers."""
+
+    label: str
+    source: str
+    options: tuple[str, ...]
+    headers: dict[str, str]
+    steps: tuple[StepLaunch, ...]
     params: list[dict]
     scalars: dict[str, int | float]
     host: dict[str, np.ndarray] = field(repr=False)
+
+    @property
+    def entry(self) -> str:
+        return self.steps[0].entry
 
     @classmethod
     def load(cls, path: Path, label: str | None = None, source: str | None = None) -> RequestKernel:
@@ -49,32 +67,43 @@ class RequestKernel:
             if param["kind"] != "buffer":
                 continue
             spec = case["buffers"][param["name"]]
-            if "input" in spec:
-                host[param["name"]] = np.load(base / spec["input"]).reshape(-1).astype(param["dtype"], copy=False)
-            else:
-                host[param["name"]] = np.zeros(spec["count"], dtype=param["dtype"])
-        launch = case["launch"]
+            dtype = numpy_dtype(param["dtype"])
+            array = (np.load(base / spec["input"], allow_pickle=False).reshape(-1).astype(dtype, copy=False)
+                     if "input" in spec else np.zeros(spec["count"], dtype=dtype))
+            host[param["name"]] = element_words(array) if low_precision(dtype) else array  # bfloat16, FP8: bits
+        names = tuple(p["name"] for p in request["signature"])
+        launches = case["launch"] if isinstance(case["launch"], list) else [
+            {**case["launch"], "entry": kernel["entry"], "args": list(names)}]
+        steps = tuple(StepLaunch(str(l["entry"]), tuple(l["grid"]), tuple(l["block"]), int(l.get("shared_bytes", 0)),
+                                 tuple(l["args"])) for l in launches)
         return cls(label=label or f"{kernel['name']}::{case['name']}", source=source or kernel["source"],
-                   entry=kernel["entry"], options=tuple(kernel.get("options", [])),
-                   headers=dict(kernel.get("headers") or {}), grid=tuple(launch["grid"]),
-                   block=tuple(launch["block"]), shared_bytes=int(launch.get("shared_bytes", 0)),
+                   options=tuple(kernel.get("options", [])), headers=dict(kernel.get("headers") or {}), steps=steps,
                    params=request["signature"], scalars=dict(case["scalars"]), host=host)
 
     def launcher(self, cupy):
-        """A function ``launch(stream)`` that launches the kernel once on a CuPy stream. Host arrays are
-        uploaded; device arrays put in ``host`` (``dataclasses.replace``) are used as they are."""
+        """A function ``launch(stream)`` that launches the kernel (every step) once on a CuPy stream.
+        Host arrays are uploaded; device arrays put in ``host`` (``dataclasses.replace``) are used as they are."""
         include = Path(tempfile.mkdtemp(prefix="cudagate-headers-"))
         for name, text in self.headers.items():
             (include / name).parent.mkdir(parents=True, exist_ok=True)
             (include / name).write_text(text, encoding="utf-8")
-        module = cupy.RawModule(code=self.source, options=(*self.options, f"-I{include}"), backend="nvrtc")
-        function = module.get_function(self.entry)
-        if self.shared_bytes > 48 * 1024:  # past the default limit a kernel must opt in, as the harness does
-            function.max_dynamic_shared_size_bytes = self.shared_bytes
-        args = tuple(cupy.asarray(self.host[p["name"]]) if p["kind"] == "buffer"
-                     else SCALARS[p["dtype"]](self.scalars[p["name"]]) for p in self.params)
+        toolkit = tuple(f"-I{folder}" for folder in toolkit_include_dirs())
+        entries = list(dict.fromkeys(step.entry for step in self.steps))
+        module = cupy.RawModule(code=self.source, options=(*self.options, f"-I{include}", *toolkit), backend="nvrtc",
+                                name_expressions=entries)
+        by_name = {p["name"]: p for p in self.params}
+        device = {name: cupy.asarray(array) for name, array in self.host.items()}
+        calls = []
+        for step in self.steps:
+            function = module.get_function(step.entry)
+            if step.shared_bytes > 48 * 1024:  # past the default limit a kernel must opt in, as the harness does
+                function.max_dynamic_shared_size_bytes = step.shared_bytes
+            args = tuple(device[name] if by_name[name]["kind"] == "buffer"
+                         else SCALARS[by_name[name]["dtype"]](self.scalars[name]) for name in step.args)
+            calls.append((function, step, args))
 
         def launch(stream) -> None:
-            function(self.grid, self.block, args, shared_mem=self.shared_bytes, stream=stream)
+            for function, step, args in calls:
+                function(step.grid, step.block, args, shared_mem=step.shared_bytes, stream=stream)
 
         return launch

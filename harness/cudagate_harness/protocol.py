@@ -166,15 +166,17 @@ def values(array: np.ndarray) -> np.ndarray:
 
 def encode(numbers, name: str) -> np.ndarray:
     """``numbers`` (any real array) rounded to the :data:`LOW_PRECISION` type ``name``, to nearest
-    with ties to even, and held as its bits (:func:`numpy_dtype`). ml_dtypes rounds float64 through
-    float32 (a double rounding, off by one unit in the last place only on a float64 value within
-    2^-24 relative of a tie). Beyond the type's range: Inf (float8_e5m2, bfloat16) or NaN
-    (float8_e4m3fn, which has no infinity)."""
+    with ties to even, and held as its bits (:func:`numpy_dtype`). Wider values are rounded to float32
+    first, then once to ``name`` (a double rounding, off by one unit in the last place only on a
+    float64 value within 2^-24 relative of a tie): every ml_dtypes version rounds float32 alike, while
+    its float64 conversion changed between versions (0.6 went through float32, 0.7 rounds directly), and
+    a generated case's digest must not depend on which is installed. Beyond the type's range: Inf
+    (float8_e5m2, bfloat16) or NaN (float8_e4m3fn, which has no infinity)."""
     array = np.asarray(numbers)
     if low_precision(array.dtype) == name:
         return array
     with np.errstate(over="ignore", invalid="ignore"):
-        rounded = array.astype(value_type(name))
+        rounded = array.astype(np.float32, copy=False).astype(value_type(name))
     return rounded.view(_NUMPY[name])
 
 

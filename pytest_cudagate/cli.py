@@ -26,6 +26,8 @@ from cudagate_harness.protocol import request_problems
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
+from pytest_cudagate.history.cli import register as register_history
+from pytest_cudagate.bisect import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
 from pytest_cudagate.schema import validate
 from pytest_cudagate.session import open_worker
@@ -216,6 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_trust(sub)
     register_reports(sub)
+    register_history(sub)
+    register_bisect(sub)
     register_optimize(sub)
     cases = sub.add_parser("cases", help="manage case data")
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")

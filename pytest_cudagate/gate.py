@@ -140,7 +140,7 @@ class Gate:
                     suite, approval, case, body, threshold)
             outcome.latency.discarded = discarded
         else:
-            body, compile_info, outcome.latency = self._interleaved(
+            body, compile_info, outcome.latency = self.interleaved(
                 outcome, suite, program, case, ledger.approved_spec(approval, case), ledger.approved_launch(approval, case),
                 threshold, out, source_text, extra, library=True)
         if (self.release is not None and outcome.latency is not None and compile_info is not None
@@ -426,12 +426,18 @@ class Gate:
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
-    def _interleaved(self, outcome, suite, program, case, approved_spec: dict, approved_launch: Launch, threshold, out,
-                     source_text, extra=None, which: str = "the approved version", library: bool = False):
+    def interleaved(self, outcome, suite, program, case, approved_spec: dict, approved_launch: Launch, threshold, out,
+                    source_text, extra=None, which: str = "the approved version", library: bool = False,
+                    current: tuple[dict, Launch] | None = None):
         """``program`` timed interleaved against ``approved_spec`` (``which`` names it in messages);
-        ``library``: its library baseline too, after the rounds that decide (the PR comparison only)."""
+        ``library``: its library baseline too, after the rounds that decide (the PR comparison only);
+        ``current``: a kernel spec and launch timed in ``program``'s place (``cudagate bisect``: a
+        version read from git)."""
         request = compare_request(suite, program, case, approved=approved_spec, approved_launch=approved_launch,
                                   output_dir=out, chunk=suite.timing.repeat, source_text=source_text, library=library)
+        if current is not None:
+            request["kernels"]["current"] = current[0]
+            request["launches"]["current"] = suite.resolved(case).launch(current[1])
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         with phases.RoundTrip(outcome, self.client) as trip:
@@ -489,9 +495,9 @@ class Gate:
             # The approved version is the released one: the comparison just made is the release's.
             return dataclasses.replace(latency, reason=label, samples={}, telemetry=[], release=None, note="; ".join(
                 filter(None, [f"the approved version is the one approved at {label}: one comparison serves both", drift])))
-        _, _, result = self._interleaved(outcome, suite, program, case, released.kernel_spec(case),
-                                         released.launch_for(case), threshold, out, source_text, extra,
-                                         which=f"the version approved at {label}")
+        _, _, result = self.interleaved(outcome, suite, program, case, released.kernel_spec(case),
+                                        released.launch_for(case), threshold, out, source_text, extra,
+                                        which=f"the version approved at {label}")
         if result is None:
             return incomparable(threshold, f"the comparison with {label} did not complete", self.fingerprint_text)
         if result.estimate is not None:

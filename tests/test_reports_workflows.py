@@ -19,6 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 ACTION = ROOT / "action.yml"
+COMMENT_ACTION = ROOT / ".github" / "actions" / "pr-comment" / "action.yml"
 WORKFLOW = ROOT / "examples" / "workflows" / "gpu-gate.yml"
 RUNNER_LABELS = set(yaml.safe_load((DATA / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"])
 
@@ -30,8 +31,9 @@ def check_jsonschema() -> str:
     return found
 
 
-@pytest.mark.parametrize("schema, path", [("vendor.github-actions", ACTION), ("vendor.github-workflows", WORKFLOW)],
-                         ids=["action.yml", "gpu-gate.yml"])
+@pytest.mark.parametrize("schema, path", [("vendor.github-actions", ACTION), ("vendor.github-actions", COMMENT_ACTION),
+                                          ("vendor.github-workflows", WORKFLOW)],
+                         ids=["action.yml", "pr-comment/action.yml", "gpu-gate.yml"])
 def test_github_schema(schema, path):
     result = subprocess.run([check_jsonschema(), "--builtin-schema", schema, str(path)],
                             capture_output=True, text=True, timeout=120)

@@ -1,13 +1,15 @@
-"""``cudagate report merge OUT_DIR DIR...``: one report from the reports of several jobs."""
+"""``cudagate report merge OUT_DIR DIR...``: one report from the reports of several jobs;
+``cudagate report comment REPORT_DIR``: a report as a pull-request comment (Markdown)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.reports import github
+from pytest_cudagate.reports import comment, github
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.reports.writer import REPORT_HTML, write_report
@@ -32,6 +34,18 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return EXIT_FAILED if args.check and document["verdict"] == "fail" else 0
 
 
+def cmd_comment(args: argparse.Namespace) -> int:
+    document = comment.read(Path(args.report))
+    body = Scrubber().text(comment.render(document, report_url=args.report_url, comment_id=args.id))
+    if args.out is None:
+        sys.stdout.write(body)
+        return 0
+    out = Path(args.out)
+    comment.write(out, body)
+    print(f"wrote {display_path(out)}: {len(document['items'])} case(s), {len(body):,} characters")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     report = subparsers.add_parser("report", help="work with gate reports (report.json folders)")
     actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
@@ -41,3 +55,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     merge.add_argument("reports", nargs="+", metavar="DIR", help="report folders (or their report.json files)")
     merge.add_argument("--check", action="store_true", help="exit 1 when the merged verdict is FAIL")
     merge.set_defaults(func=cmd_merge)
+    markdown = actions.add_parser("comment", help="a report as Markdown for a pull-request comment: regressions and "
+                                                   "failures first, then improvements, the unchanged cases folded")
+    markdown.add_argument("report", metavar="REPORT_DIR", help="report folder (or its report.json)")
+    markdown.add_argument("--report-url", metavar="URL", help="link to the HTML report, e.g. the report artifact's URL")
+    markdown.add_argument("--id", metavar="ID", help="names the comment among others on the pull request (one per "
+                                                     "workflow, say): the marker later runs find it by")
+    markdown.add_argument("--out", metavar="FILE", help="write the Markdown here instead of printing it")
+    markdown.set_defaults(func=cmd_comment)

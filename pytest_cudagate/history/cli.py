@@ -1,0 +1,111 @@
+"""``cudagate history record REPORT_DIR`` and ``cudagate history show --out DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pytest_cudagate.config import project_root
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.history import store
+from pytest_cudagate.history.commit import git_facts
+from pytest_cudagate.history.export import export_csv, export_json
+from pytest_cudagate.history.page import CSV_NAME, HTML_NAME, JSON_NAME, render
+from pytest_cudagate.history.record import read_measured, with_approvals
+from pytest_cudagate.paths import display_path, log_lines
+
+DEFAULT_DB = Path(".cudagate") / "history.sqlite"  # under the project root, beside .cudagate/trusted_keys
+
+
+def _db(args: argparse.Namespace, start: Path) -> Path:
+    if args.lock_timeout < 0:
+        raise CudagateError(f"--lock-timeout {args.lock_timeout:g}: give seconds, 0 or more")
+    return Path(args.db) if args.db else project_root(start) / DEFAULT_DB
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    repo = Path(args.repo or Path.cwd())
+    measured = read_measured(Path(args.report_dir))
+    if not measured.results:
+        print(f"{display_path(args.report_dir)}: no timed case in the report (nothing was measured: no GPU, or no "
+              "performance case ran); nothing recorded")
+        return 0
+    db = _db(args, repo)
+    with store.writing(db, args.lock_timeout) as history:
+        facts = git_facts(repo, measured.sha, measured.ref, {r.suite_path for r in measured.results if r.suite_path},
+                          history.ledger)
+        results = with_approvals(measured.results, facts.approvals)
+        added = history.save(facts.commit, measured.runs, results, facts.release_tags, facts.ledgers)
+    commit = facts.commit
+    where = f"{commit.sha[:12]}" + (f" ({commit.branch})" if commit.branch else "") + (
+        f", tagged {', '.join(commit.tags)}" if commit.tags else "")
+    if facts.note:
+        print(log_lines(f"note: {facts.note}"))
+    # log_lines: branch and tag names come from git or from the report, and CI logs read '::' as a command
+    if added:
+        print(log_lines(f"recorded {added} timed case(s) of {len(measured.runs)} run(s) at {where} in "
+                        f"{display_path(db)}"))
+    else:
+        print(log_lines(f"already recorded: the {len(results)} timed case(s) of {display_path(args.report_dir)} at "
+                        f"{where}; nothing added to {display_path(db)}"))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    if args.last is not None and args.last < 1:
+        raise CudagateError(f"--last {args.last}: give a number of commits, at least 1")
+    db = _db(args, Path.cwd())
+    with store.reading(db, args.lock_timeout) as history:
+        shown = history.history(args.suite, args.kernel, args.last)
+    filters = {"suite": args.suite, "kernel": args.kernel, "last": args.last}
+    if not shown.entries:
+        asked = ", ".join(f"--{k} {v}" for k, v in filters.items() if v is not None)
+        raise CudagateError(f"{display_path(db)}: no timed case recorded" + (f" for {asked}" if asked else "")
+                            + "; record reports with `cudagate history record REPORT_DIR`")
+    out = Path(args.out)
+    # Built from typed rows of the history alone (tests check it against history-export.schema.json);
+    # compact, since indenting makes json use its pure-Python encoder (seconds for 20,000 results).
+    document = json.dumps(export_json(shown, filters), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    page = render(shown, display_path(db))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / JSON_NAME).write_text(document + "\n", encoding="utf-8")
+        (out / CSV_NAME).write_text(export_csv(shown), encoding="utf-8")
+        (out / HTML_NAME).write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise CudagateError(f"{display_path(exc.filename or out)}: cannot write the page: {exc.strerror}; pass --out "
+                            "with a folder that can be written") from None
+    series = len({(e.result.suite, e.result.kernel, e.result.case, e.run.fingerprint) for e in shown.entries})
+    print(f"wrote {display_path(out / HTML_NAME)} ({series} chart(s) over {len(shown.commits)} commit(s)), "
+          f"{display_path(out / CSV_NAME)} and {display_path(out / JSON_NAME)} ({len(shown.entries)} result(s))")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    history = subparsers.add_parser("history", help="the run history: record reports' timed cases by commit (SQLite), "
+                                                    "show latency over commits as a page")
+    actions = history.add_subparsers(dest="history_command", required=True, metavar="ACTION")
+    db_help = f"the history file (default: {DEFAULT_DB} under the project root, the folder of the nearest pyproject.toml)"
+    timeout_help = f"wait this long for another writer (default {store.DEFAULT_LOCK_TIMEOUT_S:g})"
+
+    record = actions.add_parser("record", help="store every timed case of a report with its commit, branch, commit "
+                                               "time, release tags and approvals (the same report twice: stored once)")
+    record.add_argument("report_dir", metavar="REPORT_DIR", help="a report folder (or its report.json)")
+    record.add_argument("--db", metavar="PATH", help=db_help)
+    record.add_argument("--repo", metavar="DIR", help="the git checkout the report measured (default: the working "
+                                                      "directory); its commit is the report's (GitHub Actions), else HEAD")
+    record.add_argument("--lock-timeout", type=float, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+                        help=timeout_help)
+    record.set_defaults(func=cmd_record)
+
+    show = actions.add_parser("show", help="write history.html (a trend chart per case, the largest moves since the "
+                                           "last release) with history.csv and history.json beside it")
+    show.add_argument("--db", metavar="PATH", help=db_help)
+    show.add_argument("--out", required=True, metavar="DIR", help="folder to write the page and its exports into")
+    show.add_argument("--suite", metavar="S", help="only this suite (its name)")
+    show.add_argument("--kernel", metavar="K", help="only this kernel")
+    show.add_argument("--last", type=int, metavar="N", help="only the last N commits that have results")
+    show.add_argument("--lock-timeout", type=float, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+                      help=timeout_help)
+    show.set_defaults(func=cmd_show)

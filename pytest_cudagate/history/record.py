@@ -1,0 +1,120 @@
+"""A report's timed cases as history rows: report.json read within the boundary's rules and checked
+against its schema (another job's artifact), each run named by what it measured."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.history.commit import Approvals
+from pytest_cudagate.history.model import Result, Run
+from pytest_cudagate.judge.stats import run_level
+from pytest_cudagate.reports.fmt import as_float
+from pytest_cudagate.reports.writer import read_report
+
+_SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or a SHA-256 repository's
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one report holds for the history, before git adds its commit's facts."""
+
+    sha: str | None  # the commit the runs recorded (GitHub Actions' GITHUB_SHA), if any
+    ref: str | None
+    runs: tuple[Run, ...]  # the runs that timed something
+    results: tuple[Result, ...]
+
+
+def _positive(value) -> float | None:
+    number = as_float(value)
+    return number if number is not None and math.isfinite(number) and number > 0 else None
+
+
+def _us(ms) -> float | None:
+    value = _positive(ms)
+    return None if value is None else value * 1000.0
+
+
+def _run_id(run: dict, items: list[dict]) -> str:
+    """The run's entry and what it measured: a report re-rendered or merged keeps both, a new run has
+    other timings (``created`` alone has a resolution of one second)."""
+    measured = [[i["suite"], i["kernel"], i["case"], i.get("latency"), (i.get("correctness") or {}).get("median_ms")]
+                for i in items]
+    text = json.dumps([run, measured], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _result(run_id: str, item: dict) -> Result | None:
+    """The item as a timed case, or None when it has no latency verdict or no current latency."""
+    latency = item.get("latency")
+    if not latency:
+        return None
+    current = _us((latency.get("current") or {}).get("median")) or _us((item.get("correctness") or {}).get("median_ms"))
+    if current is None:
+        return None
+    # The interleaved comparison's ratio; for a kernel identical to its approval, today's run level
+    # against the approval runs'.
+    interval = latency.get("estimate") or latency.get("run_spread") or {}
+    samples = [x for x in (item.get("samples_ms") or {}).get("current") or [] if _positive(x)]
+    return Result(
+        run=run_id, suite=item["suite"], kernel=item["kernel"], case=item["case"],
+        shape_class=item.get("class") or "default", status=item["status"], verdict=latency["verdict"],
+        advisory=bool(latency.get("advisory")), threshold=_positive(latency.get("threshold")),
+        approved_us=_us((latency.get("approved") or {}).get("median")), current_us=current,
+        level_us=run_level(samples) * 1000.0 if samples else None, ratio=_positive(interval.get("ratio")),
+        low=_positive(interval.get("low")), high=_positive(interval.get("high")),
+        confidence=_positive(interval.get("confidence")), suite_path=item.get("suite_path"))
+
+
+def _one_line(error: FileError) -> str:
+    more = len(error.problems) - 1
+    return (f"{error.path}: {error.problems[0]}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
+            + "; record the report.json the gate wrote")
+
+
+def _commit(path: Path, runs: list[dict]) -> tuple[str | None, str | None]:
+    """The commit and ref the runs recorded (one for all of them), or (None, None)."""
+    recorded = [(n, run["github"]) for n, run in enumerate(runs) if (run.get("github") or {}).get("sha")]
+    for number, github in recorded:
+        if not _SHA.fullmatch(github["sha"]):
+            raise CudagateError(f"{path}: runs[{number}].github.sha: {github['sha'][:60]!r} is not a commit sha; "
+                                "record the report.json the gate wrote")
+        if github["sha"] != recorded[0][1]["sha"]:
+            raise CudagateError(f"{path}: runs[{number}].github.sha differs from runs[{recorded[0][0]}]'s: a report "
+                                "merged from jobs at different commits; record each job's report on its own")
+    return (recorded[0][1]["sha"], recorded[0][1].get("ref")) if recorded else (None, None)
+
+
+def read_measured(report: Path) -> Measured:
+    """The timed cases of the report folder (or report.json) ``report``; a bad report is one line."""
+    try:
+        document = read_report(report)
+    except FileError as exc:
+        raise CudagateError(_one_line(exc)) from None
+    path = Path(report) / "report.json" if Path(report).is_dir() else Path(report)
+    sha, ref = _commit(path, document["runs"])
+    runs, results = [], []
+    for number, entry in enumerate(document["runs"]):
+        items = [item for item in document["items"] if item["run"] == number]
+        run_id = _run_id(entry, items)
+        timed = [r for r in (_result(run_id, item) for item in items) if r is not None]
+        if timed:
+            fingerprint = entry.get("fingerprint") or {}
+            runs.append(Run(run_id, entry["created"], entry["host"], fingerprint.get("key"),
+                            fingerprint.get("description"), bool((entry.get("options") or {}).get("release")),
+                            entry["tool_version"], str(path)))
+            results += timed
+    return Measured(sha, ref, tuple(runs), tuple(results))
+
+
+def with_approvals(results: tuple[Result, ...], approvals: dict[str, Approvals]) -> tuple[Result, ...]:
+    """Each result with its kernel's approval in its suite's ledger at the commit, where there is one."""
+    def approved(result: Result) -> Result:
+        found = approvals.get(result.suite_path or "", {}).get(result.kernel)
+        return replace(result, approved_sha256=found[0], approved_at=found[1]) if found else result
+    return tuple(approved(result) for result in results)

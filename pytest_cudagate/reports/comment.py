@@ -1,0 +1,223 @@
+"""``cudagate report comment``: a gate report as one pull-request comment, in GitHub-flavoured Markdown.
+
+The report.json comes from a run of the pull request's kernels, so every string in it is the pull
+request's: it is read within the boundary's rules and checked against its schema, and each name and
+message is escaped for Markdown and for the HTML GitHub allows in a comment (no element, link,
+image, code span or table cell can be opened from it), then broken where GitHub would link it after
+rendering: an @mention, a #reference or GH-reference, a bare URL or e-mail address. Backslash escapes
+do not stop those (GitHub finds them in the rendered text), so a zero-width space goes after the
+mark. The comment opens with a marker line that the posting step finds again, so that a later run
+updates the same comment, and it is cut to fit GitHub's limit, least important rows first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_cudagate import __version__
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.reports import fmt, github
+from pytest_cudagate.reports.writer import read_report
+
+COMMENT_LIMIT = 65_536  # GitHub refuses a longer comment body (counted here in UTF-16 units: never more)
+MARKER = "cudagate-comment"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A link the workflow gives (the artifact's page): nothing that could end the Markdown link early.
+_URL = re.compile(r"https?://[A-Za-z0-9\-._~:/?#@!$&*+,;=%]{1,2040}")
+# What GitHub links in rendered text: a mention or team (@name), a reference (#12, GH-12, owner/repo#12),
+# a URL (scheme://, www.) or an address (a@b.c, mailto:a@b.c).
+_LINKED = re.compile(r"[@#](?=\w)|\bgh-(?=\d)|:(?=//)|\bwww(?=\.)", re.IGNORECASE)
+_ZWSP = "\u200b"
+NAME_CHARS = 120  # of a kernel, case or suite name shown; the HTML report has them whole
+DETAIL_CHARS = 160
+MAX_RUNS_SHOWN = 8
+_NOTE_ROOM = 400  # kept free in each section for its closing lines and the note on rows left out
+
+FAILED, IMPROVED, WARNED, UNCHANGED, SKIPPED = "failed", "improved", "warned", "unchanged", "skipped"
+GROUPS = (FAILED, IMPROVED, WARNED, UNCHANGED, SKIPPED)  # the comment's order
+FOLDED = (UNCHANGED, SKIPPED)
+_TITLES = {FAILED: "Regressions and failures", IMPROVED: "Improvements", WARNED: "Warnings",
+           UNCHANGED: "Unchanged", SKIPPED: "Not replayed"}
+_ICONS = {FAILED: "❌", IMPROVED: "🚀", WARNED: "⚠️", UNCHANGED: "", SKIPPED: ""}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One kernel × case as a row of the comment: its section, its place there, its escaped cells."""
+
+    group: str
+    order: tuple
+    cells: tuple[str, ...]
+
+
+def text(value: str, limit: int = NAME_CHARS) -> str:
+    """``value`` from the pull request as inline Markdown that shows exactly its characters (on one
+    line, clipped to ``limit``) and opens, links or mentions nothing."""
+    line = fmt.clip(" ".join(value.split()), limit)  # one line: a line break would end the table row
+    escaped = github._cell(line).replace("$", r"\$")  # $: GitHub's math
+    return _LINKED.sub(lambda m: m.group() + _ZWSP, escaped)
+
+
+def marker(comment_id: str | None) -> str:
+    """The comment's first line, by which the posting step finds the comment to update."""
+    if comment_id is None:
+        return f"<!-- {MARKER} -->"
+    if not _ID.fullmatch(comment_id):
+        raise CudagateError(f"--id {comment_id!r}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a "
+                            "letter or digit (e.g. --id h100)")
+    return f"<!-- {MARKER}: {comment_id} -->"
+
+
+def _link(report_url: str | None) -> str:
+    if report_url is None:
+        return "The full report (plots, telemetry, reproduction commands) is `report.html` in the run's report artifact."
+    if not _URL.fullmatch(report_url):
+        raise CudagateError(f"--report-url {fmt.clip(report_url, 80)!r}: give an http(s) URL without spaces, quotes, "
+                            "brackets or parentheses (e.g. the artifact-url output of actions/upload-artifact)")
+    return f"[The full report]({report_url}): plots, telemetry and reproduction commands."
+
+
+def read(path: Path) -> dict:
+    """The report.json at ``path`` (or in that folder), or one line naming the file and the first field wrong."""
+    try:
+        return read_report(path)
+    except FileError as exc:
+        more = len(exc.problems) - 1
+        others = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise CudagateError(f"{exc.path}: {exc.problems[0]}{others}; give the report.json a gate run or "
+                            "`cudagate report merge` wrote") from None
+
+
+def _units(value: str) -> int:
+    return len(value.encode("utf-16-le")) // 2
+
+
+def _estimates(latency: dict) -> list[tuple[str, dict]]:
+    """The comparisons to show, each with its ratio and interval: against the approved version (or, for
+    a kernel identical to it, its approval runs) and, in release mode, against the release."""
+    found = []
+    for label, result in (("", latency), ("release ", latency.get("release") or {})):
+        estimate = result.get("estimate") or result.get("run_spread")
+        if estimate:
+            found.append((label, estimate))
+    return found
+
+
+def _group(item: dict) -> str:
+    latency = item.get("latency") or {}
+    verdicts = {latency.get("verdict"), (latency.get("release") or {}).get("verdict")}
+    if item["status"] == "failed" or "regressed" in verdicts:
+        return FAILED
+    if "improved" in verdicts:
+        return IMPROVED
+    return {"warning": WARNED, "skipped": SKIPPED}.get(item["status"], UNCHANGED)
+
+
+def _gpu(run: dict) -> str:
+    fingerprint = run.get("fingerprint")
+    if not fingerprint:
+        return "no GPU"
+    name = fingerprint["fields"].get("gpu_name")
+    return text(name if isinstance(name, str) else fingerprint["description"], 40)
+
+
+def _entry(index: int, item: dict, runs: list[dict]) -> Entry:
+    group = _group(item)
+    latency = item.get("latency") or {}
+    estimates = _estimates(latency)
+    ratio = estimates[0][1]["ratio"] if estimates else 1.0
+    what = item.get("category") or ("latency improved" if group == IMPROVED else item["status"])
+    result = text(f"{_ICONS[group]} {what}".strip(), 40)
+    medians = [(latency.get(side) or {}).get("median") for side in ("approved", "current")]
+    cells = [f"**{result}**" if group == FAILED else result,
+             text(fmt.item_title(item)), text(item["suite"]),
+             *([_gpu(runs[item["run"]])] if len(runs) > 1 else []),
+             f"{fmt.us(medians[0])} → {fmt.us(medians[1])}" if any(m is not None for m in medians) else "–",
+             "<br>".join(f"{label}{fmt.ratio(e)} {fmt.interval(e)}" for label, e in estimates) or "–",
+             "<br>".join(f"{label}{fmt.change(e)}" for label, e in estimates) or "–",
+             text(item.get("headline") or "", DETAIL_CHARS)]
+    # Regressions, largest first, before the other failures; improvements, largest first.
+    order = {FAILED: (not estimates, -ratio), IMPROVED: (ratio,)}.get(group, ())
+    return Entry(group, (*order, index), tuple(cells))
+
+
+def _section(group: str, entries: list[Entry], header: list[str], budget: int) -> str:
+    """The section's Markdown, at most ``budget`` UTF-16 units: as many rows as fit, then a note."""
+    title = f"{_TITLES[group]} ({len(entries)})"
+    if group in FOLDED:
+        opening, closing = [f"<details><summary>{title}</summary>", ""], ["", "</details>"]
+    else:
+        opening, closing = [f"#### {_ICONS[group]} {title}", ""], []
+    lines = [*opening, "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    used = sum(_units(line) + 1 for line in lines) + _NOTE_ROOM
+    shown = 0
+    for entry in entries:
+        row = "| " + " | ".join(entry.cells) + " |"
+        if used + _units(row) + 1 > budget:
+            break
+        lines.append(row)
+        used += _units(row) + 1
+        shown += 1
+    if shown < len(entries):
+        left = len(entries) - shown
+        note = (f"…and {left} more {'case' if left == 1 else 'cases'} not shown here (a comment holds at most "
+                f"{COMMENT_LIMIT:,} characters): the full report lists every case.")
+        if not shown:
+            lines = [f"**{_TITLES[group]}: {len(entries)}**, not shown (a comment holds at most {COMMENT_LIMIT:,} "
+                     "characters): the full report lists every case."]
+            return "\n".join(lines) if _units(lines[0]) <= budget else ""
+        lines += ["", note]
+    return "\n".join(lines + closing)
+
+
+def _runs_lines(runs: list[dict]) -> list[str]:
+    lines = []
+    for number, run in enumerate(runs[:MAX_RUNS_SHOWN], 1):
+        fingerprint = run.get("fingerprint")
+        where = (f"{text(fingerprint['description'], 200)} (`{fingerprint['key']}`)" if fingerprint
+                 else "no GPU on this runner: nothing was measured")
+        lines.append(f"- {'run ' + str(number) + ': ' if len(runs) > 1 else ''}{where}")
+    if len(runs) > MAX_RUNS_SHOWN:
+        lines.append(f"- …and {len(runs) - MAX_RUNS_SHOWN} more runs")
+    return lines
+
+
+def render(document: dict, *, report_url: str | None = None, comment_id: str | None = None) -> str:
+    """The comment for a report document (as :func:`read` returns it): marker, verdict, then regressions
+    and failures, improvements, warnings, and the unchanged cases folded; within GitHub's limit."""
+    first = marker(comment_id)
+    link = _link(report_url)
+    verdict = fmt.VERDICT_WORD[document["verdict"]]
+    icon = {"FAIL": "❌", "WARN": "⚠️", "PASS": "✅"}[verdict]
+    head = [first, f"### {icon} cudagate {verdict}: {fmt.counts_line(document['counts'])}", "",
+            *_runs_lines(document["runs"]), "", link, ""]
+    foot = [f"<sub>cudagate {__version__}: later runs of this pull request update this comment. The gate job's "
+                "check is what blocks a merge.</sub>", ""]
+    runs = document["runs"]
+    header = ["result", "kernel × case", "suite", *(["GPU"] if len(runs) > 1 else []), "latency (approved → current)",
+              "ratio [interval]", "change", "detail"]
+    entries = [_entry(i, item, runs) for i, item in enumerate(document["items"])]
+    budget = COMMENT_LIMIT - sum(_units(line) + 1 for line in head + foot)
+    sections = []
+    for group in GROUPS:
+        members = sorted((e for e in entries if e.group == group), key=lambda e: e.order)
+        section = _section(group, members, header, budget) if members else ""
+        if section:
+            sections += [section, ""]
+            budget -= _units(section) + 2
+    if not entries:
+        sections = ["The report holds no kernel × case: nothing was judged.", ""]
+    return "\n".join(head + sections + foot)
+
+
+def write(path: Path, body: str) -> None:
+    """Write the comment whole beside ``path``, then move it into place: an earlier file is kept on error."""
+    if path.is_dir():
+        raise CudagateError(f"--out {path}: is a folder; name the file to write, e.g. {path / 'comment.md'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.tmp")
+    staged.write_text(body, encoding="utf-8")
+    os.replace(staged, path)

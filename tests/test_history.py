@@ -1,0 +1,323 @@
+"""`cudagate history record` and `show`: reports written by the real writer, commits in a real git
+repository, the SQLite file checked directly, the page in Chromium."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from report_fixtures import build_scenario, built_report, h100, scenario_for
+from test_release import approve, commit, git
+from test_reports_browser import CHROMIUM, FLAGS, artifacts, assert_screenshot
+from pytest_cudagate.cli import main
+from pytest_cudagate.errors import EXIT_INPUT
+from pytest_cudagate.reports.writer import write_report
+from pytest_cudagate.schema import problems
+
+TIMED = ("perf", "perf_tall", "perf_wide")  # the scenario's cases with a latency verdict and a current latency
+
+
+class Project:
+    """A git repository holding the report scenario's suite, and reports of it written at its commits."""
+
+    def __init__(self, root: Path):
+        self.root = root / "repo"
+        self.root.mkdir()
+        git(self.root, "init", "-q", "-b", "main")
+        self.scenario = build_scenario(self.root / "kernels" / "scale")
+        self.reports = root / "reports"
+        self.db = root / "history.sqlite"
+        self.count = 0
+
+    def report(self, factor: float = 1.0, *, fingerprint=None, github: dict | None = None) -> Path:
+        """A report of the scenario with the current kernel's latencies × ``factor``."""
+        scenario = scenario_for(self.scenario.suite, fingerprint=fingerprint) if fingerprint else self.scenario
+        built = built_report(scenario, root=self.root)
+        for item in built.document["items"]:
+            latency = item.get("latency") or {}
+            if latency.get("current"):
+                latency["current"]["median"] *= factor
+            if item.get("correctness") and item["correctness"].get("median_ms"):
+                item["correctness"]["median_ms"] *= factor
+        if github:
+            built.document["runs"][0]["github"] = github
+        self.count += 1
+        folder = self.reports / f"r{self.count}"
+        write_report(folder, built)
+        return folder
+
+    def record(self, report: Path, *extra: str) -> int:
+        return main(["history", "record", str(report), "--db", str(self.db), "--repo", str(self.root), *extra])
+
+    def show(self, out: Path, *extra: str) -> int:
+        return main(["history", "show", "--db", str(self.db), "--out", str(out), *extra])
+
+    def rows(self, query: str) -> list[tuple]:
+        with sqlite3.connect(self.db) as conn:
+            return conn.execute(query).fetchall()
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path)
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_record_stores_each_timed_case_once_with_its_commit(project, capsys):
+    approve(project.root, "scale2", "// v1\n")
+    first = commit(project.root, "first release", "v1.0.0")
+    report = project.report()
+    assert project.record(report) == 0
+    assert "recorded 3 timed case(s) of 1 run(s)" in capsys.readouterr().out
+    assert project.record(report) == 0
+    assert "already recorded" in capsys.readouterr().out
+    assert project.rows("SELECT count(*) FROM results") == [(3,)]
+    assert project.rows('SELECT "case" FROM results ORDER BY "case"') == [(c,) for c in TIMED]
+    sha, branch, committed, subject = project.rows("SELECT sha, branch, committed, subject FROM commits")[0]
+    assert (sha, branch, subject) == (first, "main", "first release") and committed.endswith("+00:00")
+    assert project.rows("SELECT sha, tag FROM tags") == [(first, "v1.0.0")]
+    assert project.rows("PRAGMA journal_mode") == [("wal",)]
+    approved = project.rows("SELECT DISTINCT approved_sha256 FROM results")
+    assert len(approved) == 1 and len(approved[0][0]) == 64  # from the ledger at the commit
+
+
+def test_a_release_tag_made_later_is_stored_on_the_next_record(project):
+    approve(project.root, "scale2", "// v1\n")
+    first = commit(project.root, "one")
+    assert project.record(project.report()) == 0
+    git(project.root, "tag", "v1.1.0", first)
+    (project.root / "notes.txt").write_text("later\n")
+    commit(project.root, "two")
+    assert project.record(project.report(1.1)) == 0
+    assert project.rows("SELECT sha, tag FROM tags") == [(first, "v1.1.0")]
+
+
+def test_show_writes_a_page_and_exports_that_match_the_database(project, tmp_path, capsys):
+    approve(project.root, "scale2", "// v1\n")
+    shas = [commit(project.root, "first release", "v1.0.0")]
+    assert project.record(project.report()) == 0
+    for factor, message in ((1.1, "slower"), (1.3, "much slower")):
+        (project.root / "notes.txt").write_text(message)
+        if message == "much slower":
+            approve(project.root, "scale2", "// v2\n")  # approved along with it
+        shas.append(commit(project.root, message))
+        assert project.record(project.report(factor)) == 0
+    capsys.readouterr()
+    out = tmp_path / "page"
+    assert project.show(out) == 0
+    assert "3 chart(s) over 3 commit(s)" in capsys.readouterr().out
+    document = json.loads((out / "history.json").read_text())
+    assert problems(document, "history-export") == []
+    assert [c["sha"] for c in document["commits"]] == shas
+    assert document["commits"][0]["tags"] == ["v1.0.0"]
+    stored = sorted(project.rows('SELECT r.sha, x."case", x.current_us, x.verdict FROM results x JOIN runs r ON x.run = r.id'))
+    exported = sorted((r["commit"], r["case"], r["current_us"], r["verdict"]) for r in document["results"])
+    assert exported == stored and len(stored) == 9
+    with open(out / "history.csv", newline="", encoding="utf-8") as handle:
+        table = list(csv.DictReader(handle))
+    assert sorted((r["commit"], r["case"], float(r["current_us"]), r["verdict"]) for r in table) == stored
+    assert {r["tags"] for r in table if r["commit"] == shas[0]} == {"v1.0.0"}
+
+    page = (out / "history.html").read_text()
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="plot trend"') == 3
+    assert page.count('class="release"') == 3 and ">v1.0.0</text>" in page
+    assert page.count('<line class="approval"') == 3  # the v2 approval, on each case's chart
+    assert "Largest moves since v1.0.0" in page
+    perf = next(r for r in document["results"] if r["commit"] == shas[0] and r["case"] == "perf")
+    assert perf["ratio"] > 1.02 and perf["low"] < perf["ratio"] < perf["high"] and perf["level_us"] > 0
+    assert "+30.0%" in page  # perf at the last commit against v1.0.0
+
+
+def test_show_filters_by_kernel_and_last_commits(project, tmp_path):
+    commit(project.root, "one")
+    assert project.record(project.report()) == 0
+    (project.root / "notes.txt").write_text("2")
+    last = commit(project.root, "two")
+    assert project.record(project.report(1.2)) == 0
+    assert project.show(tmp_path / "last", "--last", "1", "--kernel", "scale2", "--suite", "scale") == 0
+    document = json.loads((tmp_path / "last" / "history.json").read_text())
+    assert [c["sha"] for c in document["commits"]] == [last] and len(document["results"]) == 3
+    assert document["filters"] == {"suite": "scale", "kernel": "scale2", "last": 1}
+    assert project.show(tmp_path / "none", "--kernel", "other") == EXIT_INPUT
+    assert not (tmp_path / "none").exists()
+
+
+WRITER = """
+import sys
+from pytest_cudagate.cli import main
+db, repo, *reports = sys.argv[1:]
+sys.exit(max(main(["history", "record", r, "--db", db, "--repo", repo]) for r in reports))
+"""
+
+
+def test_two_writers_in_two_processes_lose_nothing(project):
+    commit(project.root, "one")
+    batches = [[str(project.report(1 + (10 * n + k) / 100)) for k in range(6)] for n in range(2)]
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(project.db), str(project.root), *batch],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for batch in batches]
+    results = [w.communicate(timeout=300) + (w.returncode,) for w in writers]
+    assert [rc for *_, rc in results] == [0, 0], results
+    assert project.rows("SELECT count(*) FROM runs") == [(12,)]
+    assert project.rows("SELECT count(*) FROM results") == [(36,)]
+
+
+def test_a_database_of_a_newer_cudagate_is_refused_and_left_as_it_is(project, tmp_path, capsys):
+    commit(project.root, "one")
+    assert project.record(project.report()) == 0
+    with sqlite3.connect(project.db) as conn:
+        conn.execute("PRAGMA user_version = 7")
+    before = project.db.read_bytes()
+    capsys.readouterr()
+    assert project.record(project.report(1.1)) == EXIT_INPUT
+    assert "written by a newer cudagate (history schema 7; this one reads up to 1)" in one_line(capsys.readouterr().err)
+    assert project.show(tmp_path / "page") == EXIT_INPUT
+    assert "newer cudagate" in one_line(capsys.readouterr().err)
+    assert project.db.read_bytes() == before and not (tmp_path / "page").exists()
+
+
+@pytest.mark.parametrize("content", [b"not a database at all\n" * 40, None], ids=["text", "other-sqlite"])
+def test_a_file_that_is_not_a_history_is_refused_and_left_as_it_is(project, tmp_path, capsys, content):
+    commit(project.root, "one")
+    if content is None:
+        with sqlite3.connect(project.db) as conn:
+            conn.execute("CREATE TABLE notes (text TEXT)")
+    else:
+        project.db.write_bytes(content)
+    before = project.db.read_bytes()
+    assert project.record(project.report()) == EXIT_INPUT
+    line = one_line(capsys.readouterr().err)
+    assert str(project.db) in line and ("not a SQLite database" in line or "tables: notes" in line)
+    assert project.show(tmp_path / "page") == EXIT_INPUT
+    one_line(capsys.readouterr().err)
+    assert project.db.read_bytes() == before
+
+
+def test_a_database_locked_past_the_timeout_is_one_line_and_loses_nothing(project, capsys):
+    commit(project.root, "one")
+    assert project.record(project.report()) == 0
+    blocker = sqlite3.connect(project.db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another writer mid-transaction
+    try:
+        waiting = project.report(1.1)
+        capsys.readouterr()
+        assert project.record(waiting, "--lock-timeout", "0.2") == EXIT_INPUT
+        assert "locked by another writer for more than 0.2 s" in one_line(capsys.readouterr().err)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert project.rows("SELECT count(*) FROM results") == [(3,)]
+    assert project.record(waiting) == 0
+    assert project.rows("SELECT count(*) FROM results") == [(6,)]
+
+
+def test_a_report_that_fails_its_schema_is_one_line_naming_the_file_and_field(project, capsys):
+    commit(project.root, "one")
+    report = project.report()
+    path = report / "report.json"
+    document = json.loads(path.read_text())
+    document["items"][0]["status"] = "sort of"
+    path.write_text(json.dumps(document))
+    assert project.record(report) == EXIT_INPUT
+    line = one_line(capsys.readouterr().err)
+    assert str(path) in line and "items[0].status" in line
+    assert not project.db.exists()
+
+
+def test_a_report_commit_that_is_not_a_sha_is_refused(project, capsys):
+    commit(project.root, "one")
+    report = project.report(github={"sha": "--output=/tmp/x", "ref": "refs/heads/main"})
+    assert project.record(report) == EXIT_INPUT
+    assert "runs[0].github.sha" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("where", ["not a repository", "a repository without the commit"])
+def test_the_reports_own_commit_is_used_where_git_does_not_know_it(project, tmp_path, capsys, where):
+    sha = "ab" * 20
+    report = project.report(github={"sha": sha, "ref": "refs/heads/release-2", "repository": "o/r", "run_id": "1",
+                                    "job": "gate", "server_url": "https://github.com", "runner": "gpu-1"})
+    repo = tmp_path / "not-a-repo"
+    repo.mkdir()
+    if where != "not a repository":
+        commit(project.root, "one")
+        repo = project.root
+    assert main(["history", "record", str(report), "--db", str(project.db), "--repo", str(repo)]) == 0
+    out = capsys.readouterr().out
+    assert ("not in a git repository" if where == "not a repository" else f"commit {sha[:12]} is not in the repository") in out
+    assert "recorded with the report's own commit and branch, without the commit's time" in out
+    assert project.rows("SELECT sha, branch, committed FROM commits") == [(sha, "release-2", None)]
+    assert project.rows("SELECT count(*) FROM results") == [(3,)]
+
+
+def test_a_report_without_timed_cases_records_nothing(project, tmp_path, capsys):
+    commit(project.root, "one")
+    built = built_report(project.scenario, root=project.root)
+    built.document["items"] = [i for i in built.document["items"] if not i.get("latency")]
+    write_report(tmp_path / "untimed", built)
+    assert project.record(tmp_path / "untimed") == 0
+    assert "no timed case in the report" in capsys.readouterr().out
+    assert not project.db.exists()
+
+
+def test_names_from_suites_and_git_are_escaped_on_the_page(project, tmp_path):
+    commit(project.root, "<script>alert(1)</script> & friends")
+    report = project.report()
+    path = report / "report.json"
+    document = json.loads(path.read_text())
+    for item in document["items"]:
+        item["case"] = f'<img src=x onerror="alert(1)">{item["case"]}'
+    path.write_text(json.dumps(document))
+    assert project.record(report) == 0
+    assert project.show(tmp_path / "page") == 0
+    page = (tmp_path / "page" / "history.html").read_text()
+    assert "<img" not in page and "<script>alert" not in page and "&lt;img src=x" in page
+
+
+# -- in Chromium (skips without a browser, as the report's checks do) -------------------------------
+
+
+@pytest.fixture
+def two_gpu_page(project, tmp_path) -> tuple[Path, str]:
+    """A page with an H200 and an H100 fingerprint over four commits, a release tag and an approval."""
+    approve(project.root, "scale2", "// v1\n")
+    for n in range(4):
+        (project.root / "notes.txt").write_text(str(n))
+        if n == 2:
+            approve(project.root, "scale2", "// v2\n")
+        commit(project.root, f"change {n}", *(["v1.0.0"] if n == 1 else []))
+        assert project.record(project.report(1 + n / 20)) == 0
+        assert project.record(project.report(1.5 + n / 20, fingerprint=h100())) == 0
+    assert project.show(tmp_path / "page") == 0
+    h100_key = h100().key()
+    return tmp_path / "page" / "history.html", h100_key
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
+def test_chromium_renders_the_history_page(two_gpu_page, tmp_path):
+    page, _ = two_gpu_page
+    assert_screenshot(page, artifacts(tmp_path) / "history-chromium.png", 2400, tmp_path / "profile")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
+def test_the_fingerprint_filter_runs_in_chromium_and_fetches_nothing(two_gpu_page, tmp_path):
+    page, key = two_gpu_page
+    result = subprocess.run([CHROMIUM, "--headless", *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                             f"{page.as_uri()}#fingerprint={key}"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    assert '<select id="fingerprint" aria-label' in dom  # the script ran (allowed by the page's policy): shown
+    articles = [line for line in dom.split("<article")[1:]]
+    assert len(articles) == 6
+    shown = [a for a in articles if 'hidden=""' not in a.split(">", 1)[0]]
+    assert len(shown) == 3 and all(f'data-fingerprint="{key}"' in a for a in shown)
+    assert "Content-Security-Policy" in dom and "default-src 'none'" in dom  # no fetch is allowed at all

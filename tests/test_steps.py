@@ -205,3 +205,10 @@ def test_a_bad_stepped_suite_is_refused_with_its_line_and_field(tmp_path, name):
     problem = next((p for p in caught.value.problems if says in p), None)
     assert problem is not None, caught.value.problems
     assert problem.startswith(f"line {line_of(text, on_line)}: "), problem
+
+
+def test_optimize_refuses_a_kernel_of_steps_in_one_line(capsys):
+    from pytest_cudagate.cli import main
+
+    assert main(["optimize", str(EXAMPLES / "split_reduce"), "row_sums_split", "--proposer", "autotune"]) == 2
+    assert "kernel 'row_sums_split' is 2 steps; cudagate optimize searches single-launch kernels" in capsys.readouterr().err

@@ -109,6 +109,10 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         raise CudagateError(f"no cudagate.yaml found at {args.suite}")
     suite = load_suite(paths[0])
     program = suite.kernel(args.kernel)
+    if program.steps:
+        raise CudagateError(f"{display_path(suite.path)}: kernel {program.name!r} is {len(program.steps)} steps; "
+                            "cudagate optimize searches single-launch kernels (its proposals replace one source and "
+                            "one launch): optimize each pass as a suite of its own")
     ledger = Ledger.for_suite(suite)  # one read: the ledger verified is the ledger judged with
     problems = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned, ledger=ledger)
     if problems:

@@ -157,11 +157,12 @@ def test_existing_suites_keep_their_manifests_without_steps():
 
 def test_the_worker_refuses_a_step_of_an_entry_the_kernel_does_not_compile(suite, tmp_path):
     request = run_request(suite, suite.kernels[0], [suite.case("correct_5x3000")], output_dir=tmp_path)
-    request["cases"][0]["launch"][1]["entry"] = "elsewhere"
     request["cases"][0]["launch"][0]["args"] = ["x", "x"]
-    problems = request_problems(request)
-    assert "case 'correct_5x3000': step 2: entry 'elsewhere' is not one of the kernel's entries" in problems
-    assert "case 'correct_5x3000': step 1: args must name signature parameters, each once" in problems
+    assert request_problems(request) == ["case 'correct_5x3000': step 1: args must name signature parameters, each once"]
+    request["cases"][0]["launch"][1]["entry"] = "elsewhere"
+    assert "the kernel's `entries` must be the steps' entries" in request_problems(request)[0]
+    request["kernel"]["entries"] = ["row_partials", "elsewhere"] + [f"e{i}" for i in range(5000)]
+    assert "the kernel's `entries` must be the steps' entries" in request_problems(request)[0]  # nothing more compiled
 
 
 STEPS = YAML[YAML.index("    steps:\n"):YAML.index("\ncases:")]

@@ -225,8 +225,10 @@ def _operation_problems(where: str, launch, kernel, names: list[str]) -> list[st
     entries = kernel.get("entries") if isinstance(kernel, dict) else None
     if not 1 <= len(launch) <= STEPS_MAX:
         return [f"{where}: a kernel of steps has 1 to {STEPS_MAX} steps, not {len(launch)}"]
-    if not (isinstance(entries, list) and entries):
-        return [f"{where}: a launch of steps needs the kernel's `entries`"]
+    # The worker compiles every entry: as many as the steps use, each once, the first the kernel's entry.
+    used = list(dict.fromkeys(step.get("entry") for step in launch if isinstance(step, dict)))
+    if not (isinstance(entries, list) and entries == used and entries[0] == kernel.get("entry")):
+        return [f"{where}: the kernel's `entries` must be the steps' entries, each once, in order of first use"]
     problems = []
     for number, step in enumerate(launch, 1):
         at = f"{where}: step {number}"

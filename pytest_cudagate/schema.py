@@ -6,6 +6,7 @@ import operator
 from functools import lru_cache
 
 import jsonschema
+import jsonschema_rs
 
 import cudagate_schemas
 
@@ -47,6 +48,20 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
+@lru_cache(maxsize=None)
+def _fast(name: str) -> jsonschema_rs.Validator:
+    # A compiled validator answers "valid?" for a 230 KiB report in ~0.3 ms, where jsonschema walks it
+    # in ~20 ms; jsonschema still words every refusal, so messages are the same as before.
+    return jsonschema_rs.validator_for(cudagate_schemas.load(name), offline=True)
+
+
+def _valid(document, name: str) -> bool:
+    try:
+        return _fast(name).is_valid(document)
+    except ValueError:  # a value JSON cannot hold (a numpy scalar, bytes, a key not a string)
+        return False
+
+
 def format_path(parts) -> str:
     text = ""
     for part in parts:
@@ -56,6 +71,8 @@ def format_path(parts) -> str:
 
 def problems(document, name: str, locate=None) -> list[str]:
     """Readable schema violations of ``document``; ``locate(path)`` may return a line number."""
+    if _valid(document, name):
+        return []
     found = []
     for error in sorted(_validator(name).iter_errors(document), key=lambda e: list(map(str, e.absolute_path))):
         hint = error.schema.get("x-hint") if isinstance(error.schema, dict) else None

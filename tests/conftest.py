@@ -51,6 +51,26 @@ def _isolated_compile_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nvrtc-cache"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _schema_engines_agree():
+    """The compiled validator only says "valid" and jsonschema words the refusals: across every document
+    the tests validate, it must never accept one that jsonschema refuses (stricter is harmless)."""
+    import pytest_cudagate.schema as schema
+
+    fast = schema._valid
+
+    def checked(document, name):
+        accepted = fast(document, name)
+        if accepted:
+            refused = [e.message[:200] for e in schema._validator(name).iter_errors(document)]
+            assert not refused, f"the compiled validator accepted a {name} document jsonschema refuses: {refused}"
+        return accepted
+
+    schema._valid = checked
+    yield
+    schema._valid = fast
+
+
 @pytest.fixture
 def suite_path(tmp_path) -> Path:
     """A valid ``scale`` suite with generated case data, in its own folder."""

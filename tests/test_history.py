@@ -234,6 +234,33 @@ def test_a_report_that_fails_its_schema_is_one_line_naming_the_file_and_field(pr
     assert not project.db.exists()
 
 
+def test_many_reports_are_recorded_in_one_command_each_at_its_own_commit(project, capsys):
+    approve(project.root, "scale2", "// v1\n")
+    first = commit(project.root, "one", "v1.0.0")
+    early = project.report(github={"sha": first, "ref": "refs/heads/main"})
+    (project.root / "notes.txt").write_text("later\n")
+    second = commit(project.root, "two")
+    late = project.report(1.2, github={"sha": second, "ref": "refs/heads/main"})
+    assert main(["history", "record", str(early), str(late), "--db", str(project.db), "--repo", str(project.root)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("recorded 3 timed case(s)") == 2 and first[:12] in out and second[:12] in out
+    assert project.rows("SELECT sha, count(*) FROM results JOIN runs ON results.run = runs.id GROUP BY sha "
+                        "ORDER BY sha") == sorted([(first, 3), (second, 3)])
+    assert project.rows("SELECT sha, tag FROM tags") == [(first, "v1.0.0")]
+
+
+def test_one_bad_report_among_many_records_none(project, capsys):
+    commit(project.root, "one")
+    good, bad = project.report(), project.report()
+    document = json.loads((bad / "report.json").read_text())
+    document["items"][0]["status"] = "sort of"
+    (bad / "report.json").write_text(json.dumps(document))
+    assert main(["history", "record", str(good), str(bad), "--db", str(project.db), "--repo", str(project.root)]) \
+        == EXIT_INPUT
+    assert str(bad / "report.json") in one_line(capsys.readouterr().err)
+    assert not project.db.exists()
+
+
 def test_a_report_commit_that_is_not_a_sha_is_refused(project, capsys):
     commit(project.root, "one")
     report = project.report(github={"sha": "--output=/tmp/x", "ref": "refs/heads/main"})

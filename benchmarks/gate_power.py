@@ -58,6 +58,7 @@ import yaml
 from packaging.version import InvalidVersion, Version
 from scipy.stats import beta, mannwhitneyu
 
+from evidence_header import with_header
 from pytest_cudagate import schema
 from pytest_cudagate.judge import stats
 from pytest_cudagate.xdist_hooks import gpu_count
@@ -717,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gate_power: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        card = f"{meta['gpu']}: {', '.join(g['uuid'] for g in meta['gpus']) or 'no uuid'}"
+        args.json.write_text(json.dumps(with_header({"meta": meta, "rows": rows}, __file__, argv, card), indent=1))
     print(tables(rows, [meta]))
     return 0
 

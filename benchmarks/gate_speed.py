@@ -5,6 +5,7 @@
     python benchmarks/gate_speed.py --xdist         # -n 2 against -n 0 on a host with two GPUs
     python benchmarks/gate_speed.py --no-gpu        # the gate's host side on a machine without one
     python benchmarks/gate_speed.py --tree DIR      # the examples and code of another checkout (before/after)
+    python benchmarks/gate_speed.py --json OUT.json # also keep the tables (schemas/gate-speed.schema.json)
 
 1. Plugin off: a one-test project, run in fresh processes alternately with cudagate loaded and with
    it left out; the medians of each and their difference (target: ≤ 30 ms).
@@ -40,6 +41,8 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+
+from evidence_header import with_header
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -261,7 +264,8 @@ def xdist_runs(env: Env) -> list[tuple[str, str]]:
     return rows
 
 
-def table(title: str, rows: list[tuple[str, str]]) -> None:
+def table(title: str, rows: list[tuple[str, str]], kept: list[dict]) -> None:
+    kept.append({"title": title, "rows": [list(row) for row in rows]})
     width = max(len(r[0]) for r in rows)
     print(f"\n### {title}\n\n| {'what'.ljust(width)} | value |\n|{'-' * (width + 2)}|---|")
     for what, value in rows:
@@ -279,16 +283,21 @@ def main() -> int:
                         help="let pytest load every plugin installed here (the machine's other projects' too)")
     parser.add_argument("--tree", type=Path, default=ROOT, help="run this checkout's code and examples")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--json", type=Path, help="also write the tables here, with the evidence header")
     args = parser.parse_args()
     env = Env(args.tree.resolve(), args.as_installed)
+    kept: list[dict] = []
     if args.xdist:
-        table("`-n 2` against `-n 0`", xdist_runs(env))
-        return 0
-    if not args.gate_only:
-        table("Plugin off", plugin_off(args.repeats, env))
-    if not args.plugin_only:
-        table("`pytest --cuda-gate examples`" + (" without a GPU" if args.no_gpu else ""),
-              gate_runs(max(args.repeats // 2, 3) if not args.gate_only else args.repeats, env, gpu=not args.no_gpu))
+        table("`-n 2` against `-n 0`", xdist_runs(env), kept)
+    else:
+        if not args.gate_only:
+            table("Plugin off", plugin_off(args.repeats, env), kept)
+        if not args.plugin_only:
+            table("`pytest --cuda-gate examples`" + (" without a GPU" if args.no_gpu else ""),
+                  gate_runs(max(args.repeats // 2, 3) if not args.gate_only else args.repeats, env, gpu=not args.no_gpu),
+                  kept)
+    if args.json:
+        args.json.write_text(json.dumps(with_header({"tables": kept}, __file__), indent=1))
     return 0
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evidence_header import with_header
 from pytest_cudagate.cli import main as cudagate
 from pytest_cudagate.gate import GateOptions, decide
 from pytest_cudagate.history.record import read_measured
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     "commit": commit.stdout.strip() or None, "machine": platform.machine(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "commits": n, "cases": args.cases, "rounds": args.rounds,
                     "report_bytes": size, "history_bytes": db_bytes, "page_bytes": page_bytes, "rows": rows}
+        # A CPU benchmark: the machine, not a card, is what its figures depend on.
+        document = with_header(document, __file__, argv, f"CPU only: {platform.machine()}, {os.cpu_count()} CPUs")
         validate(document, "history-speed", args.json)
         args.json.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return 0 if all(row["met"] is not False for row in rows) else 1

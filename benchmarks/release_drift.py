@@ -64,6 +64,7 @@ from pathlib import Path
 
 import yaml
 
+from evidence_header import with_header
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.latency import AdaptiveSampler
 from pytest_cudagate.suite.loader import load_suite
@@ -419,7 +420,7 @@ def main() -> int:
                 # Said after each experiment, so a run stopped at its time limit keeps what it measured.
                 print(f"\n{name} done at {time.perf_counter() - start:.0f} s\n\n{table(results)}", flush=True)
                 if args.json:
-                    args.json.write_text(json.dumps(results, indent=1))
+                    args.json.write_text(json.dumps(with_header(results, __file__), indent=1))
     print(f"\nthreshold: each suite's (2%); {time.perf_counter() - start:.0f} s wall in all")
     return 0
 

@@ -1,6 +1,6 @@
 """How many launches a kernel timed alone needs for its run level. Prints a markdown table.
 
-    python benchmarks/run_level_rounds.py [LEDGER ...]     # default: examples/*/cudagate.approvals.json
+    python benchmarks/run_level_rounds.py [LEDGER ...] [--json OUT.json]  # default: examples/*/cudagate.approvals.json
 
 A kernel identical to its approval is judged by its run level (the 10th percentile of its launches,
 ``stats.run_level``) against the levels of the approval runs, with their spread floored at the
@@ -26,6 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from evidence_header import with_header  # noqa: E402
 
 from cudagate_harness.stopping import Settle, next_rounds  # noqa: E402
 from pytest_cudagate.gate import baseline_timing  # noqa: E402
@@ -71,6 +74,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ledgers", nargs="*", type=Path,
                         default=sorted((ROOT / "examples").glob("*/cudagate.approvals.json")))
+    parser.add_argument("--json", type=Path, help="also write the rows here (schemas/run-level-rounds.schema.json)")
     args = parser.parse_args()
     table = [row for ledger in args.ledgers for row in rows(ledger)]
     if not table:
@@ -88,6 +92,19 @@ def main() -> int:
               + f" | {spread:.2f} | {ruled} | {offset:.2f} |")
     print("| **worst** | | " + " | ".join(f"**{max(r[2][n] for r in table):.2f}**" for n in COUNTS)
           + f" | {max(r[3] for r in table):.2f} | | **{max(r[5] for r in table):.2f}** |")
+    if args.json:
+        # Ledgers hold GPU data; this script only reads them, so the cards named are the ledgers' own.
+        cards = sorted({b.get("fingerprint", {}).get("uuid", "?") for ledger in args.ledgers
+                        for a in json.loads(ledger.read_text()).get("approvals", {}).values()
+                        for b in (a.get("baselines") or {}).values()})
+        document = {"ledgers": [str(p.resolve().relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p)
+                                for p in args.ledgers],
+                    "floor_pct": floor, "counts": list(COUNTS),
+                    "rows": [{"case": name, "launches": count, "offset_pct": {str(n): worst[n] for n in COUNTS},
+                              "spread_pct": spread, "ruled_launches": ruled, "ruled_offset_pct": offset}
+                             for name, count, worst, spread, ruled, offset in table]}
+        card = "read on CPU from ledgers recorded on " + ", ".join(cards)
+        args.json.write_text(json.dumps(with_header(document, __file__, card=card), indent=1))
     return 0
 
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evidence_header import with_header
 from pytest_cudagate import schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     for error in errors:
         print(f"\nnot measured: {error[:1500]}")
     if args.json:
-        document = {"command": command, "date": now, "gpus": cards, "results": results, "errors": errors}
+        document = with_header({"command": command, "date": now, "gpus": cards, "results": results, "errors": errors},
+                               __file__, argv, "; ".join(cards) or None)
         found = schema.problems(document, "timing-fidelity")
         if found:  # a bug of this script: say so, but keep the measurements
             print(f"\n{args.json}: {found[0]} (schemas/timing-fidelity.schema.json)", file=sys.stderr)

@@ -183,11 +183,12 @@ class Ledger:
     def approved_spec(self, approval: Approval, case: Case) -> dict:
         """The approved build ``case`` runs, as a request's ``kernel`` field: the pinned copies, with
         the options of the approved variant of the case's class after the kernel's (as
-        :meth:`Program.for_case` builds the current one)."""
+        :meth:`Program.for_case` builds the current one). No source name: :func:`compare_request`
+        gives every build of a comparison the current one's."""
         source, headers = self.pinned_texts(approval)
         return {
             "name": approval.kernel, "entry": approval.entry, "source": source,
-            "source_name": f"{approval.kernel}@approved/{approval.source_sha256[:12]}.cu", "headers": headers,
+            "headers": headers,
             "options": list(approval.options) + list(approval.variant(case).get("options", [])),
             "arch_suffix": approval.arch_suffix,
             **({"entries": launch_from_record(approval.launch).entries} if isinstance(approval.launch, list) else {}),

@@ -28,7 +28,7 @@ from pathlib import Path
 from pytest_cudagate import __version__, schema
 from pytest_cudagate.bisect_compare import Bench, Comparison, ratio_text, step_estimate
 from pytest_cudagate.bisect_history import KernelHistory, Version, kernel_history
-from pytest_cudagate.config import DEFAULT_BUDGET_S, project_config
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge import stats
@@ -136,7 +136,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     print(f"bisect {program.name} · {case.name} (suite {suite.name}) from GOOD {_named(args.good, history.good.commit)} "
           f"to BAD {_named(args.bad, history.bad)}, threshold ±{_percent(threshold)}: {history.commits} commit(s), "
           f"{len(history.candidates)} change the kernel's approved version ({history.skipped} skipped without GPU time)")
-    config = project_config(suite, timeout_s=args.timeout)
+    config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
     with tempfile.TemporaryDirectory(prefix="cudagate-bisect-") as work, \
             open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
         gate = Gate(worker.client, worker.fingerprint, GateOptions(budget_s=args.budget, threshold=threshold), Path(work))
@@ -287,5 +287,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bisect.add_argument("--repo", metavar="DIR", help="the git repository to read (default: the one holding SUITE)")
     bisect.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="watchdog per request in seconds (default: [tool.cudagate] timeout_s, else 60)")
+    bisect.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     bisect.add_argument("--json", metavar="OUT", help="also write the result here (schemas/bisect.schema.json)")
     bisect.set_defaults(func=cmd_bisect)

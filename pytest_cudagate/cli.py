@@ -7,6 +7,7 @@ Exit codes: 0 all good, 1 a check or replay failed, 2 bad input (the message nam
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from pytest_cudagate import __version__
 from pytest_cudagate.approve import approve
-from pytest_cudagate.config import project_config
+from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.diffing import kernel_diff
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
 from pytest_cudagate.judge.correctness import judge_case
@@ -29,9 +30,10 @@ from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.history.cli import register as register_history
 from pytest_cudagate.bisect import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
+from pytest_cudagate.paths import display_path
 from pytest_cudagate.schema import validate
 from pytest_cudagate.session import open_worker
-from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
@@ -118,7 +120,7 @@ def cmd_run(args) -> int:
                 spec["input"] = str(base / spec["input"])
         case["expected"] = {k: str(base / v) for k, v in case.get("expected", {}).items()}
     request["output_dir"] = str(Path(args.output).resolve()) if args.output else tempfile.mkdtemp(prefix="cudagate-run-")
-    config = project_config(path, timeout_s=args.timeout)
+    config = project_config(path, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
     with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
         result = worker.client.run(request)
     report = {"request": str(path), "compile": result.compile, "device": worker.client.device, "cases": []}
@@ -150,12 +152,22 @@ def cmd_cases_generate(args) -> int:
         if suite.reference.python:
             folders = generate(suite, cases)
         else:
-            config = project_config(suite, timeout_s=args.timeout)
+            config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
             with open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
                 folders = generate(suite, cases, client=worker.client)
         for case, folder in zip(cases, folders):
             print(f"wrote {folder}" + (" (generated.json and the output sample; the arrays are drawn at run time)"
                                        if case.generated else ""))
+            for stale in stale_files(suite, case):  # the case's other form, regenerable: it would block signing
+                stale.unlink()
+                with contextlib.suppress(OSError):
+                    stale.parent.rmdir()  # expected/ or sample/, once empty
+                print(f"  removed {display_path(stale)}: case {case.name!r} is " +
+                      ("generated now (its arrays are drawn at run time)" if case.generated
+                       else "stored now (generated.json and the sample are for a generated case)"))
+            warning = large_case_warning(suite, case)
+            if warning:
+                print(f"  warning: {warning}")
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
     return 0
@@ -165,7 +177,7 @@ def cmd_approve(args) -> int:
     """Record the working-tree kernel(s) as approved, if the gate passes them, with baselines measured here."""
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
-    config = project_config(suite, timeout_s=args.timeout)
+    config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
     if args.runs < 1:
         raise CudagateError(f"--runs {args.runs}: at least one run; {DEFAULT_APPROVAL_RUNS} (the default) gives the "
                             "spread a stored baseline is judged by")
@@ -187,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate suites, their case data, and compile every kernel (no GPU needed)")
     check.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    check.add_argument("--arch", action="append", metavar="SM", help="compile target, repeatable (default: [tool.cudagate] arch, else sm_90)")
+    check.add_argument("--arch", action="append", metavar="SM",
+                       help=f"compile target, repeatable (default: `arch` of [tool.cudagate] in the pyproject.toml "
+                            f"nearest above each suite, else {DEFAULT_ARCH}; never the GPU's, whether or not one is "
+                            "present)")
     check.add_argument("--allow-unsigned", action="store_true",
                        help="skip signature checks (local experiments only; says so loudly)")
     check.set_defaults(func=cmd_check)
@@ -196,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("request", metavar="REQUEST.json")
     run.add_argument("--output", metavar="DIR", help="where the kernel's outputs are written (default: a temp folder)")
     run.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
+    run.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     run.set_defaults(func=cmd_run)
 
     approve = sub.add_parser("approve", help="record the current kernel(s) as approved, with baselines measured on this GPU")
@@ -206,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help=f"independent runs, each in a fresh worker, whose medians a byte-identical kernel is "
                               f"later judged against (default {DEFAULT_APPROVAL_RUNS}; at least 2 for that)")
     approve.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
+    approve.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
     approve.set_defaults(func=cmd_approve)
@@ -228,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("suites", nargs="+", metavar="SUITE")
     gen.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
     gen.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
+    gen.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     gen.set_defaults(func=cmd_cases_generate)
     return parser
 

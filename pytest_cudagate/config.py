@@ -26,6 +26,7 @@ DEFAULT_ARCH = "sm_90"  # compile target when no GPU is present (the H200's)
 DEFAULT_TIMEOUT_S = 60.0  # watchdog per case: a kernel silent for longer is killed
 DEFAULT_BUDGET_S = 2.0  # measurement time per performance case of the interleaved comparison
 DEFAULT_LOCK_TIMEOUT_S = 600.0  # wait for another gate run to release the GPU
+LOCK_TIMEOUT_HELP = f"wait this long for another run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})"
 DEFAULT_RELEASE_TAGS = "v*"  # tags that name releases: the release gate's default reference is the newest
 
 

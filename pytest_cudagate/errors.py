@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from pytest_cudagate.paths import log_lines
+from pytest_cudagate.worker.gpulock import GpuLockTimeout
 
 # Exit codes of every ``cudagate`` command: 0 all good, 1 a check failed, 2 bad input, 3 no CUDA device.
 EXIT_FAILED, EXIT_INPUT, EXIT_NO_GPU = 1, 2, 3
@@ -33,6 +34,10 @@ def run_command(func, args) -> int:
         return func(args)
     except WorkerUnavailable as exc:
         print(f"cudagate: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
+    except GpuLockTimeout as exc:  # the card is busy, not broken: as without one, nothing can run here now
+        # log_lines: the holder's command line is another process's argv
+        print(log_lines(f"cudagate: {exc}; let that run finish, or wait longer with --lock-timeout S"), file=sys.stderr)
         return EXIT_NO_GPU
     except (CudagateError, KeyError) as exc:
         # log_lines: a refusal may quote the checkout (its names), and the job's log is read for commands

@@ -111,6 +111,9 @@ class Gate:
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
         self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
         self._checks: dict[str, tuple[Checks, list[str]]] = {}  # suite path -> effective_checks, read once
+        # (suite path, build) -> the case it hung on: such a build is not run again in this gate, so
+        # one hanging kernel costs one case timeout, not one per case (and its worker's restarts)
+        self._hung: dict[tuple[str, str, str], str] = {}
 
     @property
     def fingerprint_text(self) -> str:
@@ -118,7 +121,7 @@ class Gate:
 
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
-        outcome, extra = self._begin(suite, program, case)
+        outcome, extra = self._begin(suite, program, case, source_text)
         if outcome.failed:
             return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
@@ -176,10 +179,18 @@ class Gate:
             self._checks[key] = effective_checks(suite)
         return self._checks[key]
 
-    def _begin(self, suite: Suite, program: Program, case: Case) -> tuple[CaseOutcome, dict]:
-        """A new outcome and the case's checks and fresh inputs; a failed outcome when a generated
-        case cannot be rebuilt as signed (nothing is run then)."""
+    def _begin(self, suite: Suite, program: Program, case: Case,
+               source_text: str | None = None) -> tuple[CaseOutcome, dict]:
+        """A new outcome and the case's checks and fresh inputs; a failed outcome when the build hung
+        on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then)."""
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind, shape_class=case.shape_class)
+        hung_on = self._hung.get(self._build_key(suite, program, case, source_text))
+        if hung_on is not None:
+            outcome.failed = True
+            outcome.message = (f"not run: {program.for_case(case).build_name} did not finish case {hung_on} within "
+                               f"the case timeout earlier in this run, so it is not run again; fix the hang (or raise "
+                               f"--cuda-gate-timeout for a kernel that is only slow) and re-run")
+            return outcome, {}
         checks, notes = self.checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
@@ -208,8 +219,16 @@ class Gate:
                     f"holds, or run the case on a larger runner")
         return None
 
+    @staticmethod
+    def _build_key(suite: Suite, program: Program, case: Case, source_text: str | None) -> tuple[str, str, str]:
+        """A build as run: an optimizer's proposal (``source_text``) is a build of its own."""
+        text = hashlib.sha256(source_text.encode()).hexdigest() if source_text is not None else ""
+        return str(suite.path), program.for_case(case).build_name, text
+
     def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
+        if (body or {}).get("error", {}).get("kind") == "timeout":
+            self._hung.setdefault(self._build_key(suite, program, case, source_text), case.name)
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             build = program.for_case(case)
@@ -273,7 +292,7 @@ class Gate:
             suite, program, case, checks = job
             try:
                 request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer")
-                sanitize(request, checks.sanitizer, case_timeout_s=case_timeout, env=env)
+                sanitize(request, checks.sanitizer, case_timeout_s=case_timeout, env=env, ahead=True)
             except Exception:  # noqa: BLE001 - only a head start: the item runs it again and reports what happens
                 pass
 
@@ -434,10 +453,8 @@ class Gate:
         ``current``: a kernel spec and launch timed in ``program``'s place (``cudagate bisect``: a
         version read from git)."""
         request = compare_request(suite, program, case, approved=approved_spec, approved_launch=approved_launch,
-                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text, library=library)
-        if current is not None:
-            request["kernels"]["current"] = current[0]
-            request["launches"]["current"] = suite.resolved(case).launch(current[1])
+                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text, library=library,
+                                  current=current)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         with phases.RoundTrip(outcome, self.client) as trip:
@@ -454,7 +471,7 @@ class Gate:
             return body, compile_info, None
         resolved = suite.resolved(case)
         with phases.clock(outcome, "checks"):
-            approved_check = judge_case(f"{program.name}@{approved_spec['source_name']}", case.name,
+            approved_check = judge_case(f"{program.name} ({which})", case.name,
                                         {"status": "ok", **body["approved"]}, resolved.expected_outputs(),
                                         suite.tolerance, resolved.shapes, checks=(extra or {}).get("checks"))
         if not approved_check.passed:
@@ -475,11 +492,11 @@ class Gate:
         except CudagateError as exc:
             # Said once per kernel by its `release` item, which fails unless this is a first release.
             result = incomparable(threshold, str(exc), self.fingerprint_text)
-            result.advisory = True
+            result.advisory = result.said_by_kernel = True
             return result
         if isinstance(released, AbsentAtRef):
             result = incomparable(threshold, released.describe() + "; judged by the PR gate only", self.fingerprint_text)
-            result.advisory = True
+            result.advisory = result.said_by_kernel = True
             return result
         current = build_record(program, self._arch(), source_text)
         drift = (build_drift(released.build, BuildRecord.from_json(current)).describe(released.label)

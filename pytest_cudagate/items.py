@@ -326,10 +326,9 @@ class SuiteErrorItem(GateItem):
 class CompileItem(GateItem):
     def runtest(self) -> None:
         node: ProgramNode = self.parent
-        distrust = self.runtime.trust_problems(node.suite)
-        if distrust:
-            raise GateFailure("the gate refuses to compile this suite's kernels: its oracle or approvals are not "
-                              "trusted\n" + "\n".join(f"  - {p}" for p in distrust))
+        refusal = self.runtime.trust_refusal(node.suite, self.nodeid, "compile this suite's kernels")
+        if refusal:
+            raise GateFailure(refusal)
         failures = []
         builds = compile_builds(node.program, node.cases, self.runtime.arch(), timeout_s=self.runtime.timeout_s)
         for number, (build, result) in enumerate(builds):
@@ -387,12 +386,11 @@ class CaseItem(GateItem):
         node: ProgramNode = self.parent
         suite, program, case = node.suite, node.program, self.case
         runtime = self.runtime
-        distrust = runtime.trust_problems(suite)
-        if distrust:
+        refusal = runtime.trust_refusal(suite, self.nodeid, "judge this suite")
+        if refusal:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                      message="suite not trusted", shape_class=case.shape_class))
-            raise GateFailure("the gate refuses to judge this suite: its oracle or approvals are not trusted\n"
-                              + "\n".join(f"  - {p}" for p in distrust))
+            raise GateFailure(refusal)
         problem = case_data_problem(suite, case)
         if problem:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,

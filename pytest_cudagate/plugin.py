@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pytest
 
@@ -29,49 +29,54 @@ if TYPE_CHECKING:
 RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("cudagate", "CUDA kernel regression gate")
-    group.addoption("--cuda-gate", action="store_true", help="collect cudagate.yaml suites and replay them on the GPU")
-    group.addoption("--cuda-gate-require-gpu", action="store_true",
-                    help="fail (instead of skip) replay items when no CUDA device is present; for reserved GPU runners")
-    group.addoption("--cuda-gate-arch", default=None, metavar="SM",
-                    help="compile target when no GPU is present (default: [tool.cudagate] arch, else sm_90)")
-    group.addoption("--cuda-gate-timeout", type=float, default=None, metavar="S",
-                    help="watchdog per case in seconds; a kernel silent for longer is killed "
-                         "(default: [tool.cudagate] timeout_s, else 60)")
-    group.addoption("--cuda-gate-strict", action="store_true",
-                    help="fail on inconclusive or unstable latency verdicts instead of warning")
+def add_gate_options(add: Callable[..., object]) -> None:
+    """The ``--cuda-gate*`` options, given to ``add``: pytest's ``group.addoption`` here, an argparse
+    ``add_argument`` for ``cudagate gate --help`` and its refusals (one definition, never typed twice)."""
+    add("--cuda-gate", action="store_true", help="collect cudagate.yaml suites and replay them on the GPU")
+    add("--cuda-gate-require-gpu", action="store_true",
+        help="fail (instead of skip) replay items when no CUDA device is present; for reserved GPU runners")
+    add("--cuda-gate-arch", default=None, metavar="SM",
+        help="compile target when no GPU is present (default: [tool.cudagate] arch, else sm_90)")
+    add("--cuda-gate-timeout", type=float, default=None, metavar="S",
+        help="watchdog per case in seconds; a kernel silent for longer is killed "
+             "(default: [tool.cudagate] timeout_s, else 60)")
+    add("--cuda-gate-strict", action="store_true",
+        help="fail on inconclusive or unstable latency verdicts instead of warning")
     # An optional value: bare, it must come last (or before another option) so that it cannot take a path.
-    group.addoption("--cuda-gate-release", nargs="?", const="", default=None, metavar="REF",
-                    help="release mode: time each kernel interleaved against its version approved at REF (default: "
-                         "the newest tag matching [tool.cudagate] release_tags, else v*, before HEAD); a regression "
-                         "against it, or against the stored runs of an unchanged kernel, fails. Write "
-                         "--cuda-gate-release=REF, or the bare flag after the paths")
-    group.addoption("--cuda-gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
-                    help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
-    group.addoption("--cuda-gate-threshold", type=float, default=None, metavar="F",
-                    help="latency drift tolerated, as a fraction strictly between 0 and 1 (overrides each suite's "
-                         "gate.threshold)")
-    group.addoption("--cuda-gate-fresh-seed", type=int, default=None, metavar="N",
-                    help="seed of the fresh random inputs (default: $CUDAGATE_FRESH_SEED, else new each run; "
-                         "the report names the seed so a failure can be replayed)")
-    group.addoption("--cuda-gate-allow-unsigned", action="store_true",
-                    help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
-    group.addoption("--cuda-gate-report", default=None, metavar="DIR",
-                    help="write report.json, a self-contained report.html and replayable requests/ into DIR")
-    group.addoption("--cuda-gate-benchmark-json", default=None, metavar="FILE",
-                    help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
-                         "and benchmark dashboards")
-    group.addoption("--cuda-gate-durations", type=int, default=None, metavar="N",
-                    help="list the N slowest cases with their time split by phase (compile, worker start, checks, "
-                         "fresh inputs, warm-up, timing, sanitizer, statistics, IPC); 0 lists all")
-    group.addoption("--cuda-gate-class", action="append", default=None, metavar="NAME",
-                    help="run only the performance cases of shape class NAME (a case's `class:`), repeatable; "
-                         "compile items and correctness cases always run")
-    group.addoption("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
-                    help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
+    add("--cuda-gate-release", nargs="?", const="", default=None, metavar="REF",
+        help="release mode: time each kernel interleaved against its version approved at REF (default: "
+             "the newest tag matching [tool.cudagate] release_tags, else v*, before HEAD); a regression "
+             "against it, or against the stored runs of an unchanged kernel, fails. Write "
+             "--cuda-gate-release=REF, or the bare flag after the paths")
+    add("--cuda-gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+        help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
+    add("--cuda-gate-threshold", type=float, default=None, metavar="F",
+        help="latency drift tolerated, as a fraction strictly between 0 and 1 (overrides each suite's "
+             "gate.threshold)")
+    add("--cuda-gate-fresh-seed", type=int, default=None, metavar="N",
+        help="seed of the fresh random inputs (default: $CUDAGATE_FRESH_SEED, else new each run; "
+             "the report names the seed so a failure can be replayed)")
+    add("--cuda-gate-allow-unsigned", action="store_true",
+        help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
+    add("--cuda-gate-report", default=None, metavar="DIR",
+        help="write report.json, a self-contained report.html and replayable requests/ into DIR")
+    add("--cuda-gate-benchmark-json", default=None, metavar="FILE",
+        help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
+             "and benchmark dashboards")
+    add("--cuda-gate-durations", type=int, default=None, metavar="N",
+        help="list the N slowest cases with their time split by phase (compile, worker start, checks, "
+             "fresh inputs, warm-up, timing, sanitizer, statistics, IPC); 0 lists all")
+    add("--cuda-gate-class", action="append", default=None, metavar="NAME",
+        help="run only the performance cases of shape class NAME (a case's `class:`), repeatable; "
+             "compile items and correctness cases always run")
+    add("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+        help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
     # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.
-    group.addoption("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    add("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_gate_options(parser.getgroup("cudagate", "CUDA kernel regression gate").addoption)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -92,10 +92,9 @@ class ReleasedApproval:
 
     def kernel_spec(self, case: Case) -> dict:
         """The released build ``case`` runs, as a harness request's ``kernel`` field (the options of
-        its class's variant after the kernel's, as for the approved version)."""
+        its class's variant after the kernel's, as for the approved version; no source name, as there)."""
         return {
             "name": self.kernel, "entry": self.entry, "source": self.source,
-            "source_name": f"{self.kernel}@{self.label}/{self.source_sha256[:12]}.cu",
             "headers": dict(self.headers), "arch_suffix": self.arch_suffix,
             "options": list(self.options) + list(self.classes.get(case.shape_class, {}).get("options", [])),
             **({"entries": launch_from_record(self.launch).entries} if isinstance(self.launch, list) else {}),

@@ -100,6 +100,7 @@ class GateRuntime:
     _output_dir: Path | None = None
     _ledgers: dict[Path, Ledger | CudagateError] = field(default_factory=dict)
     _distrust: dict[str, list[str]] = field(default_factory=dict)
+    _distrust_shown: dict[str, str] = field(default_factory=dict)  # suite path -> the item that listed why
     _release: ReleaseSource | None = None
     _closed: bool = False  # the run is over (close_worker): no worker starts again
     _starting: threading.Lock = field(default_factory=threading.Lock)  # the start may run in a thread
@@ -163,6 +164,20 @@ class GateRuntime:
             self.trust[key] = ("not checked (--cuda-gate-allow-unsigned)" if self.allow_unsigned else
                                "verified" if not self._distrust[key] else "NOT TRUSTED: " + self._distrust[key][0])
         return self._distrust[key]
+
+    def trust_refusal(self, suite: Suite, nodeid: str, refuses: str) -> str | None:
+        """Item ``nodeid``'s failure when ``suite`` is not trusted (None when it is): the problems in full
+        for the suite's first such item of the session, then one line per item naming that one, so
+        that the same block is not repeated for every case."""
+        problems = self.trust_problems(suite)
+        if not problems:
+            return None
+        key = str(suite.path)
+        head = f"the gate refuses to {refuses}: its oracle or approvals are not trusted"
+        if key in self._distrust_shown:
+            return f"{head} (why: listed once, under {self._distrust_shown[key]})"
+        self._distrust_shown[key] = nodeid
+        return head + "\n" + "\n".join(f"  - {p}" for p in problems)
 
     def ledger(self, suite: Suite) -> Ledger:
         """The suite's ledger, read once per session (an unreadable one raises the same error each time)."""

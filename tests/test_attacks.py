@@ -176,7 +176,9 @@ def test_a_conftest_is_not_loaded(repo):
     (["--cuda-gate-allow-unsigned"], "--cuda-gate-allow-unsigned: refused under --trusted-ref"),
     (["--cuda-gate-threshold", "0.99"], "--cuda-gate-threshold 0.99: refused under --trusted-ref: wider than the "
                                         "threshold 0.02 signed in softmax/cudagate.yaml"),
-    (["--cuda-gate-skip-release-checks"], "--cuda-gate-skip-release-checks: refused under --trusted-ref"),
+    (["--cuda-gate-skip-release-checks"], "--cuda-gate-skip-release-checks: refused under --trusted-ref: no such "
+                                          "option, and none skips a check: the trusted gate runs them all; "
+                                          "`cudagate gate --help` lists the options it forwards"),
     (["-p", "evil_plugin"], "-p: refused under --trusted-ref"),
     (["--cuda-gate-trust-root=/tmp/mine.json"], "--cuda-gate-trust-root: refused under --trusted-ref"),
 ])

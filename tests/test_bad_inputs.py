@@ -33,6 +33,19 @@ def test_every_bad_input_is_refused_fast_and_clearly(family, tmp_path, capsys):
     assert not wrong, "\n\n".join(wrong)
 
 
+@pytest.mark.parametrize("cpu_s, seconds, expected", [
+    (1.9, 9.5, "refused"),  # a loaded host: slow on the wall clock, within its CPU time
+    (2.5, 2.6, "hang"),  # a busy loop: over its CPU time however idle the host
+    (0.1, 10.5, "hang"),  # a blocked read: no CPU spent, over the wall limit
+])
+def test_the_limits_tell_a_loaded_host_from_a_hang(cpu_s, seconds, expected):
+    item = INPUTS[0]
+    result = {"entry": "cudagate", "code": 2, "output": "cudagate: refused", "peak_mb": 100, "cpu_s": cpu_s,
+              "seconds": seconds, "cpu_limit": item.cpu_s, "wall_limit": item.wall_s}
+    assert (item.cpu_s, item.wall_s) == (2.0, 10.0)
+    assert verdict(result) == expected
+
+
 def test_the_generator_covers_every_family_of_the_issue():
     assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references",
                              "gate", "merge", "replay", "tunables"}

@@ -19,6 +19,7 @@ from test_release_gate import Project, commit, git
 
 BASE_MS = 0.01  # the fake device's time per launch
 MARK = re.compile(r"// slower by ([0-9.]+) %")
+LABEL = re.compile(r"^// version (.*)$", re.M)
 
 
 def fake_kernel(spec: dict) -> FakeKernel:
@@ -45,6 +46,7 @@ class History:
         commit(self.project.root, "GOOD: scale approved")
         self.good = self.head()
         self.kernel_commits: list[str] = []
+        self.by_label: dict[str, str] = {}
         self.other_commits: list[str] = []
 
     @property
@@ -57,10 +59,11 @@ class History:
     def version(self, label: str, slower_pct: float = 0.0, extra: str = "") -> str:
         """A re-approved kernel: a new comment (another source, the same speed) and the slowdown given."""
         mark = f"// slower by {slower_pct} %\n" if slower_pct else ""
-        (self.suite.parent / "scale.cu").write_text(f"{KERNEL_CU}// {label}\n{mark}{extra}")
+        (self.suite.parent / "scale.cu").write_text(f"{KERNEL_CU}// version {label}\n{mark}{extra}")
         self.project.approve("scale")
         commit(self.project.root, label)
         self.kernel_commits.append(self.head())
+        self.by_label[label] = self.head()
         return self.head()
 
     def other(self, label: str, resign: bool = False) -> str:
@@ -88,9 +91,10 @@ def bisect(history: History, *extra: str, good: str | None = None, bad: str = "H
     return main(["bisect", good or history.good, bad, str(history.suite), "--case", "perf", *extra])
 
 
-def compared(workers) -> list[str]:
-    """The commit (12 hex digits) of the current version of every comparison the worker ran."""
-    return [r["kernels"]["current"]["source_name"].split("@")[1].split("/")[0]
+def compared(workers, history: History) -> list[str]:
+    """The commit (12 hex digits) of the current version of every comparison the worker ran, known by
+    the label :meth:`History.version` leaves in its source (every build has one source name)."""
+    return [history.by_label[LABEL.search(r["kernels"]["current"]["source"])[1]][:12]
             for w in workers for r in w.requests if r["op"] == "compare"]
 
 
@@ -114,7 +118,7 @@ def test_finds_the_commit_that_regressed_in_log2_comparisons_skipping_commits_th
     assert f"first regressing commit: {culprit[:12]} 'kernel edit {slow_at}'" in out
     assert "5.0% slower than GOOD" in out
     assert "12 commit(s), 8 change the kernel's approved version (4 skipped without GPU time)" in out
-    seen = compared(workers)
+    seen = compared(workers, history)
     assert len(seen) <= math.ceil(math.log2(8)) + 1
     assert not {c[:12] for c in history.other_commits} & set(seen)  # no GPU time for commits that keep the kernel
     assert len(workers) == 1  # one worker for the whole search
@@ -130,7 +134,7 @@ def test_a_bad_that_is_not_slower_is_one_comparison_and_no_regression(history, w
     out = capsys.readouterr().out
     assert re.search(r"no commit regresses: BAD [0-9a-f]{12} is 1\.0% slower than GOOD [0-9a-f]{12} "
                      r"\(ratio 1\.010, 99% CI \[1\.010, 1\.010\]\): pass at ±2%", out), out
-    assert compared(workers) == [history.kernel_commits[-1][:12]]
+    assert compared(workers, history) == [history.kernel_commits[-1][:12]]
 
 
 def test_the_threshold_option_is_in_percent(history, workers, capsys):

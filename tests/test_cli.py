@@ -60,6 +60,20 @@ def test_check_several_architectures(capsys, suite_path):
     assert "scale2: compiles for sm_90" in out
 
 
+def test_check_arch_defaults_to_the_project_setting_else_sm_90(capsys, tmp_path):
+    """What `check --help` says: the nearest pyproject.toml's [tool.cudagate] arch, else sm_90."""
+    path = write_suite(tmp_path / "project" / "suites" / "s")
+    code, out, _ = run(capsys, "check", "--allow-unsigned", path)
+    assert code == 0 and "scale2: compiles for sm_90" in out, out
+    (tmp_path / "project" / "pyproject.toml").write_text('[tool.cudagate]\narch = "sm_80"\n')
+    code, out, _ = run(capsys, "check", "--allow-unsigned", path)
+    assert code == 0 and "scale2: compiles for sm_80" in out and "sm_90" not in out, out
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    assert ("(default: `arch` of [tool.cudagate] in the pyproject.toml nearest above each suite, else sm_90;"
+            in " ".join(capsys.readouterr().out.split()))
+
+
 def test_check_a_bad_suite(capsys, tmp_path):
     text = replace_once(SUITE_YAML, "rows: 3,", "rows: 2.5,")
     path = write_suite(tmp_path / "s", yaml_text=text, data=False)
@@ -117,6 +131,51 @@ def test_cases_generate_one_case(capsys, tmp_path):
     assert code == 0
     assert out.strip().endswith("perf")
     assert not (path.parent / "cases" / "small").exists()
+
+
+@pytest.mark.parametrize("dtype, low", [("int32", -100), ("uint8", 0), ("float32", -100)])
+def test_integers_without_bounds_draw_the_default_range(capsys, tmp_path, dtype, low):
+    """`{distribution: integers}` alone draws in [-100, 100] (unsigned [0, 100]), as an integer buffer
+    without `inputs` does (schemas/suite.schema.json), never only -1, 0 and 1."""
+    text = replace_once(SUITE_YAML, "{name: x, buffer: float32,", f"{{name: x, buffer: {dtype},")
+    path = write_suite(tmp_path / "s", yaml_text=text + "inputs:\n  x: {distribution: integers}\n", data=False)
+    code, _, err = run(capsys, "cases", "generate", path, "--case", "perf")
+    assert code == 0, err
+    x = np.load(path.parent / "cases" / "perf" / "x.npy")
+    assert x.dtype == np.dtype(dtype) and x.min() == low and x.max() == 100
+
+
+def test_switching_a_case_to_generated_removes_its_stale_arrays_only(capsys, tmp_path):
+    """The arrays a case no longer stores would block `cudagate sign`: generate removes them, saying so,
+    and touches no other case; switched back, the record and sample go the same way."""
+    path = write_suite(tmp_path / "s")
+    perf, small = path.parent / "cases" / "perf", path.parent / "cases" / "small"
+    path.write_text(replace_once(SUITE_YAML, "cols: 256}}", "cols: 256}, generated: true}"))
+    code, out, err = run(capsys, "cases", "generate", path, "--case", "perf")
+    assert code == 0, err
+    assert "removed" in out and f"perf{os.sep}x.npy: case 'perf' is generated now" in out, out
+    assert sorted(p.relative_to(perf).as_posix() for p in perf.rglob("*.npy")) == ["sample/y.npy"]
+    assert (small / "x.npy").is_file() and (small / "expected" / "y.npy").is_file()
+    path.write_text(SUITE_YAML)
+    code, out, err = run(capsys, "cases", "generate", path, "--case", "perf")
+    assert code == 0 and f"perf{os.sep}generated.json: case 'perf' is stored now" in out, err
+    assert not (perf / "generated.json").exists() and not (perf / "sample").exists()
+    assert run(capsys, "check", "--allow-unsigned", path)[0] == 0
+
+
+def test_cases_generate_warns_of_a_large_stored_case(capsys, tmp_path):
+    """Over 64 MiB of arrays in one stored case (here 2048 x 4100 float32 values, in and out: 64.1 MiB) the
+    warning suggests `generated: true`; a generated case of that size writes a few KiB and no warning."""
+    big = replace_once(SUITE_YAML, "{rows: 64, cols: 256}", "{rows: 2048, cols: 4100}")
+    path = write_suite(tmp_path / "s", yaml_text=big, data=False)
+    code, out, err = run(capsys, "cases", "generate", path)
+    assert code == 0, err
+    assert out.count("warning: case") == 1, out
+    assert ("warning: case 'perf' stores 64.1 MiB of arrays (over 64 MiB) to commit; `generated: true` on the case "
+            "keeps only their digests and an output sample") in out, out
+    path.write_text(replace_once(big, "cols: 4100}}", "cols: 4100}, generated: true}"))
+    code, out, err = run(capsys, "cases", "generate", path, "--case", "perf")
+    assert code == 0 and "warning: case" not in out and "removed" in out, out
 
 
 def test_cases_generate_an_unknown_case(capsys, tmp_path):

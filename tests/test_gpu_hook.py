@@ -53,3 +53,29 @@ def test_a_required_gpu_fails_with_the_underlying_error(project, monkeypatch, ho
 def test_zero_does_not_require_a_gpu(project, monkeypatch):
     monkeypatch.setenv("CUDAGATE_REQUIRE_GPU", "0")
     project.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1, skipped=1)
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_a_missing_tool_of_a_gpu_test_skips_or_fails_where_required(project, monkeypatch, required):
+    """The GPU tests' own skips (compute-sanitizer, ncu, openai) go through gpu_support: on a machine that
+    must run every GPU test they fail with the reason instead of passing unseen."""
+    project.makepyfile(test_device="""
+        from gpu_support import require_module, unavailable
+
+        def test_tool(pytestconfig):
+            unavailable(pytestconfig, "ncu (Nsight Compute) not found")
+
+        def test_module(pytestconfig):
+            require_module(pytestconfig, "no_such_module_for_cudagate")
+    """)
+    if required:
+        monkeypatch.setenv("CUDAGATE_REQUIRE_GPU", "1")
+    result = project.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    if required:
+        result.assert_outcomes(failed=2)
+        result.stdout.fnmatch_lines(["*required here (--require-gpu / CUDAGATE_REQUIRE_GPU) but unavailable: "
+                                     "ncu (Nsight Compute) not found*",
+                                     "*unavailable: no_such_module_for_cudagate is not importable*"])
+    else:
+        result.assert_outcomes(skipped=2)
+        result.stdout.fnmatch_lines(["*ncu (Nsight Compute) not found*"])

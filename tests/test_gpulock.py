@@ -112,3 +112,27 @@ def test_gpu_id_sanitised_and_lock_dir_from_environment(tmp_path, monkeypatch):
     assert lock.path.name == "_MIG-GPU-abc_1_0.lock"
     with lock:
         assert lock.path.exists()
+
+
+def test_a_command_kept_waiting_for_the_gpu_says_so_in_one_line(tmp_path, holder, monkeypatch, capsys):
+    """`cudagate run` on a card another run holds: one line naming the lock, the wait and the option, exit 3
+    as with no GPU (the worker is tests/stub_worker.py, which says hello as card GPU-stub)."""
+    from functools import partial
+
+    from bad_input_cases import request
+    from pytest_cudagate import session
+    from pytest_cudagate.cli import main
+    from pytest_cudagate.worker.client import HarnessClient
+
+    proc = holder("GPU-stub")
+    monkeypatch.setenv("CUDAGATE_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    stub = [sys.executable, str(REPO / "tests" / "stub_worker.py")]
+    monkeypatch.setattr(session, "HarnessClient", partial(HarnessClient, command=stub))
+    _, args = request(tmp_path / "request", "cudagate", lambda body: body)
+    assert main([*args, "--lock-timeout", "0.2"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"cudagate: GPU GPU-stub still locked after 0.2 s: lock file {tmp_path / 'GPU-stub.lock'} "
+                          f"is held by pid {proc.pid} "), err
+    assert err.endswith("; let that run finish, or wait longer with --lock-timeout S\n"), err

@@ -134,6 +134,26 @@ def test_a_clean_kernel_passes_and_a_missing_sanitizer_is_a_note(scale_suite, tm
     assert "compute-sanitizer not found" in small.warning and "step was skipped" in small.warning
 
 
+def test_a_kernel_that_hangs_under_the_sanitizer_costs_half_a_timeout_ahead(scale_suite, tmp_path, monkeypatch):
+    """Ahead of the cases the tools get half the case timeout; a kernel still running then is killed
+    there and its item runs them again within the full limit (the case timeout and the start)."""
+    script = fake_compute_sanitizer(tmp_path / "bin", """\
+request = json.loads(Path(args[args.index("cudagate_harness") + 1]).read_text())
+with open(here / "limits.txt", "a") as f:
+    f.write(f"{request['timeout_s']:g}\\n")
+time.sleep(600)""")
+    monkeypatch.setenv("CUDAGATE_COMPUTE_SANITIZER", str(script))
+    gate = Gate(FakeWorker(kernels_for(scale_suite), timeout_s=1.0), Fingerprint(), GateOptions(fresh_seed=3),
+                tmp_path / "out")
+    program, case = scale_suite.kernels[0], scale_suite.case("small")
+    gate.sanitize_ahead([(scale_suite, program, c) for c in scale_suite.cases])
+    limits = tmp_path / "bin" / "limits.txt"
+    assert limits.read_text().split() == ["0.5"] * 3  # one kernel, three tools, killed together
+    outcome = gate.replay(scale_suite, program, case, Ledger.for_suite(scale_suite))
+    assert limits.read_text().split() == ["0.5"] * 3 + ["2"] * 3
+    assert not outcome.failed and "timed out after 2 s (the case timeout 1 s + 1 s" in outcome.warning
+
+
 def test_the_sanitizer_request_runs_the_harness_on_one_plain_launch(scale_suite, tmp_path, monkeypatch):
     script = fake_sanitizer(tmp_path / "bin", {})
     seen = []
@@ -286,6 +306,27 @@ def test_flag_cases_names_tiny_and_constant_outputs(tmp_path):
     np.save(suite.expected_path(case, suite.outputs[0]), (np.arange(150, dtype=np.float32) * 1e-9).reshape(3, 50))
     (problem,) = flag_cases(suite)
     assert "all zeros passes its tolerance" in problem and "widen the inputs or tighten atol" in problem
+
+
+def test_a_one_element_case_warns_until_the_suite_says_constant_ok(tmp_path, capsys):
+    """A 1-element output is passed by the constant equal to it: `cudagate check` warns, naming the key
+    that says this is meant; `constant_ok: true` on the case silences it, and is signed with the case."""
+    from pytest_cudagate.cli import main
+    from pytest_cudagate.trust.manifest import suite_manifest
+
+    one = replace_once(SUITE_YAML, "{rows: 3, cols: 50}}", "{rows: 1, cols: 1}}")
+    path = write_suite(tmp_path / "scale", yaml_text=one)
+    assert main(["check", "--allow-unsigned", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: case small: output 'y':" in out and "set `constant_ok: true` on the case" in out, out
+    before = suite_manifest(load_suite(path))["cases"]["small"]
+    path.write_text(replace_once(one, "{rows: 1, cols: 1}}", "{rows: 1, cols: 1}, constant_ok: true}"))
+    assert main(["check", "--allow-unsigned", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().out
+    assert suite_manifest(load_suite(path))["cases"]["small"] == {**before, "constant_ok": True}
+    path.write_text(replace_once(one, "{rows: 1, cols: 1}}", "{rows: 1, cols: 1}, constant_ok: yes please}"))
+    assert main(["check", "--allow-unsigned", str(path)]) == 2
+    assert "cases[0].constant_ok: 'yes please' is not of type 'boolean'" in capsys.readouterr().err
 
 
 # -- checks: in the suite file -------------------------------------------------------------------------------

@@ -250,3 +250,14 @@ def test_replay_of_an_audit_pack(tmp_path, suite):
     assert [a["candidate"]["source_sha256"] for a in again[3]["attempts"]] == \
            [a["candidate"]["source_sha256"] for a in first[3]["attempts"]]
     assert again[2]["best"]["source_sha256"] == first[2]["best"]["source_sha256"]
+
+
+def test_optimize_help_says_what_a_run_needs(capsys):
+    from pytest_cudagate.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for need in ("Needs a CUDA GPU", "the [optimize] extra and OPENAI_API_KEY", "KERNEL's approved version",
+                 "--allow-unsigned"):
+        assert need in text, text

@@ -207,7 +207,12 @@ def test_an_unsigned_suite_is_refused_before_any_replay(pytester):
     write_suite(pytester.path / "kernels" / "scale")
     result = pytester.runpytest("--cuda-gate", "-rf")
     result.assert_outcomes(failed=3)
-    result.stdout.fnmatch_lines(["*the gate refuses to judge this suite*", "*no trusted signing keys*"])
+    # the reasons once, under the first item; each later item says so in one line
+    result.stdout.fnmatch_lines(["*the gate refuses to compile this suite's kernels*", "*no trusted signing keys*"])
+    output = result.stdout.str()
+    assert output.count("no trusted signing keys") == 1, output
+    assert output.count("the gate refuses to judge this suite: its oracle or approvals are not trusted (why: listed "
+                        "once, under kernels/scale/cudagate.yaml::scale2::compile)") == 2, output
     loud = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned")
     loud.stdout.fnmatch_lines(["*trust checks are OFF*"])
 

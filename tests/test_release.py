@@ -178,7 +178,7 @@ def test_released_approvals_read_the_pinned_version(repo):
     scale = released["scale"]
     assert (scale.source, scale.label, scale.options, scale.build) == ("// v2\n", "v1.1.0", ("-DK=1",), None)
     spec = scale.kernel_spec(Case("small", "performance", {"n": 4}))
-    assert spec["source"] == "// v2\n" and spec["source_name"].startswith("scale@v1.1.0/")
+    assert spec["source"] == "// v2\n" and "source_name" not in spec  # the comparison names every build alike
     assert scale.launch_for(Case("big", "performance", {"n": 4})).block == ("512",)
     assert scale.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
 

@@ -98,8 +98,10 @@ def test_creep_since_the_release_fails_naming_it(suite, ledger, tmp_path):
     assert f"% slower than {LABEL} (ratio 1.1" in outcome.message
     assert outcome.latency.verdict is Latency.INCOMPARABLE and outcome.latency.advisory  # no stored runs here
     kinds = [r["op"] for r in outcome.requests]
-    assert kinds == ["run", "compare"] and outcome.requests[1]["kernels"]["approved"]["source_name"].startswith(
-        f"scale2@{LABEL}/")
+    assert kinds == ["run", "compare"]
+    kernels = outcome.requests[1]["kernels"]
+    assert kernels["approved"]["entry"] == "fast"  # the released build, compiled under the current one's name
+    assert kernels["approved"]["source_name"] == kernels["current"]["source_name"]
 
 
 def test_a_kernel_identical_to_the_release_is_not_timed_again(suite, ledger, tmp_path):
@@ -145,3 +147,17 @@ def test_the_report_json_carries_the_release_verdict(suite, ledger, tmp_path):
     assert item["latency"]["release"]["verdict"] == "regressed"
     assert item["latency"]["release"]["headline"].startswith("latency regressed: current is")
     assert LABEL in item["latency"]["release"]["headline"]
+
+
+@pytest.mark.parametrize("found", [
+    AbsentAtRef("scale2", LABEL, "kernels/scale did not exist there"),
+    CudagateError("no tag matching 'v*' is reachable from HEAD other than HEAD's own; a first release"),
+])
+def test_a_pass_with_no_release_to_compare_is_a_pass_not_a_warning(suite, ledger, tmp_path, found):
+    """The kernel's `release` item says once that there is no release; its passing cases stay passes."""
+    program = dataclasses.replace(suite.kernels[0], entry="same")  # changed, as fast as approved
+    outcome = replay(suite, ledger, found, tmp_path, program=program,
+                     kernels={"scale2": timed(0.0), "same": timed(0.0)})
+    assert outcome.latency.verdict is Latency.PASS
+    assert outcome.latency.release.verdict is Latency.INCOMPARABLE
+    assert not outcome.failed and "latency" not in outcome.warning  # only the fixture's relaxed-checks note

@@ -415,4 +415,5 @@ def test_only_the_comment_job_may_write_and_it_runs_no_pull_request_code():
     assert checkouts == [{"ref": "${{ github.event.pull_request.base.sha }}", "path": "trusted",
                           "persist-credentials": False}]
     post = next(s for s in job["steps"] if s.get("uses", "").endswith(".github/actions/pr-comment"))
-    assert post["uses"].startswith("./trusted/") and re.fullmatch(r"pytest-cudagate==[\d.]+", post["with"]["package"])
+    # cudagate comes from the trusted checkout the action is part of, never from a package name alone
+    assert post["uses"].startswith("./trusted/") and "package" not in post["with"]

@@ -83,3 +83,18 @@ def test_register_sets_func_for_each_subcommand():
     register(parser.add_subparsers(dest="command"))
     for argv in (["keygen", "--name", "x"], ["sign", "s.yaml", "--key", "k", "--signer", "n"], ["verify", "s.yaml"]):
         assert callable(parser.parse_args(argv).func)
+
+
+def test_check_outside_a_project_names_where_keygen_writes(tmp_path, capsys):
+    """No pyproject.toml or .git above the suite: keygen would refuse there, so check says to make a project
+    root rather than naming a trusted_keys folder beside the suite that nothing writes."""
+    from helpers import write_suite
+    from pytest_cudagate.cli import main
+
+    path = write_suite(tmp_path / "suites" / "saxpy")
+    assert not any((d / "pyproject.toml").is_file() or (d / ".git").exists() for d in path.parents)
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "no project root (a folder holding pyproject.toml or .git) at or above" in out, out
+    assert "<project root>/.cudagate/trusted_keys/*.pub" in out and "fix: make the project's top folder a repository" in out
+    assert "saxpy/.cudagate/trusted_keys" not in out

@@ -88,3 +88,23 @@ def test_sign_without_a_key_does_not_claim_to_use_the_variable(capsys, monkeypat
     captured = capsys.readouterr()
     assert "$CUDAGATE_SIGNING_KEY" not in captured.out
     assert "no signing key" in captured.err
+
+
+def test_gate_help_lists_the_options_pytest_help_lists_and_no_skip_options(capsys, tmp_path):
+    """`cudagate gate --help` shows the --cuda-gate-* options it forwards, the same set `pytest --help`
+    shows (one definition, plugin.add_gate_options); neither names an option that does not exist."""
+    import re
+    import subprocess
+    import sys
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["gate", "--help"])
+    assert exit_info.value.code == 0
+    gate_help = capsys.readouterr().out
+    pytest_help = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p", "no:cacheprovider"], cwd=tmp_path,
+                                 capture_output=True, text=True, check=True).stdout
+    named = [set(re.findall(r"^ +(--cuda-gate[\w-]*)", text, re.MULTILINE)) for text in (gate_help, pytest_help)]
+    assert named[0] == named[1] - {"--cuda-gate"} and "--cuda-gate-lock-timeout" in named[0], named
+    assert "--cuda-gate-skip" not in gate_help + pytest_help and "trust-root" not in gate_help + pytest_help
+    assert ("these are refused: --cuda-gate-allow-unsigned, --cuda-gate-fresh-seed, --cuda-gate-class"
+            in " ".join(gate_help.split()))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_cudagate.errors import WorkerUnavailable
+from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.worker.client import HarnessClient, Worker
 
 STUB = str(Path(__file__).with_name("stub_worker.py"))
@@ -50,6 +51,9 @@ def test_a_hang_is_killed_at_the_watchdog_and_the_rest_still_runs():
     hang = result.cases["hang"]["error"]
     assert hang["kind"] == "timeout" and "no answer within 1 s" in hang["message"]
     assert result.cases["b"]["status"] == "ok" and result.restarts == 1
+    # what the gate prints for it: the kind's title once, then the message
+    assert judge_case("k", "hang", result.cases["hang"], {}, {}).problems == [
+        "timeout: no answer within 1 s (the kernel hung or ran too long); the worker was killed"]
 
 
 def test_a_compare_conversation_follows_the_decisions_and_survives_a_dead_worker():

@@ -248,18 +248,25 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
                                     env={**os.environ, **(env or {})}, start_new_session=True, cwd="/")
             procs.append((tool, key, proc, out, log, tool_dir, time.perf_counter()))
         deadline = time.monotonic() + timeout_s
-        for tool, key, proc, out, log, tool_dir, started in procs:
+        timed_out = set()
+        for tool, _, proc, *_ in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                timed_out = False
             except subprocess.TimeoutExpired:
-                timed_out = True
-                _end_group(proc)
+                timed_out.add(tool)
+        # Every tool past the deadline is killed before any is reaped: a process whose kernel still
+        # spins can take seconds to leave the GPU, and those seconds overlap instead of adding up.
+        for tool, _, proc, *_ in procs:
+            if tool in timed_out:
+                _kill_group(proc)
+        for tool, key, proc, out, log, tool_dir, started in procs:
+            if tool in timed_out:
+                proc.wait()
             out.close()
             seconds = time.perf_counter() - started
             report = _read(log)
             stdout = _read(tool_dir / "stdout.txt")
-            if timed_out:
+            if tool in timed_out:
                 result = ToolResult(tool, "skipped", detail=f"timed out after {timeout_s:g} s", seconds=seconds,
                                     timed_out=True)
             else:
@@ -277,13 +284,17 @@ def run_tools(request: dict, tools=TOOLS, *, exe: str, timeout_s: float = 120.0,
     return results
 
 
-def _end_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen) -> None:
     """Kill ``proc`` (not yet reaped) with its process group, its own session: the tool, the
     instrumented harness and their children, whoever of them still holds the GPU."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    _kill_group(proc)
     proc.wait()
 
 

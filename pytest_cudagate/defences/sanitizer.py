@@ -23,6 +23,10 @@ _NOT_SANITIZED = frozenset({"fault", "timeout", "crash", "launch", "oom", "input
 # the H200), capped at the timeout itself: a kernel that hangs under instrumentation costs at most
 # twice the case timeout, for its three tools at once.
 INSTRUMENTED_START_S = 5.0
+# The share of the case timeout the runs ahead of the cases get (Gate.sanitize_ahead): a kernel that
+# hangs there costs half a timeout, and then one case timeout in its first case, after which it is not
+# run again; a kernel that is only slow under instrumentation is run again by its item, in full.
+AHEAD_SHARE = 0.5
 
 
 def sanitizer_case(suite: Suite) -> Case:
@@ -49,17 +53,18 @@ def start_allowance(case_timeout_s: float) -> float:
 
 
 def sanitize(request: dict, tools, *, case_timeout_s: float, env: dict | None = None,
-             required: bool = False) -> tuple[list[str], list[str]]:
-    """Run ``tools`` on the one-case ``request`` within the case timeout and the instrumented start:
-    (problems that fail the case, notes). ``required`` (a trust root): no verdict is a problem."""
+             required: bool = False, ahead: bool = False) -> tuple[list[str], list[str]]:
+    """Run ``tools`` on the one-case ``request`` within the case timeout and the instrumented start
+    (``ahead``: within :data:`AHEAD_SHARE` of the case timeout): (problems that fail the case, notes).
+    ``required`` (a trust root): no verdict is a problem."""
     exe = find()
     if exe is None:
         return [], [f"compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): the "
                     f"{', '.join(tools)} step was skipped"]
     allowance = start_allowance(case_timeout_s)
+    limit = AHEAD_SHARE * case_timeout_s if ahead else case_timeout_s + allowance
     with tempfile.TemporaryDirectory(prefix="cudagate-sanitize-") as work:
-        results = sanitizer.run_tools(request, tuple(tools), exe=exe, timeout_s=case_timeout_s + allowance, env=env,
-                                      workdir=Path(work))
+        results = sanitizer.run_tools(request, tuple(tools), exe=exe, timeout_s=limit, env=env, workdir=Path(work))
     problems, notes = [], []
     for tool in tools:
         result = results.get(tool)

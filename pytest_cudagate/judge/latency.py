@@ -20,6 +20,9 @@ from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
+# A stored baseline whose interval reaches past +25% cannot see most regressions worth gating (two
+# runs give a t quantile of 63.7): its line says so and how to narrow it.
+WEAK_ABOVE = 1.25
 
 
 class Latency(str, Enum):
@@ -76,6 +79,9 @@ class LatencyResult:
     telemetry: list[dict] = field(default_factory=list)  # NVML state after each measured chunk
     run_spread: RunSpreadJudgement | None = None  # set when judged against stored approval runs
     note: str = ""  # said under the headline: what the comparison could not see (a toolchain change)
+    # Release mode: no release to compare with (a first release, a kernel new since it). The kernel's
+    # `release` item says so once; its cases do not repeat it as a warning.
+    said_by_kernel: bool = False
 
     def headline(self) -> str:
         if self.run_spread is not None:
@@ -130,10 +136,12 @@ class LatencyResult:
 def blocks(result: LatencyResult, *, strict: bool, release: bool) -> bool:
     """Whether ``result`` fails the case.
 
-    regressed fails (supplementary evidence only in release mode: against stored runs the floor
-    keeps false alarms near 0.1%, docs/release-gate.md); inconclusive and unstable fail under
-    --cuda-gate-strict; incomparable fails in release mode unless it is supplementary (a kernel new
-    since the release, an unchanged kernel without stored runs), where the PR gate still judged it.
+    regressed fails, except supplementary evidence outside release mode: a byte-identical kernel
+    judged against its stored approval runs, whose interval rests on the between-card floor
+    (:data:`stats.RUN_SPREAD_FLOOR`) rather than on an interleaved comparison, only warns in a PR
+    gate; inconclusive and unstable fail under --cuda-gate-strict; incomparable fails in release
+    mode unless it is supplementary (a kernel new since the release, an unchanged kernel without
+    stored runs), where the PR gate still judged it.
     """
     verdict = result.verdict
     if verdict is Latency.REGRESSED:
@@ -144,7 +152,8 @@ def blocks(result: LatencyResult, *, strict: bool, release: bool) -> bool:
 
 
 def warns(result: LatencyResult) -> bool:
-    return result.verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE, Latency.INCOMPARABLE, Latency.REGRESSED)
+    return not result.said_by_kernel and result.verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE,
+                                                             Latency.INCOMPARABLE, Latency.REGRESSED)
 
 
 class AdaptiveSampler:
@@ -226,7 +235,7 @@ def against_runs(baseline_case: dict, today_samples: list[float], threshold: flo
                    f"independent run(s); judging an unchanged kernel needs the spread of >= 2 runs: re-approve to "
                    f"record runs: `cudagate approve {suite} --runs {stats.DEFAULT_APPROVAL_RUNS}`")
     stored = list(baseline_case.get("samples_ms") or [])
-    judgement = judge_run_spread(runs, stats.run_level(today_samples), threshold)
+    judgement = dataclasses.replace(judge_run_spread(runs, stats.run_level(today_samples), threshold), suite=suite)
     return LatencyResult(judgement.verdict, threshold, reason="the stored approval runs", run_spread=judgement,
                          approved=stats.summarize(stored) if stored else None, current=stats.summarize(today_samples),
                          samples={"approved": stored, "current": list(today_samples)}, advisory=True,
@@ -253,6 +262,12 @@ class RunSpreadJudgement:
     runs: int
     measured_spread: float  # sample standard deviation of ln(run level)
     floored: bool  # the floor, not the measured spread, set the interval
+    suite: str = ""  # named in the fix of a weak baseline
+
+    @property
+    def weak(self) -> bool:
+        """Too few or too noisy runs: an interval this wide hides a slowdown a user would call a regression."""
+        return self.high > WEAK_ABOVE
 
     @property
     def spread_text(self) -> str:
@@ -266,11 +281,17 @@ class RunSpreadJudgement:
     def describe(self) -> str:
         """One line: the change, the interval an unchanged kernel stays in, and the spread used."""
         change = (self.ratio - 1) * 100
-        return (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
+        line = (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
                 f"within {self.low:.3f}–{self.high:.3f} at {self.confidence:.0%}; {self.spread_text})")
+        if self.weak:
+            runs = max(stats.DEFAULT_APPROVAL_RUNS, 2 * self.runs)
+            line += (f"; a weak baseline: it cannot see a slowdown short of {(self.high - 1) * 100:.0f}%; record more "
+                     f"runs on this card: `cudagate approve {self.suite or 'SUITE'} --runs {runs}`")
+        return line
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
+        del data["suite"]
         data["verdict"] = self.verdict.value
         data["spread_text"] = self.spread_text
         return data

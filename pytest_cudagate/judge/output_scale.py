@@ -151,7 +151,10 @@ def scale_verdict(actual: np.ndarray, trivial: Trivial, error: float) -> ScaleVe
 
 
 def degenerate_outputs(suite, case) -> list[str]:
-    """Why a case's expected outputs cannot tell a kernel from a trivial fake (empty: they can)."""
+    """Why a case's expected outputs cannot tell a kernel from a trivial fake (empty: they can, or the
+    suite says ``constant_ok: true`` on the case: a maintainer signed that a constant may pass it)."""
+    if case.constant_ok:
+        return []
     problems = []
     for param in suite.outputs:
         path = suite.resolved(case).expected[param.name]
@@ -166,7 +169,8 @@ def degenerate_outputs(suite, case) -> list[str]:
         finite = e[np.isfinite(e)]
         if finite.size == e.size and finite.size > 1 and np.all(finite == finite[0]):
             problems.append(f"case {case.name}: output {param.name!r} is constant (every element is {finite[0]:.6g}): "
-                            f"a kernel that writes that constant passes it; draw inputs with real variation")
+                            f"a kernel that writes that constant passes it; draw inputs with real variation (or, where that "
+                            f"is meant, set `constant_ok: true` on the case)")
             continue
         trivial = trivial_output(expected, tol.atol, tol.rtol)
         if trivial is not None:
@@ -175,7 +179,8 @@ def degenerate_outputs(suite, case) -> list[str]:
                             f"(atol={tol.atol:g}, rtol={tol.rtol:g}; the largest |expected| is {biggest:.3g}), so on "
                             f"correctness alone a kernel writing {trivial.label} passes this case; the gate also "
                             f"requires the error to stay under {SCALE_FRACTION:.0%} of the output's own scale, but "
-                            f"widen the inputs or tighten atol so the tolerance itself means something")
+                            f"widen the inputs or tighten atol so the tolerance itself means something (or, where a "
+                            f"constant passing is meant, as in a one-element case, set `constant_ok: true` on the case)")
     return problems
 
 

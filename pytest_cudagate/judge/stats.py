@@ -418,8 +418,10 @@ DEFAULT_APPROVAL_RUNS = 5
 # 6.8 µs in the approval runs), which moved the median by +80% on an unchanged kernel, while the
 # 10th percentile stayed within a few percent. A slower kernel moves every quantile.
 RUN_QUANTILE = 0.10
-# Widest offset of an unchanged kernel's run level measured between fresh H200 machines
-# (2026-11-30, shared/brief/h200-timing-notes.md "Between runs and cards": -6% ... +8.6%).
+# Widest offset of an unchanged kernel's run level between cards: one card's run against another
+# card's approval runs. First measured between fresh H200 machines (2026-11-30, -6% ... +8.6%); the
+# script is `python benchmarks/card_floor.py measure` on each card, then `derive` over its files, and
+# tests/test_card_floor.py fails when the kept files derive a wider floor than this.
 _BETWEEN_CARD_OFFSET = 0.086
 # Floor on the spread of d = ln(today's level / approval runs' mean): the standard deviation at
 # which the widest measured offset is the 99% point, ln(1.086) / z_0.995 = 3.2%.  Approval runs

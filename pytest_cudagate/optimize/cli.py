@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from pytest_cudagate.approvals import Ledger
-from pytest_cudagate.config import DEFAULT_BUDGET_S, project_config
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.errors import CudagateError, run_command
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.budgets import Budgets, Meter, load_price_table, price_for
@@ -38,7 +38,12 @@ def register(subparsers) -> argparse.ArgumentParser:
         description="A bounded search for a faster version of KERNEL: each round a proposer suggests CUDA source and "
                     "a launch configuration, the harness checks it on the suite's visible cases and times it "
                     "interleaved with the initial kernel; the fastest must then pass the full gate (holdout cases, "
-                    "fresh inputs, against the approved kernel). Writes an audit pack to RESULTS/run-NNN/.")
+                    "fresh inputs, against the approved kernel). Writes an audit pack to RESULTS/run-NNN/. "
+                    "Needs a CUDA GPU, and a signed suite (or --allow-unsigned). The default proposer, openai, needs "
+                    "the [optimize] extra and OPENAI_API_KEY (or --base-url for a server that needs no key); "
+                    "autotune and replay need neither. The winner's gate compares it with KERNEL's approved version "
+                    "(`cudagate approve` on a GPU): without one, its latency is incomparable and only its "
+                    "correctness is gated.")
     p.add_argument("suite", metavar="SUITE", help="cudagate.yaml (or its folder)")
     p.add_argument("kernel", metavar="KERNEL", help="the kernel of the suite to optimise")
     p.add_argument("--max-iterations", type=int, default=7, metavar="N", help="rounds (default 7)")
@@ -78,6 +83,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     search.add_argument("--strict", action="store_true", help="the gate fails inconclusive and unstable cases")
     search.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="watchdog per case (default: [tool.cudagate] timeout_s, else 60)")
+    search.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     search.add_argument("--allow-unsigned", action="store_true", help="optimise against an unsigned suite (experiments)")
     out = p.add_argument_group("output")
     out.add_argument("--results", default="results", metavar="DIR", help="where run-NNN/ goes (default results)")
@@ -199,7 +205,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
 
 
 def _harness_evaluator(args, suite, program, ledger, resources):
-    config = project_config(suite, timeout_s=args.timeout)
+    config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
     worker = open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s)
     resources.append(worker)
     options = GateOptions(strict=args.strict, budget_s=args.gate_budget)

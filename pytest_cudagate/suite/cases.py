@@ -18,7 +18,7 @@ from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.suite.draw import case_seed, draw, draw_inputs, write_case
-from pytest_cudagate.suite.generated import check_generated, write_generated
+from pytest_cudagate.suite.generated import GENERATED_FILE, check_generated, write_generated
 from pytest_cudagate.suite.model import Case, Param, Suite
 
 __all__ = ["CaseDataError", "case_seed", "draw", "draw_inputs", "write_case", "generate", "case_data_fix",
@@ -52,6 +52,40 @@ def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data
     expected = ReferenceRunner(suite, client, signed=False).expected(cases, inputs)
     return [write_generated(suite, c, seeds[c.name], inputs[c.name], expected[c.name], data_dir / c.name)
             if c.generated else write_case(suite, c, inputs[c.name], expected[c.name], data_dir) for c in cases]
+
+
+# Above this a stored case's arrays are worth not committing: `generated: true` keeps digests and a sample.
+LARGE_CASE_BYTES = 64 * 2**20
+
+
+def stored_files(suite: Suite, case: Case) -> list[Path]:
+    """The .npy files a stored case keeps in its folder: its inputs, then its expected outputs."""
+    folder = suite.case_dir(case)
+    return ([folder / f"{p.name}.npy" for p in suite.buffers if p.is_input]
+            + [folder / "expected" / f"{p.name}.npy" for p in suite.buffers if p.is_output])
+
+
+def large_case_warning(suite: Suite, case: Case) -> str | None:
+    """Said by `cases generate` when a stored case's arrays pass :data:`LARGE_CASE_BYTES`."""
+    if case.generated:
+        return None
+    size = sum(path.stat().st_size for path in stored_files(suite, case) if path.is_file())
+    if size <= LARGE_CASE_BYTES:
+        return None
+    return (f"case {case.name!r} stores {size / 2**20:.1f} MiB of arrays (over {LARGE_CASE_BYTES >> 20} MiB) to "
+            "commit; `generated: true` on the case keeps only their digests and an output sample, and draws the "
+            "arrays at run time")
+
+
+def stale_files(suite: Suite, case: Case) -> list[Path]:
+    """Files of ``case``'s other storage form left in its folder (the arrays of a case now generated; the
+    record and sample of one no longer): `cudagate sign` refuses them, and the suite regenerates them."""
+    folder = suite.case_dir(case)
+    if case.generated:
+        paths = stored_files(suite, case)
+    else:
+        paths = [folder / GENERATED_FILE] + [folder / "sample" / f"{p.name}.npy" for p in suite.buffers if p.is_output]
+    return [path for path in paths if path.is_file()]
 
 
 def case_data_fix(suite: Suite) -> str:

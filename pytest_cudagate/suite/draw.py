@@ -16,7 +16,7 @@ import numpy as np
 
 from cudagate_harness.protocol import FLOAT_DTYPES, LOW_PRECISION, encode, finfo, numpy_dtype
 
-from pytest_cudagate.suite.model import Case, Distribution, Param, Suite
+from pytest_cudagate.suite.model import Case, Distribution, Param, Suite, default_bounds
 
 
 def case_seed(suite: Suite, case: Case) -> int:
@@ -39,9 +39,9 @@ def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: n
     bfloat16 or float8 input is rounded to nearest (:func:`_rounded`)."""
     dtype = numpy_dtype(param.dtype)
     floating = param.dtype in FLOAT_DTYPES or param.dtype in LOW_PRECISION
-    dist = dist or Distribution(distribution="uniform" if floating else "integers",
-                                low=-1.0 if floating else (0 if param.dtype.startswith("u") else -100),
-                                high=1.0 if floating else 100)
+    if dist is None:
+        kind = "uniform" if floating else "integers"
+        dist = Distribution(kind, *default_bounds(kind, param.dtype))
     if dist.distribution == "normal":
         values = rng.normal(dist.mean, dist.std, size=shape)
     elif dist.distribution == "integers":

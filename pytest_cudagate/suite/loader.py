@@ -26,7 +26,7 @@ from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problem
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
-                                        default_rtol)
+                                        default_bounds, default_rtol)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -333,7 +333,8 @@ class _Checker:
             self.add(["signature"], "no buffer has intent out or inout: there would be nothing to check")
 
         cases = [Case(c["name"], c["kind"], dict(c["scalars"]), bool(c.get("holdout", False)), c.get("seed"),
-                      self.shape_class(c.get("class", DEFAULT_CLASS), ["cases", i, "class"]), bool(c.get("generated", False)))
+                      self.shape_class(c.get("class", DEFAULT_CLASS), ["cases", i, "class"]), bool(c.get("generated", False)),
+                      bool(c.get("constant_ok", False)))
                  for i, c in enumerate(raw["cases"])]
         case_names = {c.name for c in cases}
         self.unique([c.name for c in cases], ["cases"], "case")
@@ -376,8 +377,9 @@ class _Checker:
                                            "drawn; remove it from `inputs`, or make it an input (intent: in)")
             elif name not in inputs:
                 self.add(["inputs", name], f"{name!r} is not an input buffer (inputs: {', '.join(sorted(inputs))})")
-            distributions[name] = Distribution(**dist)
             dtype = next((p.dtype for p in signature if p.name == name), None)
+            low, high = default_bounds(dist.get("distribution", "uniform"), dtype or "float32")
+            distributions[name] = Distribution(**{"low": low, "high": high, **dist})
             if dtype is not None:
                 self.distribution(distributions[name], dtype, ["inputs", name])
 

@@ -170,6 +170,14 @@ class Distribution:
     std: float = 1.0
 
 
+def default_bounds(distribution: str, dtype: str) -> tuple[float, float]:
+    """low and high where a suite gives none (schemas/suite.schema.json, $defs/distribution): uniform
+    in [-1, 1]; integers in [-100, 100], unsigned [0, 100] (three values of [-1, 1] test little)."""
+    if distribution == "integers":
+        return (0 if dtype.startswith("u") else -100), 100
+    return -1.0, 1.0
+
+
 # A kernel timed alone takes 3 blocks: its run level (10th percentile) from 300 launches lands within
 # 1.2% of the level from 1000 on the examples' H200 approval runs, against an interval of about
 # ±8.6% for an unchanged kernel (benchmarks/run_level_rounds.py).
@@ -382,6 +390,7 @@ class Case:
     seed: int | None = None
     shape_class: str = DEFAULT_CLASS  # `class:` in the suite: selects cases (--cuda-gate-class, -k)
     generated: bool = False  # no stored arrays: drawn and computed at run time (suite/generated.py)
+    constant_ok: bool = False  # a maintainer accepts that a constant output may pass (e.g. one element)
 
 
 @dataclass(frozen=True)

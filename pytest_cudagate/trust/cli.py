@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.paths import display_path
-from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
+from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
 from pytest_cudagate.approvals import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
@@ -67,8 +67,11 @@ def cmd_keygen(args) -> int:
         print(f"  to trust it, copy {name}.pub into {TRUSTED_KEYS_DIR.as_posix()}/ at the project root and commit it")
     else:
         print("  commit the public key (reviewed) so the project trusts signatures by this key")
-    print(f"  for CI, store the private key file's contents as the secret {SIGNING_KEY_ENV}, e.g. "
-          f"`gh secret set {SIGNING_KEY_ENV} < {display_path(generated.private_path)}`")
+    # Signing happens where the private key is; CI only verifies, so it gets no secret.
+    print("  sign with it on a maintainer's machine (`cudagate sign`); CI verifies with the public key alone "
+          "and needs no secret")
+    print(f"  to make CI trust only listed keys, add key id {generated.key_id} to {TRUSTED_IDS_ENV} "
+          "(a repository secret the CI workflow passes to the gate; docs/ci.md)")
     if cwd_root is not None and _is_within(generated.private_path, cwd_root):
         print(f"warning: the private key is inside the project folder {display_path(cwd_root)}; make sure it is "
               "git-ignored and never committed", file=sys.stderr)
@@ -145,7 +148,7 @@ def cmd_verify(args) -> int:
 
 def register(subparsers) -> None:
     """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
-    keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer or CI")
+    keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer")
     keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
     keygen.add_argument("--out", metavar="DIR",
                         help="write NAME.key and NAME.pub into DIR (default: the private key under "

@@ -13,10 +13,12 @@ Without ``--trusted-ref`` it is ``pytest --cuda-gate`` with the same isolation.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import git
@@ -30,6 +32,7 @@ from pytest_cudagate.reports import github
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root
 from pytest_cudagate.config import DEFAULT_BUDGET_S
+from pytest_cudagate.plugin import add_gate_options
 
 TRUST_ROOT_OPTION = "--cuda-gate-trust-root"
 RELEASE_OPTION = "--cuda-gate-release"  # passes: judging against the previous release adds checks
@@ -40,6 +43,7 @@ WEAKENING = {
     "--cuda-gate-fresh-seed": "a seed known in advance makes the fresh inputs predictable",
     "--cuda-gate-class": "it leaves the performance cases of other shape classes untimed; the trusted gate runs them all",
 }
+# Kept for options added later: one named like these is refused until it is judged harmless here.
 WEAKENING_PREFIXES = {
     "--cuda-gate-allow-": "options that allow what the gate refuses are off under --trusted-ref",
     "--cuda-gate-skip-": "options that skip checks (release checks included) are off under --trusted-ref",
@@ -54,10 +58,20 @@ _TAKES_VALUE = {"--cuda-gate-threshold", "--cuda-gate-budget", "--cuda-gate-arch
 _PASSTHROUGH = {"-q", "-v", "-vv", "-x", "-rA", "-ra", "-rf", "-rs", "-rfs", "--quiet", "--verbose", "--exitfirst"}
 
 
+def _plugin_options(*, leave_out: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The plugin's --cuda-gate* options as pytest defines them (plugin.add_gate_options)."""
+    parser = argparse.ArgumentParser(prog="cudagate gate", add_help=False, usage=argparse.SUPPRESS)
+    add_gate_options(lambda *flags, **kwargs: flags[0] in leave_out or parser.add_argument(*flags, **kwargs))
+    return parser
+
+
 def _refusal(option: str) -> str | None:
     name = option.split("=", 1)[0]
     if name in WEAKENING:
         return WEAKENING[name]
+    if name.startswith("--cuda-gate") and name not in _plugin_options()._option_string_actions:
+        return ("no such option, and none skips a check: the trusted gate runs them all; "
+                "`cudagate gate --help` lists the options it forwards")
     for prefix, why in WEAKENING_PREFIXES.items():
         if name.startswith(prefix):
             return why
@@ -255,10 +269,21 @@ def cmd_gate(args) -> int:
             return int(pytest.main(argv, plugins=[CheckoutCollection()]))
 
 
+def _forwarded_help() -> str:
+    """The epilog of ``cudagate gate --help``: the plugin's options, as ``pytest --help`` words them."""
+    # --cuda-gate itself: the command adds it
+    listed = _plugin_options(leave_out=("--cuda-gate",)).format_help().split("\n", 1)[1]  # after the section title
+    refused = ", ".join(name for name in WEAKENING if name != TRUST_ROOT_OPTION)
+    return (f"pytest options it forwards (after --):\n{listed}\n" + textwrap.fill(
+        f"Under --trusted-ref these are refused: {refused}, a --cuda-gate-budget below {DEFAULT_BUDGET_S:g} "
+        "and a --cuda-gate-threshold wider than a suite's signed gate.threshold.", 78, break_on_hyphens=False))
+
+
 def register(subparsers) -> None:
     gate = subparsers.add_parser(
         "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
-                     "trusting only the keys, policy and ledger sequence of that commit")
+                     "trusting only the keys, policy and ledger sequence of that commit",
+        epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     gate.add_argument("--trusted-ref", metavar="SHA",
                       help="the base commit: keys, [tool.cudagate] and ledger sequences are read from its git objects")
     gate.add_argument("--repo", metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")

@@ -203,7 +203,7 @@ def load_private_key(path: str | Path | None = None) -> Ed25519PrivateKey:
     value = os.environ.get(SIGNING_KEY_ENV)
     if not value or not value.strip():
         raise CudagateError(f"no signing key: pass --key FILE (written by `cudagate keygen`) or set {SIGNING_KEY_ENV} "
-                            "to the private key (PEM text, or base64 of the raw 32 bytes), e.g. from a CI secret")
+                            "to the private key (PEM text, or base64 of the raw 32 bytes)")
     try:
         return _parse_private(value.encode("utf-8", "replace"))
     except _BadKey as exc:

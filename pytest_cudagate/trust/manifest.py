@@ -150,15 +150,17 @@ def case_files(suite: Suite, case: Case) -> list[Path]:
 
 
 def _case_entry(case: Case, root: Path) -> dict:
-    """A case's fields; ``class`` and ``generated`` only where set, so suites signed before they
-    existed keep their signatures."""
+    """A case's fields; ``class``, ``generated`` and ``constant_ok`` only where set, so suites signed
+    before they existed keep their signatures."""
     entry = _plain(case, root)
     entry.pop("name")
-    shape_class, generated = entry.pop("shape_class"), entry.pop("generated")
+    shape_class, generated, constant_ok = entry.pop("shape_class"), entry.pop("generated"), entry.pop("constant_ok")
     if shape_class != DEFAULT_CLASS:
         entry["class"] = shape_class
     if generated:
         entry["generated"] = True
+    if constant_ok:
+        entry["constant_ok"] = True
     return entry
 
 

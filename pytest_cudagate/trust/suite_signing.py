@@ -187,12 +187,21 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
     """
     if allow_unsigned and trust_root is None:
         return []
+    rootless = project_root is None and find_project_root(suite.root) is None
     if project_root is None:
         project_root = find_project_root(suite.root) or suite.root
     try:
         keys = trust_root.keys if trust_root is not None else load_trusted_keys(Path(project_root), settings)
     except CudagateError as exc:
         return [f"cannot load the trusted keys: {exc}"]
+    if not keys and rootless and trust_root is None:
+        # keygen writes NAME.pub under the project root's .cudagate/trusted_keys/; without a root it refuses
+        return [f"no trusted signing keys: no project root (a folder holding pyproject.toml or .git) at or above "
+                f"{display_path(suite.root)}, where the trusted keys are read from "
+                f"<project root>/{TRUSTED_KEYS_DIR.as_posix()}/*.pub",
+                "fix: make the project's top folder a repository (`git init`) or give it a pyproject.toml; there a "
+                "maintainer runs `cudagate keygen --name NAME`, commits the .pub it writes, and runs "
+                f"`cudagate sign {display_path(suite.path)}`"]
     if not keys:
         excluded = getattr(keys, "excluded", {})
         why = (f"keys are on file ({', '.join(sorted(excluded))}) but none is listed in the allow-list"

@@ -273,7 +273,7 @@ class HarnessClient:
     def _death_reason(self, exited: bool) -> dict:
         if not exited:
             return {"kind": "timeout", "code": "TIMEOUT",
-                    "message": f"timeout: no answer within {self.timeout_s:g} s (the kernel hung or ran too long); the worker was killed"}
+                    "message": f"no answer within {self.timeout_s:g} s (the kernel hung or ran too long); the worker was killed"}
         code = self.proc.returncode
         detail = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return {"kind": "crash", "code": "WORKER_DIED",

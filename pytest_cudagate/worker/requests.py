@@ -104,15 +104,20 @@ def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir
 
 def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch | Steps,
                     output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None,
-                    library: bool = False) -> dict:
-    """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given) timed
-    interleaved with the ``approved`` kernel spec on ``case``, ``chunk`` rounds per answer."""
+                    library: bool = False, current: tuple[dict, Launch | Steps] | None = None) -> dict:
+    """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given; or the
+    ``current`` kernel spec and launch, a version read from git) timed interleaved with the
+    ``approved`` kernel spec on ``case``, ``chunk`` rounds per answer."""
     timing = {**suite.timing.to_json(), "chunk": chunk, **({"seed": seed} if seed is not None else {})}
+    ours, launch = current or (kernel_spec(program.for_case(case), source_text), program)
+    # NVRTC's __FILE__ is the source name: one name for both builds, so that a kernel cannot tell at
+    # compile time whether it is the baseline (and be slow only there, hiding every later regression).
+    name = display_path(program.source)
     return {
         "protocol": 1, "op": "compare", "suite": str(suite.path),
-        "kernels": {"approved": approved, "current": kernel_spec(program.for_case(case), source_text)},
+        "kernels": {"approved": {**approved, "source_name": name}, "current": {**ours, "source_name": name}},
         "launches": {"approved": suite.resolved(case).launch(approved_launch),
-                     "current": suite.resolved(case).launch(program)},
+                     "current": suite.resolved(case).launch(launch)},
         "signature": [p.protocol() for p in suite.signature],
         "case": case_spec(suite, program, case),
         "timing": timing,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,6 +44,22 @@ def gpu_problem() -> str | None:
 def gpu_required(config) -> bool:
     """``--require-gpu`` or CUDAGATE_REQUIRE_GPU=1: a missing GPU or tool fails instead of skipping."""
     return bool(config.getoption("require_gpu", False)) or os.environ.get("CUDAGATE_REQUIRE_GPU", "") not in ("", "0")
+
+
+def unavailable(config, reason: str) -> NoReturn:
+    """A tool or permission a GPU test needs is missing: skip naming it, except on a machine that must run
+    every GPU test (``gpu_required``), where a skip would pass unseen: there the test fails with the reason."""
+    if gpu_required(config):
+        pytest.fail(f"required here (--require-gpu / CUDAGATE_REQUIRE_GPU) but unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_module(config, name: str) -> ModuleType:
+    """``pytest.importorskip`` that fails instead where a GPU is required (see ``unavailable``)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        unavailable(config, f"{name} is not importable ({exc}); pip install -e '.[optimize]'")
 
 
 def copy_suite(name: str, dest: Path) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_support import EXAMPLES, cli, copy_suite, gate
+from gpu_support import EXAMPLES, cli, copy_suite, gate, require_module
 
 pytestmark = pytest.mark.gpu
 
@@ -58,10 +58,10 @@ DERIVED = re.compile(r"case (\w+): median [0-9.]+ µs \(initial [^;]*; ratio [0-
                      r"cuBLAS SGEMM median ([0-9.]+) µs\)\)")
 
 
-def test_the_optimizer_tells_the_model_each_candidates_multiple_of_cublas(tmp_path, monkeypatch):
+def test_the_optimizer_tells_the_model_each_candidates_multiple_of_cublas(tmp_path, monkeypatch, pytestconfig):
     """The initial kernel and one candidate (the naive proposal), each case's multiple of cuBLAS in what the
     model reads next; cuBLAS is timed once per case, beside the initial kernel. Without the 2048³ case: seconds."""
-    pytest.importorskip("openai")
+    require_module(pytestconfig, "openai")
     from optimize_fakes import ScriptedServer, answer
     from pytest_cudagate.optimize.cli import main
 

@@ -17,7 +17,7 @@ import pytest
 import numpy as np
 
 from cudagate_harness import sanitizer
-from gpu_support import EXAMPLES, REPO, run
+from gpu_support import EXAMPLES, REPO, run, unavailable
 from pytest_cudagate.optimize.cli import main
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.suite.loader import load_suite
@@ -256,10 +256,10 @@ def sanitizer_requests(folder: Path) -> list[tuple[dict, dict]]:
     return requests
 
 
-def test_the_sgemm_pipeline_with_split_k_is_correct_and_clean_under_compute_sanitizer(tmp_path):
+def test_the_sgemm_pipeline_with_split_k_is_correct_and_clean_under_compute_sanitizer(tmp_path, pytestconfig):
     exe = sanitizer.find()
     if exe is None:
-        pytest.skip("compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
+        unavailable(pytestconfig, "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)")
     reference = sanitized_case(tmp_path / "data")
     requests = sanitizer_requests(tmp_path / "data")
     with HarnessClient(timeout_s=120) as client:
@@ -289,11 +289,11 @@ def test_the_sgemm_pipeline_with_split_k_is_correct_and_clean_under_compute_sani
     print("compute-sanitizer seconds per point and tool:", json.dumps(seconds))
 
 
-def test_nsight_summary_of_the_shipped_kernel(tmp_path):
+def test_nsight_summary_of_the_shipped_kernel(tmp_path, pytestconfig):
     from pytest_cudagate.optimize.nsight import find_ncu
 
     if find_ncu() is None:
-        pytest.skip("ncu not installed")
+        unavailable(pytestconfig, "ncu (Nsight Compute) not found")
     from pytest_cudagate.approvals import Ledger
     from pytest_cudagate.worker.client import HarnessClient
     from pytest_cudagate.worker.fingerprint import Fingerprint
@@ -310,7 +310,7 @@ def test_nsight_summary_of_the_shipped_kernel(tmp_path):
                                      gate_options=GateOptions(), work_dir=tmp_path / "work")
         summary = evaluator.profile(Candidate.initial(program))
     if "error" in summary and "permission" in summary["error"].lower():
-        pytest.skip(summary["error"])
+        unavailable(pytestconfig, summary["error"])
     assert "error" not in summary, summary
     assert summary["registers_per_thread"] > 0 and 0 < summary["achieved_occupancy_pct"] <= 100, summary
     assert summary["case"] == "large_2048x2048x2048"  # the largest visible performance case

@@ -143,7 +143,7 @@ class OpenAIProposer:
             except ImportError:
                 from pytest_cudagate.errors import CudagateError
 
-                raise CudagateError("--proposer openai needs the openai package: pip install 'pytest-cudagate[optimize]'") from None
+                raise CudagateError("--proposer openai needs the openai package: install cudagate with its [optimize] extra (pip install -e '.[optimize]' in its checkout)") from None
             import os
 
             key = api_key or os.environ.get("OPENAI_API_KEY") or ("unused" if base_url else None)

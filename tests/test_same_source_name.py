@@ -1,0 +1,68 @@
+"""A kernel cannot tell at compile time which copy it is: the current, approved and released builds
+of a comparison reach NVRTC under one source name (``__FILE__``), so the same text gives the same cubin."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudagate_harness.compiler import compile_kernel
+from helpers import write_suite
+from pytest_cudagate.approvals import Ledger, approval_for
+from pytest_cudagate.release import ReleasedApproval
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.requests import compare_request
+
+# Keeps __FILE__ in the cubin, as a kernel that branches on it would.
+PROBE_CU = """\
+__device__ const char probe_file[] = __FILE__;
+extern "C" __global__ void scale2(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+{
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        y[r * cols + c] = 2.0f * x[r * cols + c] + (float)probe_file[c % sizeof(probe_file)] * 0.0f;
+}
+"""
+
+
+@pytest.fixture
+def suite(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path / "cache"))
+    return load_suite(write_suite(tmp_path / "scale", kernel_source=PROBE_CU))
+
+
+def cubin(spec: dict) -> bytes:
+    result = compile_kernel(spec["source"], entry=spec["entry"], arch="sm_90", source_name=spec["source_name"],
+                            options=spec["options"], headers=spec["headers"], use_cache=False)
+    assert result.ok, result.log
+    return result.cubin
+
+
+def request_against(suite, approved: dict, tmp_path) -> dict:
+    program, case = suite.kernels[0], suite.case("perf")
+    return compare_request(suite, program, case, approved=approved, approved_launch=program.launch,
+                           output_dir=tmp_path / "out", chunk=10)
+
+
+def test_the_probe_sees_its_source_name(suite):
+    spec = {"source": PROBE_CU, "entry": "scale2", "options": [], "headers": {}}
+    assert cubin({**spec, "source_name": "scale.cu"}) != cubin({**spec, "source_name": "scale2@approved/0123.cu"})
+
+
+def test_the_approved_build_compiles_to_the_current_cubin(suite, tmp_path):
+    ledger = Ledger.for_suite(suite)
+    approval = approval_for(ledger, suite.kernels[0], approved_by="alice", approved_at="2026-12-03", git={},
+                            tool_version="test")
+    kernels = request_against(suite, ledger.approved_spec(approval, suite.case("perf")), tmp_path)["kernels"]
+    assert kernels["approved"]["source_name"] == kernels["current"]["source_name"]
+    assert cubin(kernels["approved"]) == cubin(kernels["current"])
+
+
+def test_the_released_build_compiles_to_the_current_cubin(suite, tmp_path):
+    program = suite.kernels[0]
+    released = ReleasedApproval(kernel="scale2", label="v1.0.0", commit="0" * 40, source=PROBE_CU,
+                                source_sha256="0" * 64, headers={}, entry="scale2", options=(),
+                                arch_suffix=program.arch_suffix, launch=program.launch.to_json(),
+                                launch_overrides={}, build=None)
+    kernels = request_against(suite, released.kernel_spec(suite.case("perf")), tmp_path)["kernels"]
+    assert cubin(kernels["approved"]) == cubin(kernels["current"])

@@ -46,6 +46,7 @@ def suite(dest: Path, with_hang: bool) -> Path:
     path = dest / "cudagate.yaml"
     raw = yaml.safe_load(path.read_text())
     good = raw["kernels"][0]
+    good = dict(good, entry=good.get("entry", good["name"]))  # renamed copies keep the example's entry
     kernels = [dict(good, name="good_first")]
     if with_hang:
         (dest / "hang.cu").write_text(HANG_CU)
@@ -90,8 +91,26 @@ def measure(timeout: float) -> dict:
             runs[name] = {"wall_s": wall, "exit": done.returncode, "run_phases": run_phases(done.stdout),
                           "hang_item_phases": dict(hang_phases), "statuses": statuses}
     extra = runs["with a hanging kernel"]["wall_s"] - runs["control"]["wall_s"]
+    problems = unsound(runs)
     return {"timeout_s": timeout, "runs": runs, "hang_cost_s": extra, "target_s": 2 * timeout,
-            "met": extra <= 2 * timeout}
+            "problems": problems, "met": not problems and extra <= 2 * timeout}
+
+
+def unsound(runs: dict) -> list[str]:
+    """Why the two runs do not measure a hang (empty when they do): the good kernels must pass (or
+    warn) in both, and every case of the hanging kernel must fail."""
+    problems = []
+    if runs["control"]["exit"] != 0:
+        problems.append(f"the control run exited {runs['control']['exit']}")
+    for name, run in runs.items():
+        # warnings are expected: the copies are unsigned and never approved
+        bad = [k for k, v in run["statuses"].items() if not k.startswith("hang::") and v not in ("passed", "warning")]
+        if bad:
+            problems.append(f"{name}: good items not passed: {', '.join(bad)}")
+    hung = {k: v for k, v in runs["with a hanging kernel"]["statuses"].items() if k.startswith("hang::")}
+    if len(hung) != len(CASES) or set(hung.values()) != {"failed"}:
+        problems.append(f"the hanging kernel's items: {hung}")
+    return problems
 
 
 def table(result: dict) -> str:
@@ -105,6 +124,7 @@ def table(result: dict) -> str:
             ("hanging kernel's items", ", ".join(f"{k} {v}" for k, v in fault["statuses"].items() if k.startswith("hang"))),
             ("good kernels in the fault run", ", ".join(sorted(set(v for k, v in fault["statuses"].items()
                                                                    if not k.startswith("hang")))))]
+    rows += [("NOT a measurement of a hang", p) for p in result["problems"]]
     rows += [(f"  hanging kernel, phase `{p}`", f"{s:.2f} s") for p, s in sorted(fault["hang_item_phases"].items(),
                                                                                   key=lambda kv: -kv[1])]
     rows += [(f"  run phase `{p}`: control / fault", f"{control['run_phases'].get(p, 0.0):.2f} / {s:.2f} s")

@@ -34,7 +34,7 @@ from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler
                                            against_runs, blocks, incomparable, warns)
 from pytest_cudagate.paths import display_path
 from pytest_cudagate.worker.build import build_record
-from pytest_cudagate.worker.requests import compare_request, run_request
+from pytest_cudagate.worker.requests import compare_request, run_request, shown_log
 from pytest_cudagate.suite.model import Case, Checks, Launch, Program, Suite
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import in_background, judge_case
@@ -111,8 +111,8 @@ class Gate:
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
         self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
         self._checks: dict[str, tuple[Checks, list[str]]] = {}  # suite path -> effective_checks, read once
-        # (suite path, build) -> the case it hung on: such a build is not run again in this gate, so
-        # one hanging kernel costs one case timeout, not one per case (and its worker's restarts)
+        # (suite path, kernel, proposal) -> the case it hung on alone: it is not run again in this gate,
+        # so one hanging kernel costs one case timeout, not one per case (and its worker's restarts)
         self._hung: dict[tuple[str, str, str], str] = {}
 
     @property
@@ -184,10 +184,10 @@ class Gate:
         """A new outcome and the case's checks and fresh inputs; a failed outcome when the build hung
         on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then)."""
         outcome = CaseOutcome(suite.name, program.name, case.name, case.kind, shape_class=case.shape_class)
-        hung_on = self._hung.get(self._build_key(suite, program, case, source_text))
+        hung_on = self._hung.get(self._hang_key(suite, program, source_text))
         if hung_on is not None:
             outcome.failed = True
-            outcome.message = (f"not run: {program.for_case(case).build_name} did not finish case {hung_on} within "
+            outcome.message = (f"not run: {program.name} did not finish case {hung_on} within "
                                f"the case timeout earlier in this run, so it is not run again; fix the hang (or raise "
                                f"--cuda-gate-timeout for a kernel that is only slow) and re-run")
             return outcome, {}
@@ -220,20 +220,19 @@ class Gate:
         return None
 
     @staticmethod
-    def _build_key(suite: Suite, program: Program, case: Case, source_text: str | None) -> tuple[str, str, str]:
-        """A build as run: an optimizer's proposal (``source_text``) is a build of its own."""
+    def _hang_key(suite: Suite, program: Program, source_text: str | None) -> tuple[str, str, str]:
+        """A kernel as run, all its class variants together (they share the code that hangs); an
+        optimizer's proposal (``source_text``) is a kernel of its own."""
         text = hashlib.sha256(source_text.encode()).hexdigest() if source_text is not None else ""
-        return str(suite.path), program.for_case(case).build_name, text
+        return str(suite.path), program.name, text
 
     def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
-        if (body or {}).get("error", {}).get("kind") == "timeout":
-            self._hung.setdefault(self._build_key(suite, program, case, source_text), case.name)
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             build = program.for_case(case)
             what = f" ({build.build_name})" if build.variant else ""
-            outcome.message = f"{program.source}{what} does not compile:\n{compile_info.get('log', '')}"
+            outcome.message = f"{program.source}{what} does not compile:\n{shown_log(program, compile_info.get('log', ''))}"
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
@@ -382,6 +381,8 @@ class Gate:
         with phases.RoundTrip(outcome, self.client) as trip:
             result = self.client.run(request)
         body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
+        if body.get("error", {}).get("kind") == "timeout":  # a run's kernel is this one alone (a compare's is not)
+            self._hung.setdefault(self._hang_key(suite, program, source_text), case.name)
         trip.answered([result.compile], body)
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
@@ -428,6 +429,7 @@ class Gate:
         if not samples:
             return incomparable(threshold, "no timing samples (the case did not run)", self.fingerprint_text)
         return against_runs(baseline.cases[case.name], samples, threshold, suite=display_path(suite.path),
+                            kernel=approval.kernel,
                             fingerprint=self.fingerprint_text)
 
     def _nearest(self, approval) -> str:
@@ -485,14 +487,16 @@ class Gate:
         """Current against the version approved at the release ref, timed as the PR gate times
         current against approved. When nothing differs from the release (the kernel is byte-identical
         to it, or the approved version is the released one and was just timed), nothing more is timed."""
-        from pytest_cudagate.release import AbsentAtRef, BuildRecord, build_drift  # release mode only
+        from pytest_cudagate.release import AbsentAtRef, BuildRecord, NoReleaseYet, build_drift  # release mode only
 
         try:
             released = self.release.lookup(suite, program.name)
         except CudagateError as exc:
-            # Said once per kernel by its `release` item, which fails unless this is a first release.
+            # The kernel's `release` item says it too, and fails unless this is a first release; a case
+            # warns of a release it could not use (an item deselected by -k must not hide that).
             result = incomparable(threshold, str(exc), self.fingerprint_text)
-            result.advisory = result.said_by_kernel = True
+            result.advisory = True
+            result.said_by_kernel = isinstance(exc, NoReleaseYet)
             return result
         if isinstance(released, AbsentAtRef):
             result = incomparable(threshold, released.describe() + "; judged by the PR gate only", self.fingerprint_text)

@@ -92,8 +92,9 @@ def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert compiler.cache_dir() == tmp_path / "xdg" / "cudagate" / "nvrtc"
 
 
-def key(source=KERNEL_CU, entry="scale2", options=(), headers=None, arch="sm_90"):
-    return cache_key(source, entry=entry, options=list(options), headers=headers or {}, arch=arch)
+def key(source=KERNEL_CU, entry="scale2", options=(), headers=None, arch="sm_90", source_name="scale2.cu"):
+    return cache_key(source, entry=entry, options=list(options), headers=headers or {}, arch=arch,
+                     source_name=source_name)
 
 
 def test_cache_key_covers_everything_that_changes_the_binary():
@@ -109,6 +110,7 @@ def test_cache_key_covers_everything_that_changes_the_binary():
         key(headers={"a.cuh": "#define X 1\n"}),
         key(headers={"a.cuh": "#define X 2\n"}),
         key(headers={"b.cuh": "#define X 1\n"}),
+        key(source_name="other.cu"),  # __FILE__ and the cubin's line info
     ]
     assert base not in variants
     assert len(set(variants)) == len(variants)
@@ -262,7 +264,7 @@ def test_kernel_spec_carries_headers_inline(tmp_path):
     spec = kernel_spec(suite.kernels[0])
     assert spec["headers"] == {"common.cuh": "#define FACTOR 2.0f\n"}
     assert spec["entry"] == "scale2"
-    assert spec["source_name"].endswith("scale.cu")
+    assert spec["source_name"] == "scale2.cu" and spec["source_path"].endswith("scale.cu")
     result = compile_program(suite.kernels[0], "sm_90")
     assert result.ok, result.log
 

@@ -17,7 +17,7 @@ from pytest_cudagate.approvals import Ledger, approval_for
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.latency import Latency
-from pytest_cudagate.release import AbsentAtRef, ReleasedApproval, ReleaseError
+from pytest_cudagate.release import AbsentAtRef, NoReleaseYet, ReleasedApproval, ReleaseError
 from pytest_cudagate.reports.document import build_report
 from pytest_cudagate.suite.loader import load_suite
 
@@ -149,15 +149,20 @@ def test_the_report_json_carries_the_release_verdict(suite, ledger, tmp_path):
     assert LABEL in item["latency"]["release"]["headline"]
 
 
-@pytest.mark.parametrize("found", [
-    AbsentAtRef("scale2", LABEL, "kernels/scale did not exist there"),
-    CudagateError("no tag matching 'v*' is reachable from HEAD other than HEAD's own; a first release"),
+@pytest.mark.parametrize("found, warned", [
+    (AbsentAtRef("scale2", LABEL, "kernels/scale did not exist there"), False),
+    (NoReleaseYet("no tag matching 'v*' is reachable from HEAD other than HEAD's own"), False),
+    (ReleaseError(f"kernels/scale/cudagate.approvals.json at {LABEL}: not signed; the release cannot be used"), True),
 ])
-def test_a_pass_with_no_release_to_compare_is_a_pass_not_a_warning(suite, ledger, tmp_path, found):
-    """The kernel's `release` item says once that there is no release; its passing cases stay passes."""
+def test_a_pass_warns_only_of_a_release_it_could_not_use(suite, ledger, tmp_path, found, warned):
+    """No release to compare with (a first release, a kernel new since it) is said once, by the kernel's
+    `release` item: its passing cases stay passes. A release that cannot be used warns in every case,
+    since a run of some cases (-k) leaves the `release` item out."""
     program = dataclasses.replace(suite.kernels[0], entry="same")  # changed, as fast as approved
     outcome = replay(suite, ledger, found, tmp_path, program=program,
                      kernels={"scale2": timed(0.0), "same": timed(0.0)})
     assert outcome.latency.verdict is Latency.PASS
     assert outcome.latency.release.verdict is Latency.INCOMPARABLE
-    assert not outcome.failed and "latency" not in outcome.warning  # only the fixture's relaxed-checks note
+    assert not outcome.failed
+    assert ("not signed; the release cannot be used" in outcome.warning) is warned
+    assert ("latency" in outcome.warning) is warned  # else only the fixture's relaxed-checks note

@@ -1,7 +1,10 @@
 """A kernel cannot tell at compile time which copy it is: the current, approved and released builds
-of a comparison reach NVRTC under one source name (``__FILE__``), so the same text gives the same cubin."""
+of a comparison reach NVRTC under one source name (``__FILE__``), the kernel's signed name and never
+its file's path, so the same text gives the same cubin whatever the file is called."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -10,7 +13,8 @@ from helpers import write_suite
 from pytest_cudagate.approvals import Ledger, approval_for
 from pytest_cudagate.release import ReleasedApproval
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.worker.requests import compare_request
+from pytest_cudagate.worker.build import compile_program
+from pytest_cudagate.worker.requests import compare_request, kernel_spec
 
 # Keeps __FILE__ in the cubin, as a kernel that branches on it would.
 PROBE_CU = """\
@@ -66,3 +70,21 @@ def test_the_released_build_compiles_to_the_current_cubin(suite, tmp_path):
                                 launch_overrides={}, build=None)
     kernels = request_against(suite, released.kernel_spec(suite.case("perf")), tmp_path)["kernels"]
     assert cubin(kernels["approved"]) == cubin(kernels["current"])
+
+
+def test_a_renamed_file_keeps_the_name_nvrtc_sees(suite):
+    """A pull request may rename the source file and keep the approval (the path is not the kernel's
+    identity): the build must not see the new name, or a kernel could be slow only under it."""
+    program = suite.kernels[0]
+    renamed = program.source.with_name("scale_v2.cu")
+    renamed.write_text(program.source.read_text())
+    moved = dataclasses.replace(program, source=renamed)
+    assert kernel_spec(moved)["source_name"] == kernel_spec(program)["source_name"] == "scale2.cu"
+    assert cubin(kernel_spec(moved)) == cubin(kernel_spec(program))
+
+
+def test_a_compile_error_still_names_the_file(suite):
+    program = suite.kernels[0]
+    program.source.write_text(PROBE_CU.replace("2.0f", "undefined_here"))
+    result = compile_program(program, "sm_90")
+    assert not result.ok and f"{program.source.name}(" in result.log and "scale2.cu" not in result.log

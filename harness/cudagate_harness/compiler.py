@@ -195,9 +195,11 @@ def private_dir(directory: Path) -> Path | None:
     return directory
 
 
-def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str) -> str:
+def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str,
+              source_name: str = "kernel.cu") -> str:
+    # The source name is an input too: it is __FILE__, and the file named in the cubin's line info.
     blob = json.dumps(
-        {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry,
+        {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry, "source_name": source_name,
          "options": default_flags() + list(options), "source": source, "toolkit": toolkit_headers().identity,
          "headers": sorted(headers.items())},
         sort_keys=True,
@@ -235,7 +237,7 @@ def compile_kernel(
     headers = dict(headers or {})
     limits = limits or CompileLimits()
     check_options(options)
-    key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch)
+    key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch, source_name=source_name)
     start = time.perf_counter()
     memory_mb, problem = memory_cap_mb()
     if problem:

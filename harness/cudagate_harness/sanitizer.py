@@ -147,7 +147,7 @@ def cache_key(request: dict, tool: str, exe: str) -> str:
         binary = [exe, stat.st_size, int(stat.st_mtime)]
     except OSError:
         binary = [exe]
-    kernel = {k: v for k, v in (request.get("kernel") or {}).items() if k not in ("name", "source_name")}
+    kernel = {k: v for k, v in (request.get("kernel") or {}).items() if k not in ("name", "source_name", "source_path")}
     blob = json.dumps({"format": CACHE_FORMAT, "tool": tool, "binary": binary, "kernel": kernel,
                        "signature": request.get("signature"), "case": case, "files": files,
                        "python": sys.version_info[:2]}, sort_keys=True, default=str)

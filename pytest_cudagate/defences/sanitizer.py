@@ -20,12 +20,10 @@ from pytest_cudagate.suite.model import Case, Checks, Suite
 _NOT_SANITIZED = frozenset({"fault", "timeout", "crash", "launch", "oom", "input", "compile"})
 # What an instrumented run gets beyond the case timeout: compute-sanitizer's own start (the tool, a
 # CUDA context and the module's instrumentation; the examples' kernels take about 3 s side by side on
-# the H200), capped at the timeout itself: a kernel that hangs under instrumentation costs at most
-# twice the case timeout, for its three tools at once.
+# the H200), at most half the timeout. The runs ahead of the cases (Gate.sanitize_ahead) get half the
+# timeout: a kernel still running then is run again by its item, so one that hangs under
+# instrumentation costs at most twice the case timeout, its three tools at once.
 INSTRUMENTED_START_S = 5.0
-# The share of the case timeout the runs ahead of the cases get (Gate.sanitize_ahead): a kernel that
-# hangs there costs half a timeout, and then one case timeout in its first case, after which it is not
-# run again; a kernel that is only slow under instrumentation is run again by its item, in full.
 AHEAD_SHARE = 0.5
 
 
@@ -49,7 +47,7 @@ def find() -> str | None:
 
 def start_allowance(case_timeout_s: float) -> float:
     """The seconds an instrumented run gets on top of the case timeout (see :data:`INSTRUMENTED_START_S`)."""
-    return min(case_timeout_s, INSTRUMENTED_START_S)
+    return min(AHEAD_SHARE * case_timeout_s, INSTRUMENTED_START_S)
 
 
 def sanitize(request: dict, tools, *, case_timeout_s: float, env: dict | None = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -219,13 +220,14 @@ class AdaptiveSampler:
 
 
 def against_runs(baseline_case: dict, today_samples: list[float], threshold: float, *, suite: str,
-                 fingerprint: str = "") -> LatencyResult:
+                 kernel: str = "", fingerprint: str = "") -> LatencyResult:
     """A byte-identical kernel: today's run level against the levels of the independent runs
     recorded at approval (:func:`judge_run_spread`), never against one run's launches.
 
     ``baseline_case`` is the ledger's entry for the case (``run_p10_ms``, ``samples_ms``); its
     per-launch samples go to the plots only. A baseline with fewer than two runs (recorded before
-    runs were) is incomparable, saying how to record them; ``suite`` names the suite in that fix.
+    runs were) is incomparable, saying how to record them; ``suite`` (and ``kernel``) name them in that
+    fix, and in the fix of a weak baseline.
     """
     runs = baseline_case.get("run_p10_ms") or []
     if len(runs) < 2:
@@ -235,7 +237,11 @@ def against_runs(baseline_case: dict, today_samples: list[float], threshold: flo
                    f"independent run(s); judging an unchanged kernel needs the spread of >= 2 runs: re-approve to "
                    f"record runs: `cudagate approve {suite} --runs {stats.DEFAULT_APPROVAL_RUNS}`")
     stored = list(baseline_case.get("samples_ms") or [])
-    judgement = dataclasses.replace(judge_run_spread(runs, stats.run_level(today_samples), threshold), suite=suite)
+    judgement = judge_run_spread(runs, stats.run_level(today_samples), threshold)
+    if judgement.weak:
+        command = shlex.join(["cudagate", "approve", suite, *([kernel] if kernel else []), "--runs",
+                              str(max(stats.DEFAULT_APPROVAL_RUNS, 2 * judgement.runs))])
+        judgement = dataclasses.replace(judgement, fix=f"`{command}`")
     return LatencyResult(judgement.verdict, threshold, reason="the stored approval runs", run_spread=judgement,
                          approved=stats.summarize(stored) if stored else None, current=stats.summarize(today_samples),
                          samples={"approved": stored, "current": list(today_samples)}, advisory=True,
@@ -262,7 +268,7 @@ class RunSpreadJudgement:
     runs: int
     measured_spread: float  # sample standard deviation of ln(run level)
     floored: bool  # the floor, not the measured spread, set the interval
-    suite: str = ""  # named in the fix of a weak baseline
+    fix: str = ""  # the command that narrows a weak baseline (re-approving the kernel with more runs)
 
     @property
     def weak(self) -> bool:
@@ -283,15 +289,14 @@ class RunSpreadJudgement:
         change = (self.ratio - 1) * 100
         line = (f"{change:+.1f}% against the approval runs (ratio {self.ratio:.3f}; an unchanged kernel stays "
                 f"within {self.low:.3f}–{self.high:.3f} at {self.confidence:.0%}; {self.spread_text})")
-        if self.weak:
-            runs = max(stats.DEFAULT_APPROVAL_RUNS, 2 * self.runs)
-            line += (f"; a weak baseline: it cannot see a slowdown short of {(self.high - 1) * 100:.0f}%; record more "
-                     f"runs on this card: `cudagate approve {self.suite or 'SUITE'} --runs {runs}`")
+        if self.weak and self.verdict in (Latency.PASS, Latency.INCONCLUSIVE):
+            line += (f"; a weak baseline: an unchanged kernel's runs reach +{(self.high - 1) * 100:.0f}%, so a slowdown "
+                     f"that small passes; record more runs on this card: {self.fix or 'cudagate approve --runs'}")
         return line
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
-        del data["suite"]
+        del data["fix"]
         data["verdict"] = self.verdict.value
         data["spread_text"] = self.spread_text
         return data

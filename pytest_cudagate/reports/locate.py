@@ -51,8 +51,8 @@ def from_requests(key: Key, requests: list[dict], root: Path | None) -> ItemInfo
         if request.get("suite"):
             suite_path = Path(request["suite"])
         spec = request.get("kernel") or (request.get("kernels") or {}).get("current") or {}
-        if spec.get("source_name"):
-            source = Path(spec["source_name"])
+        if spec.get("source_path"):
+            source = Path(spec["source_path"])
         cases = request.get("cases") or ([request["case"]] if request.get("case") else [])
         for entry in cases:
             inputs = [Path(b["input"]) for b in entry.get("buffers", {}).values() if b.get("input")]

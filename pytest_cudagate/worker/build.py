@@ -16,7 +16,7 @@ from cudagate_harness.params import ParamInfoError, entry_params, signature_prob
 from pytest_cudagate.host import cores
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
-from pytest_cudagate.worker.requests import kernel_spec
+from pytest_cudagate.worker.requests import kernel_spec, shown_log
 from pytest_cudagate.suite.model import Param, Program
 
 
@@ -34,7 +34,7 @@ def compile_program(program: Program, arch: str, source_text: str | None = None,
                                 limits=CompileLimits.case_timeout(timeout_s))
     except (CompileOptionError, IncludeError) as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
-    result.log = Scrubber().text(result.log)
+    result.log = Scrubber().text(shown_log(program, result.log))
     return result
 
 

@@ -7,6 +7,7 @@ A request is self-contained: kernel source and headers inline, case data by path
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
     return local_headers(source, text)
 
 
+def nvrtc_name(kernel: str) -> str:
+    """The source name every build of ``kernel`` reaches NVRTC under (its ``__FILE__``, and the file in
+    its cubin's line info): the kernel's signed name, never a path, which a pull request may rename,
+    so that no build (current, approved, released, sanitized, timed alone) can tell which copy it is."""
+    return f"{kernel}.cu"
+
+
+def shown_log(program: Program, log: str) -> str:
+    """A compile log of ``program`` naming its file where NVRTC named :func:`nvrtc_name`."""
+    return re.sub(rf"(?<![\w./-]){re.escape(nvrtc_name(program.name))}(?![\w.])", display_path(program.source), log)
+
+
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:
     """``program`` as a request's ``kernel`` field: one build, so a kernel with class variants is
     resolved first (``program.for_case(case)``), or ``program.shared`` where only its files matter."""
@@ -39,7 +52,8 @@ def kernel_spec(program: Program, source_text: str | None = None) -> dict:
         "name": program.name,
         "entry": program.entry,
         "source": text,
-        "source_name": display_path(program.source),
+        "source_name": nvrtc_name(program.name),
+        "source_path": display_path(program.source),
         "headers": quoted_includes(program.source, text),
         "options": list(program.options),
         "arch_suffix": program.arch_suffix,
@@ -112,7 +126,7 @@ def compare_request(suite: Suite, program: Program, case: Case, *, approved: dic
     ours, launch = current or (kernel_spec(program.for_case(case), source_text), program)
     # NVRTC's __FILE__ is the source name: one name for both builds, so that a kernel cannot tell at
     # compile time whether it is the baseline (and be slow only there, hiding every later regression).
-    name = display_path(program.source)
+    name = nvrtc_name(program.name)
     return {
         "protocol": 1, "op": "compare", "suite": str(suite.path),
         "kernels": {"approved": {**approved, "source_name": name}, "current": {**ours, "source_name": name}},

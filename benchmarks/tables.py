@@ -142,7 +142,10 @@ def render_card_floor(files: list[Kept]) -> str:
     import card_floor
     from pytest_cudagate.judge import stats
 
-    levels = [card_floor.Levels(**entry) for f in files for entry in f.document["levels"]]
+    # The shipped ledgers keep their approval runs' levels, on the card that approved them: a second card
+    ledgers = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*/cudagate.approvals.json"))
+    levels = ([card_floor.Levels(**entry) for f in files for entry in f.document["levels"]]
+              + [entry for path in ledgers for entry in card_floor.load(ROOT / path)])
     found = card_floor.offsets(levels)
     if not found:
         cards = sorted({e.card for e in levels})
@@ -150,7 +153,8 @@ def render_card_floor(files: list[Kept]) -> str:
                 " no floor is derived from these files.")
     floor = card_floor.floor_of(found)
     verdict = "at least" if stats._BETWEEN_CARD_OFFSET >= floor else "BELOW"
-    return (f"`python benchmarks/card_floor.py derive {' '.join(f.path for f in files)}`\n\n{card_floor.table(found)}\n\n"
+    return (f"`python benchmarks/card_floor.py derive {' '.join([f.path for f in files] + ledgers)}`\n\n"
+            f"{card_floor.table(found)}\n\n"
             f"Floor: ±{100 * floor:.2f} %. The shipped `_BETWEEN_CARD_OFFSET` (pytest_cudagate/judge/stats.py) is "
             f"±{100 * stats._BETWEEN_CARD_OFFSET:.1f} %, {verdict} the floor.")
 

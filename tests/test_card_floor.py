@@ -100,7 +100,9 @@ def test_a_bad_file_is_refused_in_one_line(tmp_path, capsys, text, message):
 
 
 def kept() -> list[Path]:
-    return sorted(p for p in EVIDENCE.rglob("card-floor-*.json") if not p.name.startswith("card-floor-derived-"))
+    """The measured files, and the shipped ledgers, whose baselines keep the approval runs of their card."""
+    measured = sorted(p for p in EVIDENCE.rglob("card-floor-*.json") if not p.name.startswith("card-floor-derived-"))
+    return measured + (sorted((EVIDENCE.parents[1] / "examples").glob("*/cudagate.approvals.json")) if measured else [])
 
 
 def test_the_shipped_offset_covers_the_kept_evidence():

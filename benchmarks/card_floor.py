@@ -113,7 +113,7 @@ def load(path: Path) -> list[Levels]:
     if not isinstance(document, dict) or not isinstance(document.get("levels"), list):
         raise UsageError(f"{path}: field 'levels' missing: pass files written by card_floor.py measure --json, "
                          "or cudagate.approvals.json ledgers")
-    from pytest_cudagate import schema
+    from pytest_cudagate.boundary import schema
 
     found = schema.problems(document, "card-floor")
     if found:

@@ -59,7 +59,7 @@ from packaging.version import InvalidVersion, Version
 from scipy.stats import beta, mannwhitneyu
 
 from evidence_header import with_header
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.judge import stats
 from pytest_cudagate.xdist_hooks import gpu_count
 

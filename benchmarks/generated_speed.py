@@ -30,7 +30,8 @@ import numpy as np
 
 from cudagate_harness.protocol import unwritten_mask
 from cudagate_harness.runner import _changed
-from pytest_cudagate import schema, trash
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.host import trash
 from pytest_cudagate.cli import main as cudagate
 from pytest_cudagate.defences.fresh_inputs import make_sets, prepare
 from pytest_cudagate.judge.correctness import judge_case

@@ -41,7 +41,7 @@ from pytest_cudagate.judge.latency import LatencyResult, classify
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports.document import build_report
 from pytest_cudagate.reports.writer import dumps
-from pytest_cudagate.schema import validate
+from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.suite.model import Tolerance
 from pytest_cudagate.worker.fingerprint import Fingerprint
 

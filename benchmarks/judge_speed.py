@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from pytest_cudagate.host import cores
+from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.judge import elementwise, output_scale
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.judge.norms import euclidean_norm

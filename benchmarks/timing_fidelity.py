@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from evidence_header import with_header
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent

@@ -16,9 +16,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pytest_cudagate import __version__
-from pytest_cudagate.approve import approve
+from pytest_cudagate.approvals.approve import approve
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
-from pytest_cudagate.diffing import kernel_diff
+from pytest_cudagate.approvals.diff import kernel_diff
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.errors import EXIT_INPUT, FileError
@@ -28,10 +28,10 @@ from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.optimize.cli import register as register_optimize
 from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.history.cli import register as register_history
-from pytest_cudagate.bisect import register as register_bisect
+from pytest_cudagate.bisect.search import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
-from pytest_cudagate.paths import display_path
-from pytest_cudagate.schema import validate
+from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite

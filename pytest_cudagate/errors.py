@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from pytest_cudagate.paths import log_lines
+from pytest_cudagate.host.paths import log_lines
 from pytest_cudagate.worker.gpulock import GpuLockTimeout
 
 # Exit codes of every ``cudagate`` command: 0 all good, 1 a check failed, 2 bad input, 3 no CUDA device.

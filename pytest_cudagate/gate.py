@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 from cudagate_harness.stopping import Settle
 from cudagate_harness.telemetry import device_state, disturbances
 
-from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.approvals.ledger import Approval, Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.host import cores
+from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
 from pytest_cudagate.defences.fresh_ahead import Ahead
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, prepare, reads_signed_inputs
@@ -32,20 +32,22 @@ from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, blocks, incomparable, warns)
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.worker.build import build_record
-from pytest_cudagate.worker.requests import compare_request, run_request, shown_log
-from pytest_cudagate.suite.model import Case, Checks, Launch, Program, Suite
+from pytest_cudagate.worker.requests import (KernelVersion, compare_request, current_version, run_request, shown_log,
+                                             version_request)
+from pytest_cudagate.suite.model import Case, Checks, Program, Suite
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import in_background, judge_case
 from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.generated import materialise
-from pytest_cudagate import phases, trash
+from pytest_cudagate import phases
+from pytest_cudagate.host import trash
 
 if TYPE_CHECKING:
-    from pytest_cudagate.release import ReleaseSource
+    from pytest_cudagate.approvals.release import ReleaseSource
 
 
 
@@ -111,6 +113,7 @@ class Gate:
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
         self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
         self._checks: dict[str, tuple[Checks, list[str]]] = {}  # suite path -> effective_checks, read once
+        self._versions: dict[tuple, KernelVersion] = {}  # current and approved versions, each read once
         # (suite path, kernel, proposal) -> the case it hung on alone: it is not run again in this gate,
         # so one hanging kernel costs one case timeout, not one per case (and its worker's restarts)
         self._hung: dict[tuple[str, str, str], str] = {}
@@ -121,22 +124,22 @@ class Gate:
 
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
-        outcome, extra = self._begin(suite, program, case, source_text)
+        current = self.version(program, source_text)
+        outcome, extra = self._begin(suite, current, case)
         if outcome.failed:
             return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
-        approval = ledger.approvals.get(program.name)
-        out = self.output_dir / program.name
+        approval = ledger.approvals.get(current.name)
+        out = self.output_dir / current.name
         if case.kind != "performance":
-            body, compile_info = self._run(outcome, suite, program, case, None, out, source_text, extra)
+            body, compile_info = self._run(outcome, suite, current, case, None, out, extra)
         elif approval is None:
-            body, compile_info = self._run(outcome, suite, program, case, suite.timing.to_json(), out, source_text, extra,
-                                           library=True)
-            outcome.latency = incomparable(threshold, f"no approved version of {program.name} in {ledger.path.name}; "
-                                           f"run `cudagate approve {suite.path} {program.name}` on a GPU runner",
+            body, compile_info = self._run(outcome, suite, current, case, suite.timing.to_json(), out, extra, library=True)
+            outcome.latency = incomparable(threshold, f"no approved version of {current.name} in {ledger.path.name}; "
+                                           f"run `cudagate approve {suite.path} {current.name}` on a GPU runner",
                                            self.fingerprint_text)
-        elif source_text is None and build_identity(program) == approval.identity():
-            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra,
+        elif source_text is None and current.identity == approval.identity():
+            body, compile_info, discarded = self._quiet_run(outcome, suite, current, case, baseline_timing(suite), out, extra,
                                                             library=True)
             with phases.clock(outcome, "statistics"):
                 outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
@@ -144,13 +147,12 @@ class Gate:
             outcome.latency.discarded = discarded
         else:
             body, compile_info, outcome.latency = self.interleaved(
-                outcome, suite, program, case, ledger.approved_spec(approval, case), ledger.approved_launch(approval, case),
-                threshold, out, source_text, extra, library=True)
+                outcome, suite, case, current, self._approved(ledger, approval), threshold, out, extra, library=True)
         if (self.release is not None and outcome.latency is not None and compile_info is not None
                 and compile_info.get("ok") and body.get("status") == "ok"):
-            outcome.latency.release = self._against_release(outcome, suite, program, case, approval, threshold, out,
-                                                            source_text, extra)
-        judged = self._judge(outcome, suite, program, case, body, compile_info, extra, source_text)
+            outcome.latency.release = self._against_release(outcome, suite, current, case, approval, threshold, out,
+                                                            extra, proposal=source_text is not None)
+        judged = self._judge(outcome, suite, current, case, body, compile_info, extra)
         if not self.keep_outputs and (out / case.name).is_dir():
             trash.discard(out / case.name)  # read by the judge, needed by no report
         return judged
@@ -159,17 +161,33 @@ class Gate:
         """What ``cudagate approve`` measures: :meth:`replay`'s checks, and a performance case timed
         alone for :attr:`Timing.baseline_rounds` launches (no comparison: it is to become the
         approved version). Its samples are ``outcome.correctness.samples_ms``."""
-        outcome, extra = self._begin(suite, program, case)
+        current = self.version(program)
+        outcome, extra = self._begin(suite, current, case)
         if outcome.failed:
             return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
-        out = self.output_dir / program.name
+        out = self.output_dir / current.name
         if case.kind != "performance":
-            body, compile_info = self._run(outcome, suite, program, case, None, out, None, extra)
+            body, compile_info = self._run(outcome, suite, current, case, None, out, extra)
         else:
-            body, compile_info, discarded = self._quiet_run(outcome, suite, program, case, baseline_timing(suite), out, extra)
+            body, compile_info, discarded = self._quiet_run(outcome, suite, current, case, baseline_timing(suite), out, extra)
             outcome.latency = disturbed(threshold, discarded, self.fingerprint_text)
-        return self._judge(outcome, suite, program, case, body, compile_info, extra, None)
+        return self._judge(outcome, suite, current, case, body, compile_info, extra)
+
+    def version(self, program: Program, source_text: str | None = None) -> KernelVersion:
+        """``program``'s current version (``source_text``: a proposal's), read once per gate: every
+        case of the kernel is built from it."""
+        key = (repr(program), hashlib.sha256(source_text.encode()).hexdigest() if source_text is not None else None)
+        if key not in self._versions:
+            self._versions[key] = current_version(program, source_text)
+        return self._versions[key]
+
+    def _approved(self, ledger: Ledger, approval: Approval) -> KernelVersion:
+        """The approved version, its pinned copies read and checked once per gate."""
+        key = (str(ledger.path), approval.kernel, repr(approval.identity()))
+        if key not in self._versions:
+            self._versions[key] = ledger.approved_version(approval)
+        return self._versions[key]
 
     def checks(self, suite: Suite) -> tuple[Checks, list[str]]:
         """:func:`effective_checks` of ``suite``, worked out once per gate (it may read the signature
@@ -179,15 +197,14 @@ class Gate:
             self._checks[key] = effective_checks(suite)
         return self._checks[key]
 
-    def _begin(self, suite: Suite, program: Program, case: Case,
-               source_text: str | None = None) -> tuple[CaseOutcome, dict]:
+    def _begin(self, suite: Suite, current: KernelVersion, case: Case) -> tuple[CaseOutcome, dict]:
         """A new outcome and the case's checks and fresh inputs; a failed outcome when the build hung
         on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then)."""
-        outcome = CaseOutcome(suite.name, program.name, case.name, case.kind, shape_class=case.shape_class)
-        hung_on = self._hung.get(self._hang_key(suite, program, source_text))
+        outcome = CaseOutcome(suite.name, current.name, case.name, case.kind, shape_class=case.shape_class)
+        hung_on = self._hung.get(self._hang_key(suite, current))
         if hung_on is not None:
             outcome.failed = True
-            outcome.message = (f"not run: {program.name} did not finish case {hung_on} within "
+            outcome.message = (f"not run: {current.name} did not finish case {hung_on} within "
                                f"the case timeout earlier in this run, so it is not run again; fix the hang (or raise "
                                f"--cuda-gate-timeout for a kernel that is only slow) and re-run")
             return outcome, {}
@@ -220,19 +237,18 @@ class Gate:
         return None
 
     @staticmethod
-    def _hang_key(suite: Suite, program: Program, source_text: str | None) -> tuple[str, str, str]:
+    def _hang_key(suite: Suite, current: KernelVersion) -> tuple[str, str, str]:
         """A kernel as run, all its class variants together (they share the code that hangs); an
-        optimizer's proposal (``source_text``) is a kernel of its own."""
-        text = hashlib.sha256(source_text.encode()).hexdigest() if source_text is not None else ""
-        return str(suite.path), program.name, text
+        optimizer's proposal (another source text) is a kernel of its own."""
+        return str(suite.path), current.name, current.identity["source_sha256"]
 
-    def _judge(self, outcome, suite, program, case, body, compile_info, extra, source_text) -> CaseOutcome:
+    def _judge(self, outcome, suite, current: KernelVersion, case, body, compile_info, extra) -> CaseOutcome:
         """Correctness (with the fresh inputs and the sanitizer), then the decision and its words."""
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
-            build = program.for_case(case)
-            what = f" ({build.build_name})" if build.variant else ""
-            outcome.message = f"{program.source}{what} does not compile:\n{shown_log(program, compile_info.get('log', ''))}"
+            what = f" ({current.build_name(case)})" if case.shape_class in current.classes else ""
+            outcome.message = (f"{current.source_path}{what} does not compile:\n"
+                               f"{shown_log(current.name, current.source_path, compile_info.get('log', ''))}")
             return outcome
         resolved = suite.resolved(case)
         checks = extra["checks"]
@@ -241,14 +257,14 @@ class Gate:
             # informational: judged beside the verdict (and side by side with it), never into it
             library = (in_background(judge_library, body["library"], case.name, expected, suite.tolerance,
                                      resolved.shapes, checks) if body.get("library") else None)
-            outcome.correctness = judge_case(program.name, case.name, body, expected, suite.tolerance, resolved.shapes,
+            outcome.correctness = judge_case(current.name, case.name, body, expected, suite.tolerance, resolved.shapes,
                                              checks=checks)
         outcome.notes.extend(outcome.correctness.notes)
         if library is not None:
             with phases.clock(outcome, "statistics"):
                 outcome.library = library.result()
         with phases.clock(outcome, "sanitizer"):
-            self._sanitize(outcome, suite, program, case, body, checks, source_text)
+            self._sanitize(outcome, suite, current, case, body, checks)
         decide(outcome, self.options)
         return outcome
 
@@ -359,12 +375,12 @@ class Gate:
             entry.pop("fresh", None)
         return recorded
 
-    def _sanitize(self, outcome: CaseOutcome, suite: Suite, program: Program, case: Case, body: dict, checks,
-                  source_text: str | None) -> None:
+    def _sanitize(self, outcome: CaseOutcome, suite: Suite, current: KernelVersion, case: Case, body: dict,
+                  checks) -> None:
         """compute-sanitizer on the kernel's smallest case (once per kernel; the verdicts are cached)."""
         if outcome.correctness is None or not wants_sanitizer(checks, suite, case, body):
             return
-        request = run_request(suite, program, [case], output_dir=self.output_dir / "sanitizer", source_text=source_text)
+        request = version_request(suite, current, [case], output_dir=self.output_dir / "sanitizer")
         problems, notes = sanitize(request, checks.sanitizer,
                                    case_timeout_s=float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)),
                                    env=getattr(self.client, "env", None), required=self.options.trusted)
@@ -374,26 +390,25 @@ class Gate:
             outcome.correctness.passed = False
 
     # -- the three measurement paths ------------------------------------------------------------
-    def _run(self, outcome, suite, program, case, timing, out, source_text, extra=None, library: bool = False):
-        request = run_request(suite, program, [case], output_dir=out, timing=timing, source_text=source_text,
-                              library=library)
+    def _run(self, outcome, suite, current: KernelVersion, case, timing, out, extra=None, library: bool = False):
+        request = version_request(suite, current, [case], output_dir=out, timing=timing, library=library)
         outcome.requests.append(self._harden(request, request["cases"][0], extra))
         with phases.RoundTrip(outcome, self.client) as trip:
             result = self.client.run(request)
         body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
         if body.get("error", {}).get("kind") == "timeout":  # a run's kernel is this one alone (a compare's is not)
-            self._hung.setdefault(self._hang_key(suite, program, source_text), case.name)
+            self._hung.setdefault(self._hang_key(suite, current), case.name)
         trip.answered([result.compile], body)
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
 
-    def _quiet_run(self, outcome, suite, program, case, timing, out, extra, library: bool = False):
+    def _quiet_run(self, outcome, suite, current: KernelVersion, case, timing, out, extra, library: bool = False):
         """The timed run of a kernel identical to its approval, repeated while NVML saw the GPU
         disturbed (harmful throttling or another process) around it; the discarded reasons too."""
         discarded: list[str] = []
         while True:
             before = self._device_state()
-            body, compile_info = self._run(outcome, suite, program, case, timing, out, None, extra, library)
+            body, compile_info = self._run(outcome, suite, current, case, timing, out, extra, library)
             # The worker's snapshot right after the kernel's timed launches, where it has NVML: the
             # library baseline's rounds come after them and are no part of this decision.
             after = (body.get("timing") or {}).get("state") or self._device_state()
@@ -447,16 +462,12 @@ class Gate:
                             for name, ours, theirs in differences(self.fingerprint, closest))
         return f"; the nearest recorded hardware differs in {changed}" if changed else ""
 
-    def interleaved(self, outcome, suite, program, case, approved_spec: dict, approved_launch: Launch, threshold, out,
-                    source_text, extra=None, which: str = "the approved version", library: bool = False,
-                    current: tuple[dict, Launch] | None = None):
-        """``program`` timed interleaved against ``approved_spec`` (``which`` names it in messages);
-        ``library``: its library baseline too, after the rounds that decide (the PR comparison only);
-        ``current``: a kernel spec and launch timed in ``program``'s place (``cudagate bisect``: a
-        version read from git)."""
-        request = compare_request(suite, program, case, approved=approved_spec, approved_launch=approved_launch,
-                                  output_dir=out, chunk=suite.timing.repeat, source_text=source_text, library=library,
-                                  current=current)
+    def interleaved(self, outcome, suite, case, current: KernelVersion, baseline: KernelVersion, threshold, out,
+                    extra=None, which: str = "the approved version", library: bool = False):
+        """``current`` timed interleaved against ``baseline`` (``which`` names it in messages);
+        ``library``: its library baseline too, after the rounds that decide (the PR comparison only)."""
+        request = compare_request(suite, case, current=current, baseline=baseline, output_dir=out,
+                                  chunk=suite.timing.repeat, library=library)
         outcome.requests.append(self._harden(request, request["case"], extra))
         sampler = AdaptiveSampler(threshold, self.options.budget_s, rounds=suite.timing.repeat)
         with phases.RoundTrip(outcome, self.client) as trip:
@@ -473,7 +484,7 @@ class Gate:
             return body, compile_info, None
         resolved = suite.resolved(case)
         with phases.clock(outcome, "checks"):
-            approved_check = judge_case(f"{program.name} ({which})", case.name,
+            approved_check = judge_case(f"{current.name} ({which})", case.name,
                                         {"status": "ok", **body["approved"]}, resolved.expected_outputs(),
                                         suite.tolerance, resolved.shapes, checks=(extra or {}).get("checks"))
         if not approved_check.passed:
@@ -483,14 +494,15 @@ class Gate:
             return body, compile_info, sampler.result(self.fingerprint_text)
 
     # -- release mode (docs/release-gate.md) ----------------------------------------------------
-    def _against_release(self, outcome, suite, program, case, approval, threshold, out, source_text, extra) -> LatencyResult:
+    def _against_release(self, outcome, suite, current: KernelVersion, case, approval, threshold, out, extra, *,
+                         proposal: bool) -> LatencyResult:
         """Current against the version approved at the release ref, timed as the PR gate times
         current against approved. When nothing differs from the release (the kernel is byte-identical
         to it, or the approved version is the released one and was just timed), nothing more is timed."""
-        from pytest_cudagate.release import AbsentAtRef, BuildRecord, NoReleaseYet, build_drift  # release mode only
+        from pytest_cudagate.approvals.release import AbsentAtRef, BuildRecord, NoReleaseYet, build_drift  # release mode only
 
         try:
-            released = self.release.lookup(suite, program.name)
+            released = self.release.lookup(suite, current.name)
         except CudagateError as exc:
             # The kernel's `release` item says it too, and fails unless this is a first release; a case
             # warns of a release it could not use (an item deselected by -k must not hide that).
@@ -502,11 +514,11 @@ class Gate:
             result = incomparable(threshold, released.describe() + "; judged by the PR gate only", self.fingerprint_text)
             result.advisory = result.said_by_kernel = True
             return result
-        current = build_record(program, self._arch(), source_text)
-        drift = (build_drift(released.build, BuildRecord.from_json(current)).describe(released.label)
-                 if current is not None else "")
+        built = build_record(current, self._arch())
+        drift = (build_drift(released.build, BuildRecord.from_json(built)).describe(released.label)
+                 if built is not None else "")
         label = released.label
-        if source_text is None and released.identity() == build_identity(program):
+        if not proposal and released.identity() == current.identity:
             return LatencyResult(Latency.PASS, threshold, reason=f"identical to the version approved at {label} "
                                  "(source, headers, entry, options and launch): nothing to time side by side",
                                  note=drift, fingerprint=self.fingerprint_text)
@@ -516,8 +528,7 @@ class Gate:
             # The approved version is the released one: the comparison just made is the release's.
             return dataclasses.replace(latency, reason=label, samples={}, telemetry=[], release=None, note="; ".join(
                 filter(None, [f"the approved version is the one approved at {label}: one comparison serves both", drift])))
-        _, _, result = self.interleaved(outcome, suite, program, case, released.kernel_spec(case),
-                                        released.launch_for(case), threshold, out, source_text, extra,
+        _, _, result = self.interleaved(outcome, suite, case, current, released.version, threshold, out, extra,
                                         which=f"the version approved at {label}")
         if result is None:
             return incomparable(threshold, f"the comparison with {label} did not complete", self.fingerprint_text)

@@ -23,7 +23,7 @@ from pytest_cudagate.config import GateConfig
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.paths import log_lines
+from pytest_cudagate.host.paths import log_lines
 from pytest_cudagate.reports import pytest_hooks as reports
 from pytest_cudagate.reports.durations import render_durations
 from pytest_cudagate.reports.terminal import render_table
@@ -31,6 +31,7 @@ from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.worker.build import (build_record, compile_ahead, compile_builds, mismatch_heading,
                                          parameter_problems)
 from pytest_cudagate.worker.client import Worker
@@ -270,6 +271,8 @@ class CheckoutCollection:
 
 
 class SuiteFile(pytest.File):
+    run_phase = "suites"  # phases.RunPhases: its collection is this run phase
+
     def collect(self):
         try:
             suite = load_suite(self.path)
@@ -324,6 +327,8 @@ class SuiteErrorItem(GateItem):
 
 
 class CompileItem(GateItem):
+    run_phase = "compile"
+
     def runtest(self) -> None:
         node: ProgramNode = self.parent
         refusal = self.runtime.trust_refusal(node.suite, self.nodeid, "compile this suite's kernels")
@@ -352,12 +357,14 @@ class ReleaseItem(GateItem):
     """Release mode: the kernel's version at the release ref, read and verified on the host (no GPU),
     so a ref that does not resolve or a release that cannot be trusted fails once, here, per kernel."""
 
+    run_phase = "release"
+
     def runtest(self) -> None:
-        from pytest_cudagate.release import BuildRecord  # release mode only
+        from pytest_cudagate.approvals.release import BuildRecord  # release mode only
 
         node: ProgramNode = self.parent
         runtime = self.runtime
-        current = build_record(node.program, runtime.arch(), timeout_s=runtime.timeout_s)
+        current = build_record(current_version(node.program), runtime.arch(), timeout_s=runtime.timeout_s)
         try:
             line, warning = runtime.release().kernel_status(node.suite, node.program.name,
                                                             BuildRecord.from_json(current) if current else None)
@@ -369,6 +376,8 @@ class ReleaseItem(GateItem):
 
 
 class CaseItem(GateItem):
+    run_phase = "cases"
+
     def __init__(self, *, case: Case, **kwargs):
         super().__init__(**kwargs)
         self.case = case

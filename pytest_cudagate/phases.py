@@ -1,5 +1,5 @@
 """Where a gate run's wall time goes: per case (:attr:`CaseOutcome.phases`) and for the whole run
-(:class:`RunClock`).
+(:class:`RunClock`, kept by the hooks of :class:`RunPhases`).
 
 A case: one clock per phase, kept in :attr:`CaseOutcome.phases`.
 
@@ -13,13 +13,17 @@ any worker restart, so the phases add up to the item's wall time (``other`` take
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
+    from pytest_cudagate.items import GateSession
     from pytest_cudagate.judge.outcome import CaseOutcome
 
 # In pipeline order; the durations table and report.json use these names.
@@ -175,3 +179,78 @@ def process_age() -> float | None:
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     return age if age >= 0 else None
+
+
+class RunPhases:
+    """The pytest hooks that clock a ``--cuda-gate`` run by phase, from the process's start to the
+    terminal summary, so that every second of its wall time has a name. A collector or item names
+    its phase in a ``run_phase`` attribute (:mod:`pytest_cudagate.items`); other tests are
+    ``other_tests``. Inside the run, the trust checks and the report writers charge their own
+    phases (:func:`run_phase`)."""
+
+    def __init__(self, clock: RunClock, token: Token, session: GateSession):
+        self.clock = clock
+        self._token = token
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session):
+        with self.clock.phase("collection"):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        """A suite file's collection: loading and checking its YAML, signature and case data."""
+        name = getattr(collector, "run_phase", None)
+        if name is None:
+            return (yield)
+        with self.clock.phase(name):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        try:
+            return (yield)
+        finally:  # the first item's wait for the worker, measured by the session, is not pytest's
+            self.clock.transfer("pytest", "worker_wait", self.session.worker_start_s or 0.0)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        name = getattr(item, "run_phase", "other_tests")
+        with self.clock.phase(name):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
+        """The worker exits (CUDA teardown) while the reports are written; what is left of its
+        shutdown after them is ``worker_shutdown``."""
+        failed: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                self.session.runtime.close_worker()
+            except BaseException as exc:  # raised again in this thread, as a close in place would
+                failed.append(exc)
+
+        closing = threading.Thread(target=close, name="cudagate-worker-close", daemon=True)
+        closing.start()
+        try:
+            return (yield)
+        finally:
+            with self.clock.phase("worker_shutdown"):
+                closing.join()
+            if failed:
+                raise failed[0]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
+        if config.getoption("cuda_gate_durations") is None:
+            return
+        from pytest_cudagate.reports.durations import render_run_phases  # it reads this module's names
+
+        terminalreporter.write_sep("-", "cudagate run phases")
+        for line in render_run_phases(self.clock.snapshot()):
+            terminalreporter.write_line(line)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        RUN.reset(self._token)

@@ -113,9 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
             spawned = spawn_worker(config)
             session = _start_gate(config, spawned)
-            from pytest_cudagate.run_phases import RunPhases  # lazy, as in _start_gate
-
-            config.pluginmanager.register(RunPhases(clock, token, session), "cudagate-run-phases")
+            config.pluginmanager.register(phases.RunPhases(clock, token, session), "cudagate-run-phases")
     except BaseException:  # a usage error, Ctrl-C: nothing may outlive pytest
         if spawned is not None:
             spawned.close()

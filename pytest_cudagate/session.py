@@ -11,15 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_cudagate import phases, trash
+from pytest_cudagate import phases
+
+from pytest_cudagate.host import trash
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.paths import RUN_PREFIX, scratch_dir
+from pytest_cudagate.host.paths import RUN_PREFIX, scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
 from pytest_cudagate.suite.model import Case, Suite
@@ -27,7 +29,7 @@ from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
 
 if TYPE_CHECKING:  # release mode and `cudagate gate --trusted-ref` only
-    from pytest_cudagate.release import ReleaseSource
+    from pytest_cudagate.approvals.release import ReleaseSource
     from pytest_cudagate.trust.base_ref import TrustRoot
 
 
@@ -144,7 +146,7 @@ class GateRuntime:
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
         if self._release is None and self.options.release:
-            from pytest_cudagate.release import ReleaseSource
+            from pytest_cudagate.approvals.release import ReleaseSource
 
             self._release = ReleaseSource(self.root, self.release_ref, self.release_tags,
                                           release_verifier(self.trust_root, self.allow_unsigned))

@@ -55,7 +55,7 @@ def _isolated_compile_cache(tmp_path_factory, monkeypatch):
 def _schema_engines_agree():
     """The compiled validator only says "valid" and jsonschema words the refusals: across every document
     the tests validate, it must never accept one that jsonschema refuses (stricter is harmless)."""
-    import pytest_cudagate.schema as schema
+    import pytest_cudagate.boundary.schema as schema
 
     fast = schema._valid
 

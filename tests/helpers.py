@@ -92,7 +92,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def changed_after_approval(suite):
     """``suite``'s kernel approved as it is, then its source changed: (the reloaded suite, its ledger),
     so every performance case is timed interleaved against the approved version."""
-    from pytest_cudagate.approvals import Ledger, approval_for
+    from pytest_cudagate.approvals.ledger import Ledger, approval_for
 
     ledger = Ledger.for_suite(suite)
     program = suite.kernels[0]

@@ -14,7 +14,7 @@ import pytest
 from cudagate_harness import compiler
 from cudagate_harness.protocol import request_problems
 from helpers import BROKEN_CU, KERNEL_CU, write_suite
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.worker.client import HarnessClient

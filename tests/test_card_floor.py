@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import card_floor  # noqa: E402
 from evidence_header import with_header  # noqa: E402
-from pytest_cudagate import schema  # noqa: E402
+from pytest_cudagate.boundary import schema  # noqa: E402
 from pytest_cudagate.judge import stats  # noqa: E402
 
 EVIDENCE = ROOT / "benchmarks" / "evidence"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.approvals import Ledger, approval_for
+from pytest_cudagate.approvals.ledger import Ledger, approval_for
 from pytest_cudagate.cli import main
-from pytest_cudagate.diffing import kernel_diff
+from pytest_cudagate.approvals.diff import kernel_diff
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.loader import load_suite
 

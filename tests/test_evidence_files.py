@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 
 EVIDENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence"
 SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity", "vs-library-": "vs-library",

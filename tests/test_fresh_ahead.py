@@ -17,7 +17,7 @@ from helpers import SUITE_YAML, replace_once, write_suite
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate import gate as gate_module
 from pytest_cudagate import items as items_module
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.defences import fresh_ahead, fresh_inputs
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.cases import generate

@@ -19,7 +19,7 @@ from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer
 from pytest_cudagate.defences import fresh_inputs as fresh
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions

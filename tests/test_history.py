@@ -18,7 +18,7 @@ from test_reports_browser import CHROMIUM, FLAGS, artifacts, assert_screenshot
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
 from pytest_cudagate.reports.writer import write_report
-from pytest_cudagate.schema import problems
+from pytest_cudagate.boundary.schema import problems
 
 TIMED = ("perf", "perf_tall", "perf_wide")  # the scenario's cases with a latency verdict and a current latency
 

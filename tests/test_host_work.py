@@ -13,7 +13,8 @@ import cudagate_schemas
 from cudagate_harness.protocol import POISON_FIRST, POISON_SECOND, all_bytes, unwritten_mask
 from cudagate_harness.runner import _changed
 from helpers import EXAMPLES
-from pytest_cudagate import schema, trash
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.host import trash
 from pytest_cudagate.judge.elementwise import BLOCK, check_output
 from pytest_cudagate.suite.model import Tolerance
 from test_judge_equality import oracle_check, outputs

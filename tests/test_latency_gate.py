@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity
+from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
 from fake_worker import FakeWorker, scale_kernels
 from helpers import write_suite
@@ -199,7 +199,7 @@ def test_ledger_round_trip_and_identity(suite):
     approval = again.approvals["softmax_rows"]
     assert approval.baselines["00112233aabbccdd"].cases["perf_256x1024"]["samples_ms"] == [0.006, 0.0061]
     assert build_identity(suite.kernels[0]) == approval.identity()
-    assert again.approved_spec(approval, suite.cases[0])["source"] == suite.kernels[0].source.read_text()
+    assert again.approved_version(approval).source == suite.kernels[0].source.read_text()
     (suite.root / "softmax.cu").write_text(suite.kernels[0].source.read_text() + "\n// changed\n")
     assert build_identity(load_suite(suite.path).kernels[0]) != approval.identity()
 
@@ -230,10 +230,10 @@ def test_a_missing_or_altered_pinned_copy_is_refused(suite):
     blob = suite.root / approval.source_blob
     blob.write_text("// tampered")
     with pytest.raises(FileError, match="does not match its hash"):
-        ledger.approved_spec(approval, suite.cases[0])
+        ledger.approved_version(approval)
     blob.unlink()
     with pytest.raises(FileError, match="is missing"):
-        ledger.approved_spec(approval, suite.cases[0])
+        ledger.approved_version(approval)
 
 
 # -- the identical-kernel path: NVML snapshots around the timed run ----------------------------------

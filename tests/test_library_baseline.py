@@ -17,7 +17,7 @@ from cudagate_harness.library import ADAPTERS, CublasSgemm, LibraryUnavailable, 
 from fake_worker import FakeDevice, FakeKernel, install, make_worker
 from helpers import line_of, replace_once
 from optimize_fakes import FakeEvaluator, opt_suite
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import baseline_timing
 from pytest_cudagate.judge import stats

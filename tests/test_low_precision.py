@@ -21,7 +21,7 @@ from fake_worker import FakeKernel, FakeWorker
 from helpers import replace_once
 
 from cudagate_harness.protocol import encode, numpy_dtype, values
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
 from pytest_cudagate.errors import FileError

@@ -12,7 +12,7 @@ import pytest
 from optimize_fakes import BROKEN_SOURCE, FakeEvaluator, fake_source, opt_suite, write_proposals
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.optimize.cli import EXIT_INTERRUPTED, EXIT_NO_WINNER, EXIT_WINNER, register, run_optimize
-from pytest_cudagate.schema import problems as schema_problems
+from pytest_cudagate.boundary.schema import problems as schema_problems
 
 SCHEMAS = {"history.json": "optimize-history", "summary.json": "optimize-summary"}
 

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from test_optimize_gpu import SANITIZED, SANITIZER_POINTS, sanitized_case, sanitizer_requests
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.suite.loader import load_suite

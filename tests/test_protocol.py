@@ -17,7 +17,7 @@ from cudagate_harness.compiler import compile_kernel
 from cudagate_harness.protocol import DTYPES, POISON_FIRST, POISON_SECOND, numpy_dtype, unwritten_mask
 from cudagate_harness.runner import CaseInputError, load_buffers, pack_arguments
 from helpers import EXAMPLES, KERNEL_CU
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.errors import FileError

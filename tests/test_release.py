@@ -1,4 +1,4 @@
-"""The release reference (pytest_cudagate.release) on temporary git repositories built with the git CLI."""
+"""The release reference (pytest_cudagate.approvals.release) on temporary git repositories built with the git CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.model import Case
-from pytest_cudagate.release import (
+from pytest_cudagate.approvals.release import (
     FETCH_TAGS_FIX,
     AbsentAtRef,
     BuildRecord,
@@ -177,10 +177,10 @@ def test_released_approvals_read_the_pinned_version(repo):
     assert seen == [(["scale"], "v1.1.0")]
     scale = released["scale"]
     assert (scale.source, scale.label, scale.options, scale.build) == ("// v2\n", "v1.1.0", ("-DK=1",), None)
-    spec = scale.kernel_spec(Case("small", "performance", {"n": 4}))
-    assert spec["source"] == "// v2\n" and "source_name" not in spec  # the comparison names every build alike
-    assert scale.launch_for(Case("big", "performance", {"n": 4})).block == ("512",)
-    assert scale.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
+    spec = scale.version.kernel(Case("small", "performance", {"n": 4}))
+    assert spec["source"] == "// v2\n" and spec["source_name"] == "scale.cu"  # every build by its kernel's name
+    assert scale.version.launch_for(Case("big", "performance", {"n": 4})).block == ("512",)
+    assert scale.version.launch_for(Case("small", "performance", {"n": 4})).grid == ("cdiv(n, 256)",)
 
 
 def test_a_released_version_with_variants_builds_each_class_as_it_was_approved(repo):
@@ -192,10 +192,10 @@ def test_a_released_version_with_variants_builds_each_class_as_it_was_approved(r
     commit(repo, "variants", "v2.0.0")
     scale = released_approvals(resolve_release_ref(repo, "v2.0.0"), SUITE, accept)["scale"]
     large, small = Case("l", "performance", {"n": 4}, shape_class="large"), Case("s", "performance", {"n": 4})
-    assert scale.kernel_spec(large)["options"] == ["-DK=1", "-DWIDE=1"]
-    assert scale.kernel_spec(small)["options"] == ["-DK=1"]
-    assert scale.launch_for(large).block == ("64",) and scale.launch_for(small).block == ("256",)
-    assert scale.launch_for(Case("big", "performance", {"n": 4}, shape_class="large")).block == ("512",)  # override wins
+    assert scale.version.kernel(large)["options"] == ["-DK=1", "-DWIDE=1"]
+    assert scale.version.kernel(small)["options"] == ["-DK=1"]
+    assert scale.version.launch_for(large).block == ("64",) and scale.version.launch_for(small).block == ("256",)
+    assert scale.version.launch_for(Case("big", "performance", {"n": 4}, shape_class="large")).block == ("512",)  # override wins
     assert scale.identity()["classes"] == {"large": variant}
     assert "classes" not in released_approvals(resolve_release_ref(repo, "v1.1.0"), SUITE, accept)["scale"].identity()
 

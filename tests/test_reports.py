@@ -14,7 +14,7 @@ from pytest_cudagate.reports import cli as report_cli
 from pytest_cudagate.reports.hashes import file_sha256
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.writer import read_report, write_report
-from pytest_cudagate.schema import problems
+from pytest_cudagate.boundary.schema import problems
 import argparse
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.cli import main

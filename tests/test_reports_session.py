@@ -13,7 +13,7 @@ from report_fixtures import build_scenario, built_report
 from pytest_cudagate.reports.benchmark_json import benchmark_document
 from pytest_cudagate.reports.scrub import MASK, Scrubber
 from pytest_cudagate.reports.writer import write_report
-from pytest_cudagate.schema import problems
+from pytest_cudagate.boundary.schema import problems
 
 pytest_plugins = ["pytester"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helpers import write_suite
 from pytest_cudagate.phases import RUN_PHASES, RunClock
-from pytest_cudagate.schema import problems
+from pytest_cudagate.boundary.schema import problems
 
 pytest_plugins = ["pytester"]
 

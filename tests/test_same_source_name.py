@@ -10,11 +10,11 @@ import pytest
 
 from cudagate_harness.compiler import compile_kernel
 from helpers import write_suite
-from pytest_cudagate.approvals import Ledger, approval_for
-from pytest_cudagate.release import ReleasedApproval
+from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.approvals.release import ReleasedApproval
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.requests import compare_request, kernel_spec
+from pytest_cudagate.worker.requests import KernelVersion, compare_request, current_version, kernel_spec
 
 # Keeps __FILE__ in the cubin, as a kernel that branches on it would.
 PROBE_CU = """\
@@ -42,9 +42,8 @@ def cubin(spec: dict) -> bytes:
     return result.cubin
 
 
-def request_against(suite, approved: dict, tmp_path) -> dict:
-    program, case = suite.kernels[0], suite.case("perf")
-    return compare_request(suite, program, case, approved=approved, approved_launch=program.launch,
+def request_against(suite, baseline: KernelVersion, tmp_path) -> dict:
+    return compare_request(suite, suite.case("perf"), current=current_version(suite.kernels[0]), baseline=baseline,
                            output_dir=tmp_path / "out", chunk=10)
 
 
@@ -57,7 +56,7 @@ def test_the_approved_build_compiles_to_the_current_cubin(suite, tmp_path):
     ledger = Ledger.for_suite(suite)
     approval = approval_for(ledger, suite.kernels[0], approved_by="alice", approved_at="2026-12-03", git={},
                             tool_version="test")
-    kernels = request_against(suite, ledger.approved_spec(approval, suite.case("perf")), tmp_path)["kernels"]
+    kernels = request_against(suite, ledger.approved_version(approval), tmp_path)["kernels"]
     assert kernels["approved"]["source_name"] == kernels["current"]["source_name"]
     assert cubin(kernels["approved"]) == cubin(kernels["current"])
 
@@ -68,7 +67,7 @@ def test_the_released_build_compiles_to_the_current_cubin(suite, tmp_path):
                                 source_sha256="0" * 64, headers={}, entry="scale2", options=(),
                                 arch_suffix=program.arch_suffix, launch=program.launch.to_json(),
                                 launch_overrides={}, build=None)
-    kernels = request_against(suite, released.kernel_spec(suite.case("perf")), tmp_path)["kernels"]
+    kernels = request_against(suite, released.version, tmp_path)["kernels"]
     assert cubin(kernels["approved"]) == cubin(kernels["current"])
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from fake_worker import FakeKernel, SCALE_PARAMS, honest, install
 from helpers import write_suite
-from pytest_cudagate import paths, trash
+from pytest_cudagate.host import paths, trash
 
 pytest_plugins = ["pytester"]
 

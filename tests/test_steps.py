@@ -15,13 +15,13 @@ from helpers import EXAMPLES, line_of, replace_once
 from test_hardening_gate import Fingerprint
 
 from cudagate_harness.protocol import request_problems
-from pytest_cudagate.approvals import Ledger, build_identity
+from pytest_cudagate.approvals.ledger import Ledger, build_identity
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Steps
 from pytest_cudagate.trust.manifest import suite_manifest
-from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, current_version, run_request
 
 CHUNK = 2048  # columns per partial, as split_reduce.cu's CHUNK
 YAML = (EXAMPLES / "split_reduce" / "cudagate.yaml").read_text(encoding="utf-8")
@@ -125,7 +125,7 @@ def test_the_operation_is_timed_as_one_unit_interleaved_with_the_approved_steps(
     worker = client(suite)
     program = suite.kernels[0]
     case = suite.case("perf_64x65536")
-    request = compare_request(suite, program, case, approved=kernel_spec(program), approved_launch=program.launch,
+    request = compare_request(suite, case, current=current_version(program), baseline=current_version(program),
                               output_dir=tmp_path, chunk=20)
     request["case"]["buffers"]["x"]["input"] = str(suite.case_dir(suite.case("correct_5x3000")) / "x.npy")
     request["case"]["scalars"] = {"rows": 5, "cols": 3000}

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from trust_project import clean_env, project  # noqa: F401 - fixtures
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.errors import FileError
 
 pytestmark = pytest.mark.usefixtures("clean_env")

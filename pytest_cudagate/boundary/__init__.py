@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 
 # Size caps per kind of file; generous for anything written by hand or by the tool.
 MAX_SUITE_BYTES = 256 * 1024

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from pytest_cudagate.host import yield_cpu
+from pytest_cudagate.host.cpu import yield_cpu
 
 HELD = 2  # the item about to run and the next one
 CLOSE_WAIT_S = 30.0  # a job is one case's host work; past this, the session ends without it

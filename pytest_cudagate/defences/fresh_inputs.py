@@ -36,7 +36,7 @@ import numpy as np
 from cudagate_harness.protocol import FLOAT_DTYPES, LOW_PRECISION, encode, finfo, numpy_dtype
 from cudagate_harness.protocol import values as float_values
 
-from pytest_cudagate import trash
+from pytest_cudagate.host import trash
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.suite.draw import draw_fresh

@@ -26,9 +26,11 @@ import numpy as np
 
 from cudagate_harness.protocol import LOW_PRECISION, encode, finfo, low_precision, numpy_dtype, values
 
-from pytest_cudagate import boundary, trash
+from pytest_cudagate import boundary
+
+from pytest_cudagate.host import trash
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.worker.requests import case_spec, run_request
 

@@ -13,7 +13,7 @@ from pytest_cudagate.history.commit import GitFacts
 from pytest_cudagate.history.export import export_csv, export_json
 from pytest_cudagate.history.page import CSV_NAME, HTML_NAME, JSON_NAME, render
 from pytest_cudagate.history.record import read_measured, with_approvals
-from pytest_cudagate.paths import display_path, log_lines
+from pytest_cudagate.host.paths import display_path, log_lines
 
 DEFAULT_DB = Path(".cudagate") / "history.sqlite"  # under the project root, beside .cudagate/trusted_keys
 

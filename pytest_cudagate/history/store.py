@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.history.model import Commit, Entry, History, Result, Run
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 
 APPLICATION_ID = 0x63676874  # "cght": a cudagate history
 SCHEMA_VERSION = 1

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pytest_cudagate.host import cores
+from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.judge.elementwise import OutputCheck, check_output
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
 

@@ -36,7 +36,7 @@ from pytest_cudagate.worker.build import compile_builds
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from pytest_cudagate.worker.requests import compare_request, kernel_spec, run_request
+from pytest_cudagate.worker.requests import compare_request, current_version, run_request
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
@@ -251,9 +251,9 @@ class HarnessEvaluator:
     def _timed(self, evaluation: Evaluation, candidate: Candidate, program: Program, case: Case, out: Path) -> bool:
         suite, initial = self.suite, self.initial.program(self.program).for_case(case)
         self._seed += 1
-        request = compare_request(suite, program, case, approved=kernel_spec(initial, self.initial.text),
-                                  approved_launch=initial.launch_for(case.name), output_dir=out,
-                                  chunk=suite.timing.repeat, source_text=candidate.text, seed=self._seed)
+        request = compare_request(suite, case, current=current_version(program, candidate.text),
+                                  baseline=current_version(initial, self.initial.text), output_dir=out,
+                                  chunk=suite.timing.repeat, seed=self._seed)
         chunks = []
 
         def decide(chunk: dict) -> int:  # one chunk of timing.repeat rounds: the seed tool's 100 launches

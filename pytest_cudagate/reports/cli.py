@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import comment, github
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.scrub import Scrubber

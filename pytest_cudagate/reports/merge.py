@@ -11,10 +11,10 @@ from pathlib import Path
 
 from pytest_cudagate.boundary import MAX_REQUEST_BYTES, load_json
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports.document import Built, assemble, reproduce
 from pytest_cudagate.reports.writer import REQUESTS_DIR, read_report
-from pytest_cudagate.schema import validate
+from pytest_cudagate.boundary.schema import validate
 
 
 def _load_request(folder: Path, name: str) -> dict:

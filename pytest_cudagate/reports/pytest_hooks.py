@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudagate import phases
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
 from pytest_cudagate.reports.locate import from_items
 from pytest_cudagate.xdist_hooks import gathered_index

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.paths import visible
+from pytest_cudagate.host.paths import visible
 
 
 def _micros(ms: float | None) -> str:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pytest_cudagate.boundary import load_json
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.phases import run_phase
-from pytest_cudagate.schema import validate
+from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.reports.scrub import Scrubber
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from cudagate_harness.protocol import LOW_PRECISION, dtype_name, numpy_dtype, va
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.draw import case_seed, draw, draw_inputs, write_case
 from pytest_cudagate.suite.generated import GENERATED_FILE, check_generated, write_generated
 from pytest_cudagate.suite.model import Case, Param, Suite

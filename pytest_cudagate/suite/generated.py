@@ -29,12 +29,14 @@ import numpy as np
 
 from cudagate_harness.protocol import dtype_name, numpy_dtype
 
-from pytest_cudagate import boundary, schema
+from pytest_cudagate import boundary
+
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.judge.elementwise import check_output
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.draw import case_seed, draw_inputs, write_case
 from pytest_cudagate.suite.generated_cache import GeneratedCache, cache_root
 from pytest_cudagate.suite.model import Case, Suite

@@ -26,7 +26,9 @@ from pathlib import Path
 
 from cudagate_harness.compiler import cache_dir, private_dir
 
-from pytest_cudagate import boundary, schema
+from pytest_cudagate import boundary
+
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.errors import FileError
 
 MAX_BYTES = 4 << 30  # about 120 entries of the matmul example's 2048³ case (32 MB of inputs each)

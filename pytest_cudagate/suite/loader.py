@@ -17,11 +17,11 @@ from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.library import ADAPTERS
 from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
 
-from pytest_cudagate import schema
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text, walk
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.trust import gate_command
 from pytest_cudagate.trust.ledger import ledger_problems

@@ -27,7 +27,7 @@ import pytest
 from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from pytest_cudagate.boundary import walk
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 
 SIGNING_KEY_ENV = "CUDAGATE_SIGNING_KEY"
 PASSPHRASE_ENV = "CUDAGATE_SIGNING_KEY_PASSPHRASE"

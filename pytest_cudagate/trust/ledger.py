@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_cudagate import boundary, schema
-from pytest_cudagate.approvals import LEDGER_NAME, Ledger
+from pytest_cudagate import boundary
+
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.approvals.ledger import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes, sha256_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document

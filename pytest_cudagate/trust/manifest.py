@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.paths import display_path, visible
+from pytest_cudagate.host.paths import display_path, visible
 from pytest_cudagate.suite.generated import generated_files
 from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256

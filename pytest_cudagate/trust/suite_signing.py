@@ -9,10 +9,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cudagate import boundary, schema
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate import boundary
+
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document

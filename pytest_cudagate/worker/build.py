@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
-from pytest_cudagate.host import cores
+from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
-from pytest_cudagate.worker.requests import kernel_spec, shown_log
-from pytest_cudagate.suite.model import Param, Program
+from pytest_cudagate.worker.requests import KernelVersion, current_version, shown_log
+from pytest_cudagate.suite.model import Case, Param, Program
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,
@@ -26,15 +26,26 @@ def compile_program(program: Program, arch: str, source_text: str | None = None,
     stopped after ``timeout_s`` (the case timeout; None: the compiler's default); a refused option or
     include becomes a failed result. A kernel of steps compiles once per entry (each is a name
     expression of its own), then from the cache."""
-    target = arch + program.arch_suffix
     try:
-        spec = kernel_spec(program, source_text)
+        version = current_version(program, source_text)
+    except IncludeError as exc:
+        return CompileResult(ok=False, arch=arch + program.arch_suffix, key="", cache_hit=False, seconds=0.0,
+                             log=Scrubber().text(str(exc)))
+    return compile_version(version, arch, timeout_s=timeout_s, entry=entry)
+
+
+def compile_version(version: KernelVersion, arch: str, case: Case | None = None, *, timeout_s: float | None = None,
+                    entry: str | None = None) -> CompileResult:
+    """:func:`compile_program` of a version: the build ``case`` runs (None: the shared build)."""
+    target = arch + version.arch_suffix
+    spec = version.kernel(case)
+    try:
         result = compile_kernel(spec["source"], entry=entry or spec["entry"], arch=target, source_name=spec["source_name"],
                                 options=spec["options"], headers=spec["headers"],
                                 limits=CompileLimits.case_timeout(timeout_s))
-    except (CompileOptionError, IncludeError) as exc:
+    except CompileOptionError as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
-    result.log = Scrubber().text(shown_log(program, result.log))
+    result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log))
     return result
 
 
@@ -99,15 +110,13 @@ def compile_ahead(programs: list[tuple[Program, list]], arch: str, *, timeout_s:
         list(pool.map(one, programs))
 
 
-def build_record(program: Program, arch: str, source_text: str | None = None, *,
-                 timeout_s: float | None = None) -> dict | None:
-    """How ``program`` builds here, as an approval's ``build`` records it: the NVRTC version, the
+def build_record(version: KernelVersion, arch: str, *, timeout_s: float | None = None) -> dict | None:
+    """How ``version`` builds here, as an approval's ``build`` records it: the NVRTC version, the
     kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile
     (within ``timeout_s``, as :func:`compile_program`). A kernel with class variants records its
     shared build (the variants differ by options only)."""
-    program = program.shared
-    result = compile_program(program, arch, source_text, timeout_s=timeout_s)
+    result = compile_version(version, arch, timeout_s=timeout_s)
     if not result.ok or result.cubin is None:
         return None
-    return {"nvrtc_version": nvrtc_version(), "options": list(program.options),
+    return {"nvrtc_version": nvrtc_version(), "options": list(version.options),
             "cubin_sha256": {result.arch: hashlib.sha256(result.cubin).hexdigest()}}

@@ -7,16 +7,17 @@ A request is self-contained: kernel source and headers inline, case data by path
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cudagate_harness.stopping import Settle
 
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.includes import local_headers
-from pytest_cudagate.suite.model import Case, Launch, Program, Steps, Suite
+from pytest_cudagate.suite.model import Case, Launch, LibraryBaseline, Program, Steps, Suite, Variant, launch_from_record
 
 REQUEST_PROTOCOL = 1
 # A long kernel's library rounds stop once the median of the per-round ratios is known to ±0.5%
@@ -37,9 +38,89 @@ def nvrtc_name(kernel: str) -> str:
     return f"{kernel}.cu"
 
 
-def shown_log(program: Program, log: str) -> str:
-    """A compile log of ``program`` naming its file where NVRTC named :func:`nvrtc_name`."""
-    return re.sub(rf"(?<![\w./-]){re.escape(nvrtc_name(program.name))}(?![\w.])", display_path(program.source), log)
+def shown_log(kernel: str, path: str, log: str) -> str:
+    """A compile log of ``kernel`` naming its file (``path``) where NVRTC named :func:`nvrtc_name`."""
+    return re.sub(rf"(?<![\w./-]){re.escape(nvrtc_name(kernel))}(?![\w.])", path, log)
+
+
+@dataclass(frozen=True)
+class KernelVersion:
+    """One version of a kernel, resolved once into what the worker builds and launches: the current
+    one (its files, or a proposal's text), the approved one (its pinned copies), the one approved at
+    a release ref, or one read from a commit. Its texts are read, and its identity worked out, when
+    it is made; every request of it is built from this value."""
+
+    name: str
+    source: str
+    headers: dict[str, str]  # include name -> text
+    entry: str  # a kernel of steps: its first step's
+    options: tuple[str, ...]
+    arch_suffix: str
+    launch: Launch | Steps
+    launch_overrides: dict[str, Launch | Steps]
+    classes: dict[str, Variant]  # shape class -> its variant
+    identity: dict  # what makes two versions the same build (ledger.Approval.identity's shape)
+    source_path: str | None = None  # the current version's file, for reports and logs
+    library: LibraryBaseline | None = None  # the current version's library baseline
+
+    def options_for(self, case: Case | None) -> tuple[str, ...]:
+        variant = self.classes.get(case.shape_class) if case is not None else None
+        return self.options + variant.options if variant is not None else self.options
+
+    def launch_for(self, case: Case) -> Launch | Steps:
+        """``case``'s override, else its class variant's launch, else the kernel's (or its steps)."""
+        variant = self.classes.get(case.shape_class)
+        return self.launch_overrides.get(case.name) or (variant.launch if variant else None) or self.launch
+
+    def kernel(self, case: Case | None) -> dict:
+        """A request's ``kernel`` field: the build ``case`` runs (None: the shared build), under the
+        one NVRTC source name every build of this kernel gets."""
+        return {
+            "name": self.name, "entry": self.entry, "source": self.source, "source_name": nvrtc_name(self.name),
+            **({"source_path": self.source_path} if self.source_path is not None else {}),
+            "headers": dict(self.headers), "options": list(self.options_for(case)), "arch_suffix": self.arch_suffix,
+            **({"entries": self.launch.entries} if isinstance(self.launch, Steps) else {}),
+        }
+
+    def build_name(self, case: Case) -> str:
+        """The kernel's name, and for a class variant's build its class and all its options."""
+        if case.shape_class not in self.classes:
+            return self.name
+        return f"{self.name} (variant of class {case.shape_class}: options {list(self.options_for(case))})"
+
+
+def current_version(program: Program, source_text: str | None = None) -> KernelVersion:
+    """``program`` as the working tree holds it (``source_text`` in place of its file: a proposal)."""
+    text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
+    headers = quoted_includes(program.source, text)
+    variants = {name: variant.to_json() for name, variant in sorted(program.classes.items())}
+    identity = {
+        "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in headers.items()},
+        "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
+        "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
+        "arch_suffix": program.arch_suffix, **({"classes": variants} if variants else {}),
+    }
+    return KernelVersion(program.name, text, headers, program.entry, program.options, program.arch_suffix, program.launch,
+                   dict(program.launch_overrides), dict(program.classes), identity,
+                   source_path=display_path(program.source), library=program.library_baseline)
+
+
+def pinned_version(kernel: str, source: str, headers: dict[str, str], record: dict) -> KernelVersion:
+    """A version as an approval records it (``record``: its entry, options, arch_suffix, launch,
+    launch_overrides and classes), from its source and headers read and checked by the caller."""
+    classes = {name: Variant(tuple(raw.get("options", ())), launch_from_record(raw["launch"]) if "launch" in raw else None)
+               for name, raw in record.get("classes", {}).items()}
+    identity = {
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in headers.items()},
+        "entry": record["entry"], "options": list(record["options"]), "launch": record["launch"],
+        "launch_overrides": record["launch_overrides"], "arch_suffix": record["arch_suffix"],
+        **({"classes": record["classes"]} if record.get("classes") else {}),
+    }
+    return KernelVersion(kernel, source, dict(headers), record["entry"], tuple(record["options"]), record["arch_suffix"],
+                   launch_from_record(record["launch"]),
+                   {case: launch_from_record(raw) for case, raw in record["launch_overrides"].items()}, classes, identity)
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:
@@ -47,23 +128,13 @@ def kernel_spec(program: Program, source_text: str | None = None) -> dict:
     resolved first (``program.for_case(case)``), or ``program.shared`` where only its files matter."""
     if program.classes:
         raise ValueError(f"{program.name} has class variants: pass program.for_case(case) (one build) to kernel_spec")
-    text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
-    return {
-        "name": program.name,
-        "entry": program.entry,
-        "source": text,
-        "source_name": nvrtc_name(program.name),
-        "source_path": display_path(program.source),
-        "headers": quoted_includes(program.source, text),
-        "options": list(program.options),
-        "arch_suffix": program.arch_suffix,
-        **({"entries": program.entries} if program.steps else {}),
-    }
+    return current_version(program, source_text).kernel(None)
 
 
-def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = False,
+def case_spec(suite: Suite, launch: Program | Launch | Steps, case: Case, *, expected: bool = False,
               data_dir: Path | None = None) -> dict:
-    """One case of a request. ``data_dir`` replaces the suite's case folder (fresh inputs)."""
+    """One case of a request, run with ``launch`` (a program: its launch for the case). ``data_dir``
+    replaces the suite's case folder (fresh inputs)."""
     resolved = suite.resolved(case)
     folder = data_dir / case.name if data_dir else suite.arrays_dir(case)
     spec = {
@@ -73,7 +144,7 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
             p.name: {"count": resolved.counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
             for p in suite.buffers
         },
-        "launch": resolved.launch(program),
+        "launch": resolved.launch(launch),
     }
     if expected:
         spec["expected"] = {p.name: str(folder / "expected" / f"{p.name}.npy") for p in suite.outputs}
@@ -82,59 +153,66 @@ def case_spec(suite: Suite, program: Program, case: Case, *, expected: bool = Fa
     return spec
 
 
-def library_spec(suite: Suite, program: Program) -> dict:
+def library_spec(suite: Suite, version: KernelVersion) -> dict:
     """A request's ``library`` field: the kernel's library baseline, timed beside it for one
     measurement block (``timing.repeat`` rounds, also where the kernel alone takes
     :attr:`Timing.baseline_rounds`: the column is informational) or until settled; empty when it has none."""
-    if not program.library_baseline:
+    if version.library is None:
         return {}
     rounds = suite.timing.repeat
-    return {"library": {**program.library_baseline.to_json(), "rounds": rounds,
+    return {"library": {**version.library.to_json(), "rounds": rounds,
                         "settle": Settle.over_looks(*LIBRARY_SETTLE, rounds).to_json()}}
 
 
 def run_request(suite: Suite, program: Program, cases: list[Case], *, output_dir: Path,
                 timing: dict | None = None, expected: bool = False, source_text: str | None = None,
                 data_dir: Path | None = None, library: bool = False) -> dict:
-    """A ``run`` request of ``program`` on ``cases``, which must all run one build of it (cases of
-    classes with different variants go in separate requests: see :meth:`Program.builds`).
-    ``library``: time the kernel's library baseline beside it too (the gate's timed runs)."""
-    builds = program.builds(cases)
+    """:func:`version_request` of ``program`` as the working tree holds it (``source_text``: a proposal)."""
+    return version_request(suite, current_version(program, source_text), cases, output_dir=output_dir, timing=timing,
+                           expected=expected, data_dir=data_dir, library=library)
+
+
+def version_request(suite: Suite, version: KernelVersion, cases: list[Case], *, output_dir: Path,
+                    timing: dict | None = None, expected: bool = False, data_dir: Path | None = None,
+                    library: bool = False) -> dict:
+    """A ``run`` request of ``version`` on ``cases``, which must all run one build of it (cases of
+    classes with different variants go in separate requests). ``library``: time the kernel's library
+    baseline beside it too (the gate's timed runs)."""
+    builds = list(dict.fromkeys(version.options_for(c) for c in cases))
     if len(builds) > 1:
-        raise ValueError(f"{program.name}: cases {', '.join(c.name for c in cases)} run {len(builds)} builds "
+        raise ValueError(f"{version.name}: cases {', '.join(c.name for c in cases)} run {len(builds)} builds "
                          "(class variants); one request per build")
     return {
         "protocol": REQUEST_PROTOCOL,
         "op": "run",
         "suite": display_path(suite.path),
-        "kernel": kernel_spec(builds[0], source_text),
+        "kernel": version.kernel(cases[0] if cases else None),
         "signature": [p.protocol() for p in suite.signature],
-        "cases": [case_spec(suite, program, c, expected=expected, data_dir=data_dir) for c in cases],
+        "cases": [case_spec(suite, version.launch_for(c), c, expected=expected, data_dir=data_dir) for c in cases],
         "timing": timing,
         "output_dir": str(output_dir),
-        **(library_spec(suite, program) if library and timing else {}),
+        **(library_spec(suite, version) if library and timing else {}),
     }
 
 
-def compare_request(suite: Suite, program: Program, case: Case, *, approved: dict, approved_launch: Launch | Steps,
-                    output_dir: Path, chunk: int, source_text: str | None = None, seed: int | None = None,
-                    library: bool = False, current: tuple[dict, Launch | Steps] | None = None) -> dict:
-    """A ``compare`` request: ``program`` (``source_text`` in place of its file, if given; or the
-    ``current`` kernel spec and launch, a version read from git) timed interleaved with the
-    ``approved`` kernel spec on ``case``, ``chunk`` rounds per answer."""
+def compare_request(suite: Suite, case: Case, *, current: KernelVersion, baseline: KernelVersion, output_dir: Path, chunk: int,
+                    seed: int | None = None, library: bool = False) -> dict:
+    """A ``compare`` request: ``current`` timed interleaved with ``baseline`` (the approved version, a
+    release's, or an optimizer's initial kernel) on ``case``, ``chunk`` rounds per answer. Both builds
+    reach NVRTC under one source name (:func:`nvrtc_name`, the current one's kernel name), so that a
+    kernel cannot tell at compile time whether it is the baseline (and be slow only there, hiding
+    every later regression)."""
     timing = {**suite.timing.to_json(), "chunk": chunk, **({"seed": seed} if seed is not None else {})}
-    ours, launch = current or (kernel_spec(program.for_case(case), source_text), program)
-    # NVRTC's __FILE__ is the source name: one name for both builds, so that a kernel cannot tell at
-    # compile time whether it is the baseline (and be slow only there, hiding every later regression).
-    name = nvrtc_name(program.name)
+    name = nvrtc_name(current.name)
+    approved = {key: value for key, value in baseline.kernel(case).items() if key != "source_path"}
     return {
         "protocol": 1, "op": "compare", "suite": str(suite.path),
-        "kernels": {"approved": {**approved, "source_name": name}, "current": {**ours, "source_name": name}},
-        "launches": {"approved": suite.resolved(case).launch(approved_launch),
-                     "current": suite.resolved(case).launch(launch)},
+        "kernels": {"approved": {**approved, "source_name": name}, "current": {**current.kernel(case), "source_name": name}},
+        "launches": {"approved": suite.resolved(case).launch(baseline.launch_for(case)),
+                     "current": suite.resolved(case).launch(current.launch_for(case))},
         "signature": [p.protocol() for p in suite.signature],
-        "case": case_spec(suite, program, case),
+        "case": case_spec(suite, current.launch_for(case), case),
         "timing": timing,
         "output_dir": str(output_dir),
-        **(library_spec(suite, program) if library else {}),
+        **(library_spec(suite, current) if library else {}),
     }

@@ -22,7 +22,7 @@ import yaml
 
 from gpu_support import copy_suite, gpu_required, suite_yaml
 
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.suite.cases import generate

@@ -13,7 +13,7 @@ import yaml
 
 from gpu_support import copy_suite, suite_yaml
 
-from pytest_cudagate.approvals import Ledger
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import generate

@@ -21,7 +21,7 @@ from pytest_cudagate.boundary import MAX_SOURCE_BYTES, load_json, read_text
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.optimize.candidate import Candidate, CandidateError, classes_from_json, launch_from_json
 from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
-from pytest_cudagate.schema import validate
+from pytest_cudagate.boundary.schema import validate
 
 MAX_PROPOSAL_BYTES = 2 * MAX_SOURCE_BYTES  # a source given inline, with its launch and notes
 MAX_HISTORY_BYTES = 64 * 1024 * 1024  # every attempt of a run, each with its source

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from pytest_cudagate.host import yield_cpu
+from pytest_cudagate.host.cpu import yield_cpu
 
 _lock = threading.Lock()
 _pending: collections.deque[Path] = collections.deque()

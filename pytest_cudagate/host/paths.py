@@ -93,7 +93,7 @@ def memory_available() -> int:
 def sweep_stale(root: Path) -> None:
     """Delete, in the background, this user's run folders under ``root`` whose run has exited and
     that nobody touched for :data:`STALE_S` (a run killed before its end leaves its arrays in RAM)."""
-    from pytest_cudagate import trash  # light; only where a RAM folder is used
+    from pytest_cudagate.host import trash  # light; only where a RAM folder is used
 
     try:
         entries = list(os.scandir(root))

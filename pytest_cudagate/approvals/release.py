@@ -10,6 +10,7 @@ today's trusted keys.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import json
 import re
@@ -18,7 +19,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.suite.model import Case, Launch, Steps, Suite, launch_from_record
+from pytest_cudagate.suite.model import Suite
+from pytest_cudagate.worker.requests import KernelVersion, pinned_version
 
 if TYPE_CHECKING:
     import git  # gitpython (~35 ms): imported where a release ref is resolved, only in release mode
@@ -90,23 +92,16 @@ class ReleasedApproval:
     build: BuildRecord | None
     classes: dict[str, dict] = field(default_factory=dict)  # the approval's class variants, as recorded
 
-    def kernel_spec(self, case: Case) -> dict:
-        """The released build ``case`` runs, as a harness request's ``kernel`` field (the options of
-        its class's variant after the kernel's, as for the approved version; no source name, as there)."""
-        return {
-            "name": self.kernel, "entry": self.entry, "source": self.source,
-            "headers": dict(self.headers), "arch_suffix": self.arch_suffix,
-            "options": list(self.options) + list(self.classes.get(case.shape_class, {}).get("options", [])),
-            **({"entries": launch_from_record(self.launch).entries} if isinstance(self.launch, list) else {}),
-        }
-
-    def launch_for(self, case: Case) -> Launch | Steps:
-        """``case``'s override, else its class variant's launch, else the kernel's (or its steps)."""
-        return launch_from_record(self.launch_overrides.get(case.name)
-                                  or self.classes.get(case.shape_class, {}).get("launch") or self.launch)
+    @functools.cached_property
+    def version(self) -> KernelVersion:
+        """The released version, as the worker builds and launches it (its class variants' options after
+        the kernel's, as for the approved version)."""
+        return pinned_version(self.kernel, self.source, self.headers, {
+            "entry": self.entry, "options": list(self.options), "arch_suffix": self.arch_suffix, "launch": self.launch,
+            "launch_overrides": self.launch_overrides, "classes": self.classes})
 
     def identity(self) -> dict:
-        """The build it pins, in the shape of ``approvals.build_identity``: equal for the same kernel."""
+        """The build it pins, in the shape of ``Approval.identity``: equal for the same kernel."""
         return {
             "source_sha256": self.source_sha256,
             "headers": {name: hashlib.sha256(text.encode()).hexdigest() for name, text in self.headers.items()},

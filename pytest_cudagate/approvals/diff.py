@@ -6,10 +6,10 @@ import difflib
 import json
 from pathlib import Path
 
-from pytest_cudagate.approvals import Ledger, build_identity, variants_record
+from pytest_cudagate.approvals.ledger import Ledger, variants_record
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.paths import display_path
-from pytest_cudagate.worker.requests import kernel_spec
+from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.suite.model import Suite
 
 
@@ -21,19 +21,18 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
     if approval is None:
         raise CudagateError(f"{display_path(ledger.path)}: {kernel!r} has no approved version yet; "
                             f"run `cudagate approve {display_path(suite.path)} {kernel}` on a GPU runner")
-    approved_source, approved_headers = ledger.pinned_texts(approval)
-    current = kernel_spec(program.shared)
+    approved, current = ledger.approved_version(approval), current_version(program)
     lines = [f"{kernel}: approved {approval.source_sha256[:12]} by {approval.approved_by} at {approval.approved_at}"
              f" (commit {(approval.git.get('commit') or 'unknown')[:12]})"]
-    if build_identity(program) == approval.identity():
+    if current.identity == approval.identity():
         lines.append("  unchanged: source, headers, options and launch configurations match the approval")
-    lines += _text_diff(approved_source, current["source"], f"approved/{approval.source_sha256[:12]}.cu",
+    lines += _text_diff(approved.source, current.source, f"approved/{approval.source_sha256[:12]}.cu",
                         display_path(program.source))
-    for name in sorted(set(approved_headers) | set(current["headers"])):
-        lines += _text_diff(approved_headers.get(name, ""), current["headers"].get(name, ""),
+    for name in sorted(set(approved.headers) | set(current.headers)):
+        lines += _text_diff(approved.headers.get(name, ""), current.headers.get(name, ""),
                             f"approved:{name}", name)
-    if approval.options != current["options"]:
-        lines.append(f"  options: {approval.options} -> {current['options']}")
+    if approval.options != list(current.options):
+        lines.append(f"  options: {approval.options} -> {list(current.options)}")
     variants = variants_record(program)
     for name in sorted(set(approval.classes) | set(variants)):
         before, after = approval.classes.get(name), variants.get(name)
@@ -41,8 +40,8 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
             lines.append(f"  variant of class {name}: {_variant_text(before)} -> {_variant_text(after)}")
     for case in suite.cases:
         resolved = suite.resolved(case)
-        before = resolved.launch(ledger.approved_launch(approval, case))
-        after = resolved.launch(program)
+        before = resolved.launch(approved.launch_for(case))
+        after = resolved.launch(current.launch_for(case))
         if before != after:
             lines.append(f"  launch for {case.name}: grid {before['grid']} block {before['block']} shared "
                          f"{before['shared_bytes']} -> grid {after['grid']} block {after['block']} shared {after['shared_bytes']}")

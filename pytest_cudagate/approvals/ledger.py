@@ -20,10 +20,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from pytest_cudagate import boundary, schema
+from pytest_cudagate import boundary
+
+from pytest_cudagate.boundary import schema
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.worker.requests import kernel_spec
-from pytest_cudagate.suite.model import Case, Launch, Program, Steps, Suite, launch_from_record
+from pytest_cudagate.worker.requests import KernelVersion, current_version, kernel_spec, pinned_version
+from pytest_cudagate.suite.model import Program, Suite
 
 LEDGER_NAME = "cudagate.approvals.json"
 BLOB_DIR = "approved"
@@ -63,7 +65,7 @@ class Approval:
     classes: dict[str, dict] = field(default_factory=dict)
 
     def identity(self) -> dict:
-        """The build this approval pins; equal to :func:`build_identity` of an unchanged kernel."""
+        """The build this approval pins; equal to the identity of an unchanged kernel's current version."""
         return {
             "source_sha256": self.source_sha256,
             "headers": {name: Path(blob).stem for name, blob in self.headers.items()},
@@ -80,10 +82,6 @@ class Approval:
         if not data["classes"]:
             data.pop("classes")
         return data
-
-    def variant(self, case: Case) -> dict:
-        """The approved variant of ``case``'s class ({} when its class has none)."""
-        return self.classes.get(case.shape_class, {})
 
 
 @dataclass
@@ -180,25 +178,10 @@ class Ledger:
         return (self.read_blob(approval.source_blob, approval.source_sha256),
                 {name: self.read_blob(blob) for name, blob in approval.headers.items()})
 
-    def approved_spec(self, approval: Approval, case: Case) -> dict:
-        """The approved build ``case`` runs, as a request's ``kernel`` field: the pinned copies, with
-        the options of the approved variant of the case's class after the kernel's (as
-        :meth:`Program.for_case` builds the current one). No source name: :func:`compare_request`
-        gives every build of a comparison the current one's."""
+    def approved_version(self, approval: Approval) -> KernelVersion:
+        """The approved version, from the pinned copies (each checked against its hash)."""
         source, headers = self.pinned_texts(approval)
-        return {
-            "name": approval.kernel, "entry": approval.entry, "source": source,
-            "headers": headers,
-            "options": list(approval.options) + list(approval.variant(case).get("options", [])),
-            "arch_suffix": approval.arch_suffix,
-            **({"entries": launch_from_record(approval.launch).entries} if isinstance(approval.launch, list) else {}),
-        }
-
-    def approved_launch(self, approval: Approval, case: Case) -> Launch | Steps:
-        """The approved launch of ``case``: its override, else its class variant's, else the kernel's
-        (for a kernel of steps, its steps)."""
-        raw = approval.launch_overrides.get(case.name) or approval.variant(case).get("launch") or approval.launch
-        return launch_from_record(raw)
+        return pinned_version(approval.kernel, source, headers, asdict(approval))
 
 
 def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved_at: str, git: dict,
@@ -219,15 +202,7 @@ def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved
 def build_identity(program: Program) -> dict:
     """What makes the working-tree kernel the same build as an approval (see Approval.identity):
     every class variant included, so a changed variant is a changed kernel."""
-    spec = kernel_spec(program.shared)
-    variants = variants_record(program)
-    return {
-        "source_sha256": hashlib.sha256(spec["source"].encode()).hexdigest(),
-        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in spec["headers"].items()},
-        "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
-        "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
-        "arch_suffix": program.arch_suffix, **({"classes": variants} if variants else {}),
-    }
+    return current_version(program).identity
 
 
 def variants_record(program: Program) -> dict[str, dict]:

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_cudagate.bisect_history import Version
+from pytest_cudagate.bisect.history import Version
 from pytest_cudagate.gate import Gate
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
@@ -82,9 +82,8 @@ class Bench:
         outcome = CaseOutcome(suite.name, self.program.name, case.name, case.kind, shape_class=case.shape_class)
         out = self.output_dir / f"comparison-{len(self.done) + 1}"
         body, compile_info, result = self.gate.interleaved(
-            outcome, suite, self.program, case, reference.approval.kernel_spec(case), reference.approval.launch_for(case),
-            self.threshold, out, None, which=f"the version approved at {reference.short}",
-            current=(version.approval.kernel_spec(case), version.approval.launch_for(case)))
+            outcome, suite, case, version.approval.version, reference.approval.version, self.threshold, out,
+            which=f"the version approved at {reference.short}")
         result = self._checked(version, body, compile_info, result)
         if result.estimate is not None:  # named by what it was timed against, as the gate names "approved"
             result = replace(result, reason=reference.short)

@@ -22,17 +22,18 @@ from typing import TextIO
 import git
 
 from pytest_cudagate import __version__
-from pytest_cudagate.approvals import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for, build_identity, git_state
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, run_level, summarize
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.model import Program, Suite
 from pytest_cudagate.trust import SIGNING_KEY_ENV, load_private_key
 from pytest_cudagate.trust.ledger import sign_ledger
 from pytest_cudagate.worker.build import build_record
+from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
 
@@ -130,7 +131,7 @@ def record(ledger: Ledger, suite: Suite, program: Program, runs: list[ApprovalRu
     else:
         what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
     first = runs[0]
-    current.build = build_record(program, first.arch)
+    current.build = build_record(current_version(program), first.arch)
     cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache,
                     "run_p10_ms": [run_level(run.samples()[name]) for run in runs]}
              for name, samples in first.samples().items()}

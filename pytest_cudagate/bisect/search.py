@@ -2,9 +2,9 @@
 case is slower than at GOOD beyond the threshold.
 
 The kernel at each commit is its approved version there, read from git objects and verified as the
-release gate reads a release (:mod:`pytest_cudagate.bisect_history`); only commits that change it are
+release gate reads a release (:mod:`pytest_cudagate.bisect.history`); only commits that change it are
 candidates. Every candidate is timed interleaved against GOOD's version in one worker
-(:mod:`pytest_cudagate.bisect_compare`). BAD is timed first: when it is not slower than GOOD beyond
+(:mod:`pytest_cudagate.bisect.compare`). BAD is timed first: when it is not slower than GOOD beyond
 the threshold, no commit regresses. Otherwise a binary search finds the first candidate that is, so
 ``n`` candidates take at most ceil(log2 n) + 1 comparisons. Its own step, from the candidate before
 it, is that candidate's ratio over the one before's (both against GOOD): a step beyond the threshold,
@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_cudagate import __version__, schema
-from pytest_cudagate.bisect_compare import Bench, Comparison, ratio_text, step_estimate
-from pytest_cudagate.bisect_history import KernelHistory, Version, kernel_history
+from pytest_cudagate import __version__
+
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.bisect.compare import Bench, Comparison, ratio_text, step_estimate
+from pytest_cudagate.bisect.history import KernelHistory, Version, kernel_history
 from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge import stats
-from pytest_cudagate.paths import display_path
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite

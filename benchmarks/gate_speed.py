@@ -121,7 +121,7 @@ def run_phases(stdout: str) -> dict[str, float]:
 def gate_runs(repeats: int, env: Env, gpu: bool = True) -> list[tuple[str, str]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="cudagate-speed-") as tmp:
-        walls, phases, runs, verdicts = [], [], [], []
+        walls, phases, runs, verdicts, busy = [], [], [], [], []
         # run -1 writes the bytecode, in caches of its own, so that run 0 meets empty compile caches
         for i in range(-1, repeats + 1):
             report = Path(tmp) / f"report-{i}"
@@ -146,6 +146,7 @@ def gate_runs(repeats: int, env: Env, gpu: bool = True) -> list[tuple[str, str]]
             walls.append(wall)
             phases.append(split)
             run = run_phases(done.stdout)
+            busy.append(document["runs"][-1].get("cases_busy") or {})
             run["after the summary: teardown, exit"] = max(0.0, wall - sum(run.values()))
             runs.append(run)
             verdicts.append(", ".join(f"{v} {n}" for v, n in sorted(_counts(document).items())))
@@ -154,6 +155,17 @@ def gate_runs(repeats: int, env: Env, gpu: bool = True) -> list[tuple[str, str]]
     rows.append((f"warm runs: wall, median of {repeats}", f"{statistics.median(walls[1:]):.2f} s "
                  f"(min {min(walls[1:]):.2f}, max {max(walls[1:]):.2f})"))
     rows.append(("items and latency verdicts, each run", " / ".join(dict.fromkeys(verdicts))))
+    summary = [sum(v for k, v in run.items() if not k.startswith("after")) for run in runs]
+    around = [total - run.get("cases", 0.0) for total, run in zip(summary, runs)]
+    rows.append(("process start to the summary (the run phases' total): first run / warm (median)",
+                 f"{summary[0]:.2f} / {statistics.median(summary[1:]):.2f} s"))
+    rows.append(("  of it around the cases (all but `cases`): first run / warm (median)",
+                 f"{around[0]:.2f} / {statistics.median(around[1:]):.2f} s"))
+    if all(busy):
+        for key, what in (("worker_fraction", "the worker's own time on the cases"),
+                          ("launches_fraction", "warm-up and timed launches alone")):
+            rows.append((f"  share of the `cases` phase busy in the worker, {what}: first run / warm (median)",
+                         f"{busy[0][key]:.0%} / {statistics.median(b[key] for b in busy[1:]):.0%}"))
     names = sorted({name for split in phases for name in split}, key=lambda n: -phases[-1].get(n, 0))
     for name in names:
         rows.append((f"  phase `{name}` summed over cases: first run / warm (median)",

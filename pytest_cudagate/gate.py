@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 from concurrent.futures import ThreadPoolExecutor
 import functools
 import hashlib
 import os
 import secrets
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +24,7 @@ from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate.approvals.ledger import Approval, Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
-from pytest_cudagate.worker.client import Worker
+from pytest_cudagate.worker.client import RunResult, Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
@@ -96,12 +98,54 @@ def case_data_problem(suite: Suite, case: Case) -> str | None:
             + f"\n{case_data_fix(suite)}")
 
 
+class Route(enum.Enum):
+    """How a case is measured: the comparison chosen for it."""
+
+    CORRECTNESS = "correctness"  # not a performance case: one run, untimed
+    UNAPPROVED = "unapproved"  # no approved version: timed alone, nothing to compare with
+    IDENTICAL = "identical"  # byte-identical to its approval: timed alone, against the stored runs
+    INTERLEAVED = "interleaved"  # changed: timed interleaved with the approved version
+
+    def timing(self, suite: Suite) -> dict | None:
+        """The timing of a run of this route (not of an interleaved comparison)."""
+        if self is Route.CORRECTNESS:
+            return None
+        return baseline_timing(suite) if self is Route.IDENTICAL else suite.timing.to_json()
+
+
+def route(case: Case, current: KernelVersion, approval: Approval | None, *, proposal: bool) -> Route:
+    """The comparison ``case`` of ``current`` gets (``proposal``: an optimizer's text, never timed as
+    its approval however alike)."""
+    if case.kind != "performance":
+        return Route.CORRECTNESS
+    if approval is None:
+        return Route.UNAPPROVED
+    if not proposal and current.identity == approval.identity():
+        return Route.IDENTICAL
+    return Route.INTERLEAVED
+
+
+@dataclass(eq=False)
+class SentAhead:
+    """The next case's run, begun and sent to the worker while the host judges the case before it;
+    its item takes the answer (:meth:`Gate.replay`)."""
+
+    key: tuple
+    outcome: CaseOutcome
+    extra: dict
+    before: dict  # NVML's view of the GPU as it was sent (an identical kernel's disturbance check)
+    thread: threading.Thread | None = None  # None: its begin failed, nothing was sent
+    trip: phases.RoundTrip | None = None
+    result: RunResult | None = None
+    error: BaseException | None = None
+
+
 class Gate:
     """Judges cases on one worker, for one hardware fingerprint."""
 
     def __init__(self, client: Worker, fingerprint: Fingerprint, options: GateOptions, output_dir: Path,
                  release: ReleaseSource | None = None, keep_outputs: bool = True):
-        self.client = client
+        self._client = client
         self.fingerprint = fingerprint
         self.options = options
         self.output_dir = output_dir
@@ -117,6 +161,20 @@ class Gate:
         # (suite path, kernel, proposal) -> the case it hung on alone: it is not run again in this gate,
         # so one hanging kernel costs one case timeout, not one per case (and its worker's restarts)
         self._hung: dict[tuple[str, str, str], str] = {}
+        self._upcoming: tuple[Suite, Program, Case, Ledger] | None = None  # the case item after this one
+        self._sent: SentAhead | None = None
+
+    @property
+    def client(self) -> Worker:
+        """The worker link, free: a run sent ahead has its answer first (one request at a time)."""
+        self.settle()
+        return self._client
+
+    def settle(self) -> None:
+        """Wait for the answer to a run sent ahead, if one is on its way."""
+        sent = self._sent
+        if sent is not None and sent.thread is not None:
+            sent.thread.join()
 
     @property
     def fingerprint_text(self) -> str:
@@ -125,22 +183,25 @@ class Gate:
     def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
         """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
         current = self.version(program, source_text)
-        outcome, extra = self._begin(suite, current, case)
+        sent = self._take_sent(self._sent_key(suite, program, case, ledger) if source_text is None else None)
+        outcome, extra = (sent.outcome, sent.extra) if sent is not None else self._begin(suite, current, case)
         if outcome.failed:
             return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
         approval = ledger.approvals.get(current.name)
         out = self.output_dir / current.name
-        if case.kind != "performance":
-            body, compile_info = self._run(outcome, suite, current, case, None, out, extra)
-        elif approval is None:
-            body, compile_info = self._run(outcome, suite, current, case, suite.timing.to_json(), out, extra, library=True)
+        chosen = route(case, current, approval, proposal=source_text is not None)
+        if chosen is Route.CORRECTNESS:
+            body, compile_info = self._run(outcome, suite, current, case, None, out, extra, sent=sent)
+        elif chosen is Route.UNAPPROVED:
+            body, compile_info = self._run(outcome, suite, current, case, chosen.timing(suite), out, extra, library=True,
+                                           sent=sent)
             outcome.latency = incomparable(threshold, f"no approved version of {current.name} in {ledger.path.name}; "
                                            f"run `cudagate approve {suite.path} {current.name}` on a GPU runner",
                                            self.fingerprint_text)
-        elif source_text is None and current.identity == approval.identity():
-            body, compile_info, discarded = self._quiet_run(outcome, suite, current, case, baseline_timing(suite), out, extra,
-                                                            library=True)
+        elif chosen is Route.IDENTICAL:
+            body, compile_info, discarded = self._quiet_run(outcome, suite, current, case, chosen.timing(suite), out, extra,
+                                                            library=True, sent=sent)
             with phases.clock(outcome, "statistics"):
                 outcome.latency = disturbed(threshold, discarded, self.fingerprint_text) or self._identical(
                     suite, approval, case, body, threshold)
@@ -152,6 +213,8 @@ class Gate:
                 and compile_info.get("ok") and body.get("status") == "ok"):
             outcome.latency.release = self._against_release(outcome, suite, current, case, approval, threshold, out,
                                                             extra, proposal=source_text is not None)
+        if not wants_sanitizer(extra["checks"], suite, case, body):  # compute-sanitizer must have the GPU alone
+            self._send_upcoming()
         judged = self._judge(outcome, suite, current, case, body, compile_info, extra)
         if not self.keep_outputs and (out / case.name).is_dir():
             trash.discard(out / case.name)  # read by the judge, needed by no report
@@ -181,6 +244,68 @@ class Gate:
         if key not in self._versions:
             self._versions[key] = current_version(program, source_text)
         return self._versions[key]
+
+    # -- the next case's run, sent while this one is judged -------------------------------------
+    def expect(self, upcoming: tuple[Suite, Program, Case, Ledger] | None) -> None:
+        """The case item that runs after the one about to (None: another item, or none). Its run, where
+        it is one (not an interleaved comparison), is sent to the worker once this case's GPU work is
+        done, so the worker times it while the host judges this one; on hosts of
+        :data:`PREFETCH_CORES` cores or more, as the fresh inputs drawn ahead."""
+        self._upcoming = upcoming if cores() >= PREFETCH_CORES else None
+
+    @staticmethod
+    def _sent_key(suite: Suite, program: Program, case: Case, ledger: Ledger) -> tuple:
+        return str(suite.path), repr(program), case.name, str(ledger.path)
+
+    def _send_upcoming(self) -> None:
+        upcoming, self._upcoming = self._upcoming, None
+        if upcoming is None or self._sent is not None:
+            return
+        suite, program, case, ledger = upcoming
+        try:
+            current = self.version(program)
+        except CudagateError:
+            return  # the item meets the same error in its own turn, and says it
+        if case_data_problem(suite, case) is not None:
+            return
+        chosen = route(case, current, ledger.approvals.get(current.name), proposal=False)
+        if chosen is Route.INTERLEAVED:
+            return  # its sampler decides chunk by chunk: it runs in its own turn
+        outcome, extra = self._begin(suite, current, case)
+        sent = SentAhead(self._sent_key(suite, program, case, ledger), outcome, extra, {})
+        self._sent = sent
+        if outcome.failed:
+            return
+        request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
+                                  timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
+        outcome.requests.append(self._harden(request, request["cases"][0], extra))
+        if chosen is Route.IDENTICAL:
+            sent.before = self._device_state()
+
+        def answer() -> None:
+            try:
+                with phases.RoundTrip(outcome, self._client) as trip:
+                    sent.result = self._client.run(request)
+                sent.trip = trip
+            except BaseException as exc:  # noqa: BLE001 - raised again in the item that takes the answer
+                sent.error = exc
+
+        sent.thread = threading.Thread(target=answer, name="cudagate-send-ahead", daemon=True)
+        sent.thread.start()
+
+    def _take_sent(self, key: tuple | None) -> SentAhead | None:
+        """The run sent ahead for ``key``, answered; a run sent for another case is waited for and
+        dropped (its item did not come: the worker link is free again)."""
+        sent, self._sent = self._sent, None
+        if sent is None:
+            return None
+        if sent.thread is not None:
+            sent.thread.join()
+        if sent.key != key:
+            return None
+        if sent.error is not None:
+            raise sent.error
+        return sent
 
     def _approved(self, ledger: Ledger, approval: Approval) -> KernelVersion:
         """The approved version, its pinned copies read and checked once per gate."""
@@ -300,8 +425,8 @@ class Gate:
                 todo.append((suite, program, case, checks))
         if not todo:
             return
-        case_timeout = float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S))
-        env = getattr(self.client, "env", None)
+        case_timeout = float(getattr(self._client, "timeout_s", DEFAULT_TIMEOUT_S))
+        env = getattr(self._client, "env", None)
 
         def one(job) -> None:
             suite, program, case, checks = job
@@ -357,8 +482,9 @@ class Gate:
         self._fresh_ahead.want(jobs)
 
     def close(self) -> bool:
-        """Stop preparing ahead (a job running is waited for: it writes under the output folder);
-        False when one is still running, so that folder must not go."""
+        """Stop preparing ahead (a job running is waited for: it writes under the output folder, as
+        does a run sent ahead); False when one is still running, so that folder must not go."""
+        self._take_sent(None)
         return self._fresh_ahead.close() if self._fresh_ahead is not None else True
 
     @staticmethod
@@ -382,19 +508,25 @@ class Gate:
             return
         request = version_request(suite, current, [case], output_dir=self.output_dir / "sanitizer")
         problems, notes = sanitize(request, checks.sanitizer,
-                                   case_timeout_s=float(getattr(self.client, "timeout_s", DEFAULT_TIMEOUT_S)),
-                                   env=getattr(self.client, "env", None), required=self.options.trusted)
+                                   case_timeout_s=float(getattr(self._client, "timeout_s", DEFAULT_TIMEOUT_S)),
+                                   env=getattr(self._client, "env", None), required=self.options.trusted)
         outcome.notes.extend(notes)
         if problems:
             outcome.correctness.problems.extend(problems)
             outcome.correctness.passed = False
 
     # -- the three measurement paths ------------------------------------------------------------
-    def _run(self, outcome, suite, current: KernelVersion, case, timing, out, extra=None, library: bool = False):
-        request = version_request(suite, current, [case], output_dir=out, timing=timing, library=library)
-        outcome.requests.append(self._harden(request, request["cases"][0], extra))
-        with phases.RoundTrip(outcome, self.client) as trip:
-            result = self.client.run(request)
+    def _run(self, outcome, suite, current: KernelVersion, case, timing, out, extra=None, library: bool = False,
+             sent: SentAhead | None = None):
+        """One run request of ``case`` (``sent``: the one sent ahead, already answered)."""
+        if sent is not None and sent.result is not None:
+            trip, result = sent.trip, sent.result
+            sent.result = None  # a disturbed identical run is run again in turn
+        else:
+            request = version_request(suite, current, [case], output_dir=out, timing=timing, library=library)
+            outcome.requests.append(self._harden(request, request["cases"][0], extra))
+            with phases.RoundTrip(outcome, self.client) as trip:
+                result = self.client.run(request)
         body = result.cases.get(case.name, {"status": "error", "error": {"kind": "compile", "message": "not run"}})
         if body.get("error", {}).get("kind") == "timeout":  # a run's kernel is this one alone (a compare's is not)
             self._hung.setdefault(self._hang_key(suite, current), case.name)
@@ -402,13 +534,14 @@ class Gate:
         outcome.worker_s += body.get("seconds", 0.0)
         return body, result.compile
 
-    def _quiet_run(self, outcome, suite, current: KernelVersion, case, timing, out, extra, library: bool = False):
+    def _quiet_run(self, outcome, suite, current: KernelVersion, case, timing, out, extra, library: bool = False,
+                   sent: SentAhead | None = None):
         """The timed run of a kernel identical to its approval, repeated while NVML saw the GPU
         disturbed (harmful throttling or another process) around it; the discarded reasons too."""
         discarded: list[str] = []
         while True:
-            before = self._device_state()
-            body, compile_info = self._run(outcome, suite, current, case, timing, out, extra, library)
+            before = sent.before if sent is not None and sent.result is not None else self._device_state()
+            body, compile_info = self._run(outcome, suite, current, case, timing, out, extra, library, sent=sent)
             # The worker's snapshot right after the kernel's timed launches, where it has NVML: the
             # library baseline's rounds come after them and are no part of this decision.
             after = (body.get("timing") or {}).get("state") or self._device_state()
@@ -421,12 +554,12 @@ class Gate:
 
     def _device_state(self) -> dict:
         """NVML's view of the worker's GPU from this process (no CUDA context here); {} without NVML."""
-        device = self.client.device
+        device = self._client.device
         try:
             state = device_state(device.get("ordinal", 0), device.get("pci_bus_id"))
         except Exception:  # telemetry is best effort: without it the run is judged as before
             return {}
-        worker = (self.client.hello or {}).get("pid")
+        worker = (self._client.hello or {}).get("pid")
         if isinstance(state.get("other_processes"), list):
             state["other_processes"] = [p for p in state["other_processes"] if p.get("pid") != worker]
         return state
@@ -540,7 +673,7 @@ class Gate:
         return result
 
     def _arch(self) -> str:
-        device = getattr(self.client, "device", None) or {}
+        device = getattr(self._client, "device", None) or {}
         return device.get("arch") or DEFAULT_ARCH
 
 

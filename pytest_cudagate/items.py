@@ -126,8 +126,16 @@ class GateSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch)."""
+        """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch),
+        and name the next item to the gate when it is a case too, whose run it then sends while this
+        one is judged (Gate.expect): not under --maxfail, where this case may be the last to run."""
         self._draw_ahead([i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)])
+        if isinstance(item, CaseItem):
+            follows = nextitem if isinstance(nextitem, CaseItem) and not self.config.option.maxfail else None
+            try:
+                self.runtime.expect((follows.parent.suite, follows.parent.program, follows.case) if follows else None)
+            except Exception:  # noqa: BLE001 - only a head start: the next item meets and reports the failure
+                pass
 
     def _draw_ahead(self, cases: list[CaseItem]) -> None:
         if not cases:

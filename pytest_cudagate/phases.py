@@ -82,6 +82,10 @@ class RoundTrip:
         outcome = self.outcome
         compile_s = sum(float(c.get("seconds") or 0.0) for c in compiles if c)
         busy = worker_steps(outcome, body)
+        clock = RUN.get()
+        if clock is not None:
+            steps = body.get("step_seconds") or {}
+            clock.worker(busy, float(steps.get("warm_up", 0.0)) + float(steps.get("timing", 0.0)))
         add(outcome, "worker_start", self._starts)
         add(outcome, "compile", compile_s)
         add(outcome, "ipc", self.wall - self._host - self._starts - compile_s - busy)
@@ -118,6 +122,7 @@ class RunClock:
 
     def __init__(self, base: str = "pytest"):
         self.seconds: dict[str, float] = {}
+        self._worker_s = self._launches_s = 0.0  # the worker's own time on this process's cases
         self._stack = [base]
         self._mark = time.perf_counter()
 
@@ -145,6 +150,23 @@ class RunClock:
         finally:
             self._charge()
             self._stack.pop()
+
+    def worker(self, busy_s: float, launches_s: float) -> None:
+        """Count a case's worker time: all of it (waits for the host excluded), and its warm-up and timed launches."""
+        self._worker_s += max(0.0, busy_s)
+        self._launches_s += max(0.0, launches_s)
+
+    def cases_busy(self) -> dict[str, float] | None:
+        """How busy the worker was during the ``cases`` phase: its own time on the cases, and their
+        warm-up and timed launches alone, in seconds and as fractions of the phase (None before any
+        case reached the worker in this process)."""
+        self._charge()
+        cases = self.seconds.get("cases", 0.0)
+        if cases <= 0.0 or self._worker_s <= 0.0:
+            return None
+        return {"cases_s": round(cases, 6), "worker_s": round(self._worker_s, 6), "launches_s": round(self._launches_s, 6),
+                "worker_fraction": round(min(1.0, self._worker_s / cases), 4),
+                "launches_fraction": round(min(1.0, self._launches_s / cases), 4)}
 
     def snapshot(self) -> dict[str, float]:
         """The phases so far, in :data:`RUN_PHASES` order, rounded to the microsecond."""

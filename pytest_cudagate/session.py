@@ -24,7 +24,7 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.host.paths import RUN_PREFIX, scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
-from pytest_cudagate.suite.model import Case, Suite
+from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
 
@@ -143,6 +143,19 @@ class GateRuntime:
         if self._worker is not None and not self._closed:
             self.gate().prefetch([(suite, case) for suite, case in upcoming if not self.trust_problems(suite)])
 
+    def expect(self, upcoming: tuple[Suite, Program, Case] | None) -> None:
+        """Name the case item after the one about to run to the gate (None: none), where its suite is
+        trusted and its ledger reads, so that its run may be sent while this one is judged."""
+        if self._worker is None or self._closed:
+            return
+        if upcoming is not None:
+            suite, program, case = upcoming
+            if self.trust_problems(suite):
+                upcoming = None
+            else:
+                upcoming = (suite, program, case, self.ledger(suite))
+        self.gate().expect(upcoming)
+
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
         if self._release is None and self.options.release:
@@ -209,6 +222,8 @@ class GateRuntime:
         """End the worker and release its GPU once the items are done (the reports need neither), or
         the process spawned early where no item asked for it; waits for a start still in progress.
         Later :meth:`client` calls start none."""
+        if self._gate is not None:
+            self._gate.settle()  # a run sent ahead for an item that did not come: the link is its until answered
         with self._starting:
             self._closed = True
             worker, self._worker = self._worker, None

@@ -75,6 +75,14 @@ def test_durations_and_report_json_name_the_run_phases_within_the_wall_time(pyte
     # Each case's own split is inside the run's case items (the trust checks one of them made aside).
     per_case = sum(sum(item["phases"].values()) for item in document["items"])
     assert 0 < per_case <= run["cases"] + run.get("trust", 0.0) + 1e-3
+    # The worker's busy share of the cases: its own time on them (no more than the items say it spent,
+    # waits for the host included there), of which the warm-up and timed launches are a part.
+    busy = document["runs"][0]["cases_busy"]
+    worker_total = sum(item["worker_s"] or 0.0 for item in document["items"])
+    assert busy["cases_s"] == run["cases"]
+    assert 0 < busy["launches_s"] <= busy["worker_s"] <= worker_total + 1e-6
+    assert busy["worker_fraction"] == round(busy["worker_s"] / busy["cases_s"], 4)
+    assert busy["launches_fraction"] == round(busy["launches_s"] / busy["cases_s"], 4)
     document["runs"][0]["phases"]["coffee"] = 1.0
     assert any("coffee" in p for p in problems(document, "report"))
 

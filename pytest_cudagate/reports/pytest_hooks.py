@@ -77,7 +77,7 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     clock = phases.RUN.get()
     try:
         if report_dir:
-            write_report(Path(report_dir), built, scrubber, clock.snapshot if clock is not None else None)
+            write_report(Path(report_dir), built, scrubber, clock)
             _say(config, f"cudagate report: {display_path(Path(report_dir) / REPORT_HTML)}")
         if benchmark_file:
             with phases.run_phase("benchmark_json"):

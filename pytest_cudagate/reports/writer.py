@@ -6,13 +6,12 @@ Everything passes through the scrubber twice: as data before rendering, and as f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_cudagate.boundary import load_json
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.phases import run_phase
+from pytest_cudagate.phases import RunClock, run_phase
 from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.reports.scrub import Scrubber
 
@@ -36,10 +35,11 @@ def write_text(path: Path, text: str, scrubber: Scrubber) -> None:
 
 
 def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
-                 run_phases: Callable[[], dict[str, float]] | None = None) -> Path:
+                 clock: RunClock | None = None) -> Path:
     """Validate, scrub and write; returns the path of report.json. Nothing is written unless every
-    file is valid. ``run_phases``: the live run's phases so far, read just before report.json is
-    checked, so that it carries the time spent on everything before it (the HTML included)."""
+    file is valid. ``clock``: the live run's, whose phases so far (and the worker's busy share of the
+    cases) are read just before report.json is checked, so that it carries the time spent on
+    everything before it (the HTML included)."""
     scrubber = scrubber or Scrubber()
     out_dir = Path(out_dir)
     document = scrubber.data(built.document)
@@ -52,8 +52,11 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
 
         html = render(document)
     with run_phase("report_json"):
-        if run_phases is not None:
-            document["runs"][-1]["phases"] = run_phases()
+        if clock is not None:
+            document["runs"][-1]["phases"] = clock.snapshot()
+            busy = clock.cases_busy()
+            if busy is not None:
+                document["runs"][-1]["cases_busy"] = busy
         validate(document, "report", out_dir / REPORT_JSON)
     with run_phase("report_requests"):
         for name, request in requests.items():

@@ -1,0 +1,196 @@
+"""The next case's run is sent to the worker while the host judges the case before it (Gate.expect):
+the same requests, the same verdicts, and the worker link used by one request at a time. On the
+simulated GPU of fake_worker, with the real gate and judge."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+import pytest_cudagate.gate as gate_module
+from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest, scale_kernels
+from helpers import SUITE_YAML, changed_after_approval, write_suite
+from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.gate import Gate, GateOptions
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.client import RunResult
+
+pytest_plugins = ["pytester"]
+
+CASES = SUITE_YAML + "  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 512}}\n"
+NO_SANITIZER = CASES + "checks: {sanitizer: off}\n"
+AHEAD = "cudagate-send-ahead"
+TIMEOUT = {"kind": "timeout", "code": "TIMEOUT", "message": "no answer within 1 s; the worker was killed"}
+
+
+class Fingerprint:
+    def key(self) -> str:
+        return "fake0000"
+
+    def describe(self) -> str:
+        return "a simulated GPU"
+
+
+class Recording(FakeWorker):
+    """Says which thread sent each run request, and that no two requests were ever in flight at once;
+    answers the cases named in ``hangs`` as the watchdog does."""
+
+    def __init__(self, *args, hangs: tuple[str, ...] = (), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[str, list[str]]] = []
+        self.hangs = hangs
+        self._busy = threading.Lock()
+
+    def run(self, request: dict) -> RunResult:
+        assert self._busy.acquire(blocking=False), "two requests on the worker link at once"
+        try:
+            names = [c["name"] for c in request["cases"]]
+            self.sent.append((threading.current_thread().name, names))
+            if set(names) & set(self.hangs):
+                self.requests.append(request)
+                return RunResult(compile={"ok": True, "log": ""},
+                                 cases={n: {"case": n, "status": "error", "error": TIMEOUT} for n in names})
+            return super().run(request)
+        finally:
+            self._busy.release()
+
+
+def gate_over(tmp_path: Path, name: str, **worker) -> tuple[Gate, Recording]:
+    client = Recording({"scale2": FakeKernel(honest, SCALE_PARAMS)}, **worker)
+    client.start()
+    return Gate(client, Fingerprint(), GateOptions(fresh_seed=1), tmp_path / name), client
+
+
+def in_order(gate: Gate, suite, ledger, names: list[str]):
+    """The cases replayed as the pytest items replay them: each names the next to the gate first."""
+    program, outcomes = suite.kernels[0], []
+    for position, name in enumerate(names):
+        follows = names[position + 1] if position + 1 < len(names) else None
+        gate.expect((suite, program, suite.case(follows), ledger) if follows else None)
+        outcomes.append(gate.replay(suite, program, suite.case(name), ledger))
+    return outcomes
+
+
+def shown(outcome, folder: Path) -> dict:
+    """What a report says of an outcome, but its times and the gate's output folder."""
+    return {"failed": outcome.failed, "message": outcome.message, "warning": outcome.warning,
+            "notes": outcome.notes, "passed": outcome.correctness.passed if outcome.correctness else None,
+            "verdict": outcome.latency.verdict.value if outcome.latency else None,
+            "requests": json.loads(json.dumps(outcome.requests).replace(str(folder), "OUT"))}
+
+
+@pytest.fixture
+def many_cores(monkeypatch):
+    monkeypatch.setattr(gate_module, "cores", lambda: 16)
+
+
+@pytest.fixture
+def suite(tmp_path):
+    return load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER))
+
+
+def test_the_next_case_runs_while_this_one_is_judged_with_the_same_outcome(suite, tmp_path, many_cores):
+    ahead, worker = gate_over(tmp_path, "ahead")
+    plain, alone = gate_over(tmp_path, "plain")
+    ledger = Ledger.for_suite(suite)
+    names = ["small", "perf", "perf2"]
+    pipelined = in_order(ahead, suite, ledger, names)
+    one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
+    assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), (AHEAD, ["perf2"])]
+    assert [t for t, _ in alone.sent] == ["MainThread"] * 3
+    assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
+    assert not any(o.failed for o in pipelined)
+    assert ahead.close()
+
+
+def test_a_run_sent_for_a_case_that_does_not_come_next_is_answered_and_dropped(suite, tmp_path, many_cores):
+    gate, worker = gate_over(tmp_path, "out")
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.replay(suite, program, suite.case("small"), ledger)
+    other = gate.replay(suite, program, suite.case("perf2"), ledger)
+    assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), ("MainThread", ["perf2"])]
+    assert not other.failed and len(other.requests) == 1
+
+
+def test_an_interleaved_comparison_is_not_sent_ahead(tmp_path, many_cores):
+    suite, ledger = changed_after_approval(load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER)))
+    gate, worker = gate_over(tmp_path, "out")
+    outcomes = in_order(gate, suite, ledger, ["small", "perf"])
+    assert worker.sent == [("MainThread", ["small"])]  # perf went to the worker as a compare, in its turn
+    assert outcomes[1].latency.pairs > 0
+
+
+def test_the_case_that_runs_the_sanitizer_has_the_gpu_alone(tmp_path, many_cores):
+    suite = load_suite(write_suite(tmp_path / "scale", yaml_text=CASES))  # compute-sanitizer on its smallest case
+    gate, worker = gate_over(tmp_path, "out")
+    in_order(gate, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"])
+    assert worker.sent == [("MainThread", ["small"]), ("MainThread", ["perf"]), (AHEAD, ["perf2"])]
+
+
+def test_a_hang_in_a_run_sent_ahead_is_its_own_cases(suite, tmp_path, many_cores):
+    gate, worker = gate_over(tmp_path, "out", hangs=("perf",))
+    small, perf, perf2 = in_order(gate, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"])
+    assert not small.failed
+    assert perf.failed and "timeout" in perf.correctness.describe()
+    assert perf2.failed and perf2.message.startswith("not run: scale2 did not finish case perf within the case timeout")
+    assert [names for _, names in worker.sent] == [["small"], ["perf"]]
+
+
+def test_a_host_of_few_cores_sends_nothing_ahead(suite, tmp_path, monkeypatch):
+    monkeypatch.setattr(gate_module, "cores", lambda: 2)
+    gate, worker = gate_over(tmp_path, "out")
+    in_order(gate, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"])
+    assert [t for t, _ in worker.sent] == ["MainThread"] * 3
+
+
+CONFTEST = """
+import sys
+import threading
+
+sys.path.insert(0, {tests!r})
+from fake_worker import FakeWorker, scale_kernels  # noqa: E402
+
+import pytest_cudagate.gate as gate_module  # noqa: E402
+import pytest_cudagate.session as gate_session  # noqa: E402
+
+gate_module.cores = lambda: {cores}
+threads = []
+
+
+class Recording(FakeWorker):
+    def run(self, request):
+        threads.append(threading.current_thread().name)
+        return super().run(request)
+
+
+def pytest_sessionfinish(session):
+    with open("threads.json", "w") as handle:
+        handle.write(__import__("json").dumps(threads))
+
+
+gate_session.HarnessClient = lambda **options: Recording(scale_kernels(), **options)
+"""
+
+
+def test_a_pytest_run_sends_ahead_and_reports_what_a_run_one_by_one_reports(pytester):
+    write_suite(pytester.path / "scale", yaml_text=NO_SANITIZER)
+    reports = {}
+    for cores in (16, 1):
+        (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent), cores=cores))
+        result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                               "--cuda-gate-fresh-seed", "7", "--cuda-gate-report", "out",
+                                               timeout=300)
+        assert result.ret == 0, result.stdout.str()
+        threads = json.loads((pytester.path / "threads.json").read_text())
+        assert (AHEAD in threads) == (cores == 16), threads
+        document = json.loads((pytester.path / "out" / "report.json").read_text())
+        for item in document["items"]:  # all but the times (the simulated GPU's clock is the host's)
+            item.pop("phases"), item.pop("worker_s"), item["correctness"].pop("median_ms")
+            item["requests"] = json.loads(re.sub(r"cudagate-run-\d+-\w+", "RUN", json.dumps(item.get("requests"))))
+        reports[cores] = document["items"]
+    assert reports[16] == reports[1]

@@ -164,7 +164,8 @@ def gate_runs(repeats: int, env: Env, gpu: bool = True) -> list[tuple[str, str]]
     if all(busy):
         for key, what in (("worker_fraction", "the worker's own time on the cases"),
                           ("launches_fraction", "warm-up and timed launches alone")):
-            rows.append((f"  share of the `cases` phase busy in the worker, {what}: first run / warm (median)",
+            rows.append((f"  share of the cases' span (first case start to last case end) busy in the worker, {what}: "
+                         "first run / warm (median)",
                          f"{busy[0][key]:.0%} / {statistics.median(b[key] for b in busy[1:]):.0%}"))
     names = sorted({name for split in phases for name in split}, key=lambda n: -phases[-1].get(n, 0))
     for name in names:

@@ -15,6 +15,7 @@ import hashlib
 import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -131,10 +132,13 @@ class SentAhead:
     its item takes the answer (:meth:`Gate.replay`)."""
 
     key: tuple
+    hang_key: tuple[str, str, str]
     outcome: CaseOutcome
     extra: dict
-    before: dict  # NVML's view of the GPU as it was sent (an identical kernel's disturbance check)
-    thread: threading.Thread | None = None  # None: its begin failed, nothing was sent
+    begun_at: float  # time.perf_counter() as its begin started, in the turn of the case before
+    before: dict = dataclasses.field(default_factory=dict)  # NVML's view as it was sent (identical kernels)
+    after: dict = dataclasses.field(default_factory=dict)  # and as it was answered
+    thread: threading.Thread | None = None  # None: its begin failed, or found it is not to run
     trip: phases.RoundTrip | None = None
     result: RunResult | None = None
     error: BaseException | None = None
@@ -184,7 +188,11 @@ class Gate:
         """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
         current = self.version(program, source_text)
         sent = self._take_sent(self._sent_key(suite, program, case, ledger) if source_text is None else None)
-        outcome, extra = (sent.outcome, sent.extra) if sent is not None else self._begin(suite, current, case)
+        if sent is not None:
+            outcome, extra = sent.outcome, sent.extra
+            outcome.head_start_s = max(0.0, time.perf_counter() - sent.begun_at)
+        else:
+            outcome, extra = self._begin(suite, current, case)
         if outcome.failed:
             return outcome
         threshold = suite.threshold if self.options.threshold is None else self.options.threshold
@@ -214,7 +222,9 @@ class Gate:
             outcome.latency.release = self._against_release(outcome, suite, current, case, approval, threshold, out,
                                                             extra, proposal=source_text is not None)
         if not wants_sanitizer(extra["checks"], suite, case, body):  # compute-sanitizer must have the GPU alone
-            self._send_upcoming()
+            lent = time.perf_counter()
+            self._send_upcoming(suite, current)
+            outcome.lent_s = time.perf_counter() - lent
         judged = self._judge(outcome, suite, current, case, body, compile_info, extra)
         if not self.keep_outputs and (out / case.name).is_dir():
             trash.discard(out / case.name)  # read by the judge, needed by no report
@@ -257,11 +267,17 @@ class Gate:
     def _sent_key(suite: Suite, program: Program, case: Case, ledger: Ledger) -> tuple:
         return str(suite.path), repr(program), case.name, str(ledger.path)
 
-    def _send_upcoming(self) -> None:
+    def _send_upcoming(self, now: Suite, kernel: KernelVersion) -> None:
+        """Begin the expected next case and send its run, where it is the next case of this kernel
+        (``now``'s kernel ``kernel``); another kernel's, or another suite's, may write the folder this
+        case's outputs are still judged in."""
         upcoming, self._upcoming = self._upcoming, None
         if upcoming is None or self._sent is not None:
             return
         suite, program, case, ledger = upcoming
+        if suite.path != now.path or program.name != kernel.name:
+            return
+        begun_at = time.perf_counter()
         try:
             current = self.version(program)
         except CudagateError:
@@ -271,15 +287,22 @@ class Gate:
         chosen = route(case, current, ledger.approvals.get(current.name), proposal=False)
         if chosen is Route.INTERLEAVED:
             return  # its sampler decides chunk by chunk: it runs in its own turn
-        outcome, extra = self._begin(suite, current, case)
-        sent = SentAhead(self._sent_key(suite, program, case, ledger), outcome, extra, {})
+        key, hang_key = self._sent_key(suite, program, case, ledger), self._hang_key(suite, current)
+        try:
+            outcome, extra = self._begin(suite, current, case)
+            request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
+                                      timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
+        except Exception as exc:  # the next item's own failure: raised again there, never in this one
+            self._sent = SentAhead(key, hang_key, CaseOutcome(suite.name, current.name, case.name, case.kind), {},
+                                   begun_at, error=exc)
+            return
+        sent = SentAhead(key, hang_key, outcome, extra, begun_at)
         self._sent = sent
         if outcome.failed:
             return
-        request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
-                                  timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
         outcome.requests.append(self._harden(request, request["cases"][0], extra))
-        if chosen is Route.IDENTICAL:
+        identical = chosen is Route.IDENTICAL
+        if identical:
             sent.before = self._device_state()
 
         def answer() -> None:
@@ -287,6 +310,8 @@ class Gate:
                 with phases.RoundTrip(outcome, self._client) as trip:
                     sent.result = self._client.run(request)
                 sent.trip = trip
+                if identical:  # where the worker has no NVML of its own: right after, not when taken
+                    sent.after = self._device_state()
             except BaseException as exc:  # noqa: BLE001 - raised again in the item that takes the answer
                 sent.error = exc
 
@@ -302,6 +327,11 @@ class Gate:
         if sent.thread is not None:
             sent.thread.join()
         if sent.key != key:
+            # its item did not come; a hang it met still spares the kernel's later cases
+            timed_out = sent.result is not None and any(
+                body.get("error", {}).get("kind") == "timeout" for body in sent.result.cases.values())
+            if timed_out:
+                self._hung.setdefault(sent.hang_key, sent.outcome.case)
             return None
         if sent.error is not None:
             raise sent.error
@@ -363,8 +393,8 @@ class Gate:
 
     @staticmethod
     def _hang_key(suite: Suite, current: KernelVersion) -> tuple[str, str, str]:
-        """A kernel as run, all its class variants together (they share the code that hangs); an
-        optimizer's proposal (another source text) is a kernel of its own."""
+        """A kernel as run, all its class variants together (they share the code that hangs): by its
+        source text, so an optimizer's proposal of another text is a kernel of its own."""
         return str(suite.path), current.name, current.identity["source_sha256"]
 
     def _judge(self, outcome, suite, current: KernelVersion, case, body, compile_info, extra) -> CaseOutcome:
@@ -372,7 +402,7 @@ class Gate:
         if compile_info is not None and not compile_info.get("ok"):
             outcome.failed = True
             what = f" ({current.build_name(case)})" if case.shape_class in current.classes else ""
-            outcome.message = (f"{current.source_path}{what} does not compile:\n"
+            outcome.message = (f"{current.source_file}{what} does not compile:\n"
                                f"{shown_log(current.name, current.source_path, compile_info.get('log', ''))}")
             return outcome
         resolved = suite.resolved(case)
@@ -471,7 +501,10 @@ class Gate:
         if cores() < PREFETCH_CORES:
             return  # the drawing would compete with the worker's own host thread while it times
         jobs = []
+        begun = self._sent.key if self._sent is not None else None  # its sets were taken, or failed, already
         for suite, case in upcoming:
+            if begun is not None and begun[0] == str(suite.path) and begun[2] == case.name:
+                continue
             checks, _ = self.checks(suite)
             key = self._fresh_key(suite, case, checks)
             placed = arrays_in_place(suite, case)
@@ -540,11 +573,12 @@ class Gate:
         disturbed (harmful throttling or another process) around it; the discarded reasons too."""
         discarded: list[str] = []
         while True:
-            before = sent.before if sent is not None and sent.result is not None else self._device_state()
-            body, compile_info = self._run(outcome, suite, current, case, timing, out, extra, library, sent=sent)
+            taken = sent if sent is not None and sent.result is not None else None  # its first attempt only
+            before = taken.before if taken is not None else self._device_state()
+            body, compile_info = self._run(outcome, suite, current, case, timing, out, extra, library, sent=taken)
             # The worker's snapshot right after the kernel's timed launches, where it has NVML: the
             # library baseline's rounds come after them and are no part of this decision.
-            after = (body.get("timing") or {}).get("state") or self._device_state()
+            after = (body.get("timing") or {}).get("state") or (taken.after if taken is not None else self._device_state())
             # Each snapshot is judged alone: between items an idle GPU's clock is legitimately low,
             # so a clock change from `before` to `after` says nothing here.
             reasons = sorted(set(disturbances(before, before) + disturbances(after, after)))

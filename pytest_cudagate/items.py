@@ -13,6 +13,7 @@ import importlib
 import threading
 import time
 import warnings
+from contextvars import Token
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,10 +26,11 @@ from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.host.paths import log_lines
 from pytest_cudagate.reports import pytest_hooks as reports
-from pytest_cudagate.reports.durations import render_durations
+from pytest_cudagate.reports.durations import render_durations, render_run_phases
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
+from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.worker.requests import current_version
@@ -128,10 +130,11 @@ class GateSession:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
         """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch),
         and name the next item to the gate when it is a case too, whose run it then sends while this
-        one is judged (Gate.expect): not under --maxfail, where this case may be the last to run."""
+        one is judged (Gate.expect): not under --maxfail or --stepwise, where this case may be the last to run."""
         self._draw_ahead([i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)])
         if isinstance(item, CaseItem):
-            follows = nextitem if isinstance(nextitem, CaseItem) and not self.config.option.maxfail else None
+            stops = self.config.option.maxfail or getattr(self.config.option, "stepwise", False)
+            follows = nextitem if isinstance(nextitem, CaseItem) and not stops else None
             try:
                 self.runtime.expect((follows.parent.suite, follows.parent.program, follows.case) if follows else None)
             except Exception:  # noqa: BLE001 - only a head start: the next item meets and reports the failure
@@ -279,7 +282,7 @@ class CheckoutCollection:
 
 
 class SuiteFile(pytest.File):
-    run_phase = "suites"  # phases.RunPhases: its collection is this run phase
+    run_phase = "suites"  # RunPhases: its collection is this run phase
 
     def collect(self):
         try:
@@ -372,7 +375,10 @@ class ReleaseItem(GateItem):
 
         node: ProgramNode = self.parent
         runtime = self.runtime
-        current = build_record(current_version(node.program), runtime.arch(), timeout_s=runtime.timeout_s)
+        try:
+            current = build_record(current_version(node.program), runtime.arch(), timeout_s=runtime.timeout_s)
+        except IncludeError:  # its compile item fails saying why; the release status goes on without a build
+            current = None
         try:
             line, warning = runtime.release().kernel_status(node.suite, node.program.name,
                                                             BuildRecord.from_json(current) if current else None)
@@ -424,7 +430,8 @@ class CaseItem(GateItem):
         waited = time.perf_counter() - waited
         outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite))
         phases.add(outcome, "worker_start", waited)
-        phases.finish(outcome, time.perf_counter() - started)
+        # its span: from a head start in the turn before, less what it lent the next case (Gate.expect)
+        phases.finish(outcome, time.perf_counter() - started + outcome.head_start_s - outcome.lent_s)
         self._record(outcome)
         verdict = outcome.correctness
         if verdict is not None and verdict.median_ms is not None:
@@ -437,6 +444,84 @@ class CaseItem(GateItem):
             raise GateFailure(outcome.message)
         if outcome.warning:
             self.warn(CudagateWarning(f"{self.nodeid}: {outcome.warning}"))
+
+
+class RunPhases:
+    """The pytest hooks that clock a ``--cuda-gate`` run by phase, from the process's start to the
+    terminal summary, so that every second of its wall time has a name. A collector or item names
+    its phase in a ``run_phase`` attribute (the items and suite files above); other tests are
+    ``other_tests``. Inside the run, the trust checks and the report writers charge their own
+    phases (:func:`~pytest_cudagate.phases.run_phase`)."""
+
+    def __init__(self, clock: phases.RunClock, token: Token, session: GateSession):
+        self.clock = clock
+        self._token = token
+        self.session = session
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session):
+        with self.clock.phase("collection"):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector):
+        """A suite file's collection: loading and checking its YAML, signature and case data."""
+        name = getattr(collector, "run_phase", None)
+        if name is None:
+            return (yield)
+        with self.clock.phase(name):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        try:
+            return (yield)
+        finally:  # the first item's wait for the worker, measured by the session, is not pytest's
+            self.clock.transfer("pytest", "worker_wait", self.session.worker_start_s or 0.0)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        name = getattr(item, "run_phase", "other_tests")
+        start = time.perf_counter()
+        try:
+            with self.clock.phase(name):
+                return (yield)
+        finally:
+            if name == "cases":
+                self.clock.case_ran(start, time.perf_counter())
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
+        """The worker exits (CUDA teardown) while the reports are written; what is left of its
+        shutdown after them is ``worker_shutdown``."""
+        failed: list[BaseException] = []
+
+        def close() -> None:
+            try:
+                self.session.runtime.close_worker()
+            except BaseException as exc:  # raised again in this thread, as a close in place would
+                failed.append(exc)
+
+        closing = threading.Thread(target=close, name="cudagate-worker-close", daemon=True)
+        closing.start()
+        try:
+            return (yield)
+        finally:
+            with self.clock.phase("worker_shutdown"):
+                closing.join()
+            if failed:
+                raise failed[0]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
+        if config.getoption("cuda_gate_durations") is None:
+            return
+        terminalreporter.write_sep("-", "cudagate run phases")
+        for line in render_run_phases(self.clock.snapshot()):
+            terminalreporter.write_line(line)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        phases.RUN.reset(self._token)
 
 
 def _import_quietly(module: str) -> None:

@@ -1,5 +1,5 @@
 """Where a gate run's wall time goes: per case (:attr:`CaseOutcome.phases`) and for the whole run
-(:class:`RunClock`, kept by the hooks of :class:`RunPhases`).
+(:class:`RunClock`, kept by the hooks of :class:`pytest_cudagate.items.RunPhases`).
 
 A case: one clock per phase, kept in :attr:`CaseOutcome.phases`.
 
@@ -7,23 +7,21 @@ The worker reports its own time per step (``seconds``, ``step_seconds`` and each
 ``seconds``); the host clocks what it does itself (fresh inputs and the reference, the comparison
 with the expected outputs, the sanitizer, the statistics) and the round trip of each request. IPC
 is what the round trip took beyond the worker's reported time, the host's own work inside it and
-any worker restart, so the phases add up to the item's wall time (``other`` takes the rest).
+any worker restart, so the phases add up to the case's span (``other`` takes the rest): its item's
+wall time, plus its head start where its run was sent while the case before was judged, less what
+its item spent beginning the next case (:attr:`CaseOutcome.head_start_s`, ``lent_s``).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
 if TYPE_CHECKING:
-    from pytest_cudagate.items import GateSession
     from pytest_cudagate.judge.outcome import CaseOutcome
 
 # In pipeline order; the durations table and report.json use these names.
@@ -123,6 +121,7 @@ class RunClock:
     def __init__(self, base: str = "pytest"):
         self.seconds: dict[str, float] = {}
         self._worker_s = self._launches_s = 0.0  # the worker's own time on this process's cases
+        self._span: tuple[float, float] | None = None  # perf_counter() at the first case's start, the last one's end
         self._stack = [base]
         self._mark = time.perf_counter()
 
@@ -156,17 +155,22 @@ class RunClock:
         self._worker_s += max(0.0, busy_s)
         self._launches_s += max(0.0, launches_s)
 
+    def case_ran(self, start: float, end: float) -> None:
+        """A case item ran from ``start`` to ``end`` (perf_counter()): the span the worker is judged over."""
+        self._span = (start, end) if self._span is None else (min(self._span[0], start), max(self._span[1], end))
+
     def cases_busy(self) -> dict[str, float] | None:
-        """How busy the worker was during the ``cases`` phase: its own time on the cases, and their
-        warm-up and timed launches alone, in seconds and as fractions of the phase (None before any
-        case reached the worker in this process)."""
+        """How busy the worker was while the case items ran: its own time on the cases, and their
+        warm-up and timed launches alone, in seconds and as shares of the span from the first case's
+        start to the last one's end (a run sent ahead works on while pytest reports the case before,
+        which is no phase ``cases``). None before any case reached the worker in this process."""
         self._charge()
-        cases = self.seconds.get("cases", 0.0)
-        if cases <= 0.0 or self._worker_s <= 0.0:
+        if self._span is None or self._worker_s <= 0.0:
             return None
-        return {"cases_s": round(cases, 6), "worker_s": round(self._worker_s, 6), "launches_s": round(self._launches_s, 6),
-                "worker_fraction": round(min(1.0, self._worker_s / cases), 4),
-                "launches_fraction": round(min(1.0, self._launches_s / cases), 4)}
+        span = self._span[1] - self._span[0]
+        return {"span_s": round(span, 6), "cases_s": round(self.seconds.get("cases", 0.0), 6),
+                "worker_s": round(self._worker_s, 6), "launches_s": round(self._launches_s, 6),
+                "worker_fraction": round(self._worker_s / span, 4), "launches_fraction": round(self._launches_s / span, 4)}
 
     def snapshot(self) -> dict[str, float]:
         """The phases so far, in :data:`RUN_PHASES` order, rounded to the microsecond."""
@@ -201,78 +205,3 @@ def process_age() -> float | None:
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     return age if age >= 0 else None
-
-
-class RunPhases:
-    """The pytest hooks that clock a ``--cuda-gate`` run by phase, from the process's start to the
-    terminal summary, so that every second of its wall time has a name. A collector or item names
-    its phase in a ``run_phase`` attribute (:mod:`pytest_cudagate.items`); other tests are
-    ``other_tests``. Inside the run, the trust checks and the report writers charge their own
-    phases (:func:`run_phase`)."""
-
-    def __init__(self, clock: RunClock, token: Token, session: GateSession):
-        self.clock = clock
-        self._token = token
-        self.session = session
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_collection(self, session: pytest.Session):
-        with self.clock.phase("collection"):
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector):
-        """A suite file's collection: loading and checking its YAML, signature and case data."""
-        name = getattr(collector, "run_phase", None)
-        if name is None:
-            return (yield)
-        with self.clock.phase(name):
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtestloop(self, session: pytest.Session):
-        try:
-            return (yield)
-        finally:  # the first item's wait for the worker, measured by the session, is not pytest's
-            self.clock.transfer("pytest", "worker_wait", self.session.worker_start_s or 0.0)
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item: pytest.Item):
-        name = getattr(item, "run_phase", "other_tests")
-        with self.clock.phase(name):
-            return (yield)
-
-    @pytest.hookimpl(wrapper=True, trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int):
-        """The worker exits (CUDA teardown) while the reports are written; what is left of its
-        shutdown after them is ``worker_shutdown``."""
-        failed: list[BaseException] = []
-
-        def close() -> None:
-            try:
-                self.session.runtime.close_worker()
-            except BaseException as exc:  # raised again in this thread, as a close in place would
-                failed.append(exc)
-
-        closing = threading.Thread(target=close, name="cudagate-worker-close", daemon=True)
-        closing.start()
-        try:
-            return (yield)
-        finally:
-            with self.clock.phase("worker_shutdown"):
-                closing.join()
-            if failed:
-                raise failed[0]
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
-        if config.getoption("cuda_gate_durations") is None:
-            return
-        from pytest_cudagate.reports.durations import render_run_phases  # it reads this module's names
-
-        terminalreporter.write_sep("-", "cudagate run phases")
-        for line in render_run_phases(self.clock.snapshot()):
-            terminalreporter.write_line(line)
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        RUN.reset(self._token)

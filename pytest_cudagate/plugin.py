@@ -113,7 +113,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
             spawned = spawn_worker(config)
             session = _start_gate(config, spawned)
-            config.pluginmanager.register(phases.RunPhases(clock, token, session), "cudagate-run-phases")
+            from pytest_cudagate.items import RunPhases  # imported by _start_gate
+
+            config.pluginmanager.register(RunPhases(clock, token, session), "cudagate-run-phases")
     except BaseException:  # a usage error, Ctrl-C: nothing may outlive pytest
         if spawned is not None:
             spawned.close()

@@ -43,7 +43,7 @@ def timed(extra: float):
 
 
 class Release:
-    """What the gate asks of a :class:`~pytest_cudagate.release.ReleaseSource`."""
+    """What the gate asks of a :class:`~pytest_cudagate.approvals.release.ReleaseSource`."""
 
     def __init__(self, found):
         self.found = found

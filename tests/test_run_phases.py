@@ -9,7 +9,7 @@ import re
 import time
 from pathlib import Path
 
-from helpers import write_suite
+from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.phases import RUN_PHASES, RunClock
 from pytest_cudagate.boundary.schema import problems
 
@@ -75,16 +75,41 @@ def test_durations_and_report_json_name_the_run_phases_within_the_wall_time(pyte
     # Each case's own split is inside the run's case items (the trust checks one of them made aside).
     per_case = sum(sum(item["phases"].values()) for item in document["items"])
     assert 0 < per_case <= run["cases"] + run.get("trust", 0.0) + 1e-3
-    # The worker's busy share of the cases: its own time on them (no more than the items say it spent,
-    # waits for the host included there), of which the warm-up and timed launches are a part.
-    busy = document["runs"][0]["cases_busy"]
-    worker_total = sum(item["worker_s"] or 0.0 for item in document["items"])
-    assert busy["cases_s"] == run["cases"]
-    assert 0 < busy["launches_s"] <= busy["worker_s"] <= worker_total + 1e-6
-    assert busy["worker_fraction"] == round(busy["worker_s"] / busy["cases_s"], 4)
-    assert busy["launches_fraction"] == round(busy["launches_s"] / busy["cases_s"], 4)
+    assert_busy(document, run)
     document["runs"][0]["phases"]["coffee"] = 1.0
     assert any("coffee" in p for p in problems(document, "report"))
+
+
+def assert_busy(document: dict, run: dict) -> None:
+    """The worker's busy share of the cases' span: its own time on them (no more than the items say it
+    spent, waits for the host included there), of which the warm-up and timed launches are a part."""
+    busy = document["runs"][0]["cases_busy"]
+    worker_total = sum(item["worker_s"] or 0.0 for item in document["items"])
+    assert busy["cases_s"] == run["cases"] <= busy["span_s"]
+    assert 0 < busy["launches_s"] <= busy["worker_s"] <= min(worker_total + 1e-6, busy["span_s"])
+    assert busy["worker_fraction"] == round(busy["worker_s"] / busy["span_s"], 4)
+    assert busy["launches_fraction"] == round(busy["launches_s"] / busy["span_s"], 4)
+
+
+def test_with_runs_sent_ahead_each_case_accounts_for_its_head_start(pytester):
+    """Three cases, no compute-sanitizer, a host of many cores: the second and third runs are sent
+    while the case before is judged. Each case's phases cover its span (its head start too), no
+    case's time is counted twice beyond its head start, and the worker's share stays within the span."""
+    write_suite(pytester.path / "scale", yaml_text=SUITE_YAML + (
+        "  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 512}}\n" "checks: {sanitizer: off}\n"))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent))
+                                               + "import pytest_cudagate.gate as gate_module\ngate_module.cores = lambda: 16\n")
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                           "--cuda-gate-report", "out", timeout=300)
+    assert result.ret == 0, result.stdout.str()
+    document = json.loads((pytester.path / "out" / "report.json").read_text())
+    items = {item["case"]: item for item in document["items"]}
+    assert items["small"]["head_start_s"] == 0 and items["perf"]["head_start_s"] > 0 and items["perf2"]["head_start_s"] > 0
+    run = document["runs"][0]["phases"]
+    per_case = sum(sum(item["phases"].values()) for item in document["items"])
+    head_starts = sum(item["head_start_s"] for item in document["items"])
+    assert per_case <= run["cases"] + run.get("trust", 0.0) + run.get("pytest", 0.0) + head_starts + 1e-3
+    assert_busy(document, run)
 
 
 def test_without_durations_no_run_phases_are_printed(pytester):

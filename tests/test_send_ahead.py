@@ -43,11 +43,22 @@ class Recording(FakeWorker):
         super().__init__(*args, **kwargs)
         self.sent: list[tuple[str, list[str]]] = []
         self.hangs = hangs
+        self.hold: threading.Event | None = None  # set: a run sent ahead waits for it
         self._busy = threading.Lock()
+
+    def compare(self, request: dict, decide):
+        assert self._busy.acquire(blocking=False), "two requests on the worker link at once"
+        try:
+            self.sent.append((threading.current_thread().name, ["compare " + request["case"]["name"]]))
+            return super().compare(request, decide)
+        finally:
+            self._busy.release()
 
     def run(self, request: dict) -> RunResult:
         assert self._busy.acquire(blocking=False), "two requests on the worker link at once"
         try:
+            if self.hold is not None and threading.current_thread().name == AHEAD:
+                self.hold.wait(10)
             names = [c["name"] for c in request["cases"]]
             self.sent.append((threading.current_thread().name, names))
             if set(names) & set(self.hangs):
@@ -121,7 +132,7 @@ def test_an_interleaved_comparison_is_not_sent_ahead(tmp_path, many_cores):
     suite, ledger = changed_after_approval(load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER)))
     gate, worker = gate_over(tmp_path, "out")
     outcomes = in_order(gate, suite, ledger, ["small", "perf"])
-    assert worker.sent == [("MainThread", ["small"])]  # perf went to the worker as a compare, in its turn
+    assert worker.sent == [("MainThread", ["small"]), ("MainThread", ["compare perf"])]  # in its own turn
     assert outcomes[1].latency.pairs > 0
 
 
@@ -139,6 +150,49 @@ def test_a_hang_in_a_run_sent_ahead_is_its_own_cases(suite, tmp_path, many_cores
     assert perf.failed and "timeout" in perf.correctness.describe()
     assert perf2.failed and perf2.message.startswith("not run: scale2 did not finish case perf within the case timeout")
     assert [names for _, names in worker.sent] == [["small"], ["perf"]]
+
+
+def test_the_gate_closes_once_a_run_still_on_its_way_is_answered(suite, tmp_path, many_cores):
+    """A session that ends with a run sent for an item that will not come (Ctrl-C, say): closing
+    waits for its answer, so the worker link is free for the shutdown and the folder is not in use."""
+    gate, worker = gate_over(tmp_path, "out")
+    worker.hold = threading.Event()
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.replay(suite, program, suite.case("small"), ledger)  # returns while perf's run waits on the worker
+    threading.Timer(0.3, worker.hold.set).start()
+    assert gate.close()
+    assert worker.hold.is_set() and worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"])]
+    assert not worker._busy.locked()
+
+
+def test_only_the_next_case_of_the_same_kernel_is_sent(suite, tmp_path, many_cores):
+    """Another suite's kernel of the same name writes its outputs to the folder this case's are judged in."""
+    other = load_suite(write_suite(tmp_path / "other", yaml_text=NO_SANITIZER))
+    gate, worker = gate_over(tmp_path, "out")
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((other, other.kernels[0], other.case("perf"), Ledger.for_suite(other)))
+    gate.replay(suite, program, suite.case("perf"), ledger)
+    assert worker.sent == [("MainThread", ["perf"])]
+
+
+def test_a_failure_beginning_the_next_case_is_that_cases_own(suite, tmp_path, many_cores, monkeypatch):
+    real = gate_module.prepare
+
+    def prepare(suite, case, **kwargs):
+        if case.name == "perf":
+            raise MemoryError("fresh inputs of perf")
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "prepare", prepare)
+    gate, worker = gate_over(tmp_path, "out")
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((suite, program, suite.case("perf"), ledger))
+    small = gate.replay(suite, program, suite.case("small"), ledger)
+    assert not small.failed, small.message
+    with pytest.raises(MemoryError, match="fresh inputs of perf"):
+        gate.replay(suite, program, suite.case("perf"), ledger)
+    assert worker.sent == [("MainThread", ["small"])]
 
 
 def test_a_host_of_few_cores_sends_nothing_ahead(suite, tmp_path, monkeypatch):
@@ -190,7 +244,7 @@ def test_a_pytest_run_sends_ahead_and_reports_what_a_run_one_by_one_reports(pyte
         assert (AHEAD in threads) == (cores == 16), threads
         document = json.loads((pytester.path / "out" / "report.json").read_text())
         for item in document["items"]:  # all but the times (the simulated GPU's clock is the host's)
-            item.pop("phases"), item.pop("worker_s"), item["correctness"].pop("median_ms")
+            item.pop("phases"), item.pop("worker_s"), item.pop("head_start_s"), item["correctness"].pop("median_ms")
             item["requests"] = json.loads(re.sub(r"cudagate-run-\d+-\w+", "RUN", json.dumps(item.get("requests"))))
         reports[cores] = document["items"]
     assert reports[16] == reports[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,23 @@ def test_a_hang_is_killed_at_the_watchdog_and_the_rest_still_runs():
     # what the gate prints for it: the kind's title once, then the message
     assert judge_case("k", "hang", result.cases["hang"], {}, {}).problems == [
         "timeout: no answer within 1 s (the kernel hung or ran too long); the worker was killed"]
+
+
+def test_a_request_sent_from_another_thread_leaves_the_link_to_the_next():
+    """The gate sends a case's run from a thread of its own while it judges the case before (the
+    worker link is used by one thread at a time): a hang killed there restarts the worker, and the
+    next request, from the main thread, gets the fresh one."""
+    answered = {}
+    with client(timeout_s=1.0) as worker:
+        worker.start()
+        first = worker.hello["pid"]
+        sender = threading.Thread(target=lambda: answered.update(ahead=run(worker, "a", "hang")), name="ahead")
+        sender.start()
+        sender.join()
+        after = run(worker, "b")
+    ahead = answered["ahead"]
+    assert ahead.cases["a"]["pid"] == first and ahead.cases["hang"]["error"]["kind"] == "timeout"
+    assert after.cases["b"]["status"] == "ok" and after.cases["b"]["pid"] != first
 
 
 def test_a_compare_conversation_follows_the_decisions_and_survives_a_dead_worker():

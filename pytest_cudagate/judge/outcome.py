@@ -38,6 +38,10 @@ class CaseOutcome:
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
     shape_class: str = "default"  # the case's `class:` in the suite
     library: LibraryResult | None = None  # the kernel's library baseline on this case: informational only
+    # Its run was begun and sent to the worker this long before the gate took it up, while the case
+    # before was judged (Gate.expect); that case's item lent it its main-thread part (lent_s).
+    head_start_s: float = 0.0
+    lent_s: float = 0.0
 
     @property
     def outcome(self) -> str:
@@ -89,7 +93,7 @@ class CaseOutcome:
             "correctness": correctness_json(self.correctness) if self.correctness is not None else None,
             "latency": latency_json(self.latency) if self.latency is not None else None,
             "samples_ms": self.samples(), "worker_s": self.worker_s,
-            "phases": dict(self.phases),
+            "phases": dict(self.phases), "head_start_s": round(self.head_start_s, 6),
             "library": plain(self.library.to_json()) if self.library is not None else None,
         }
 

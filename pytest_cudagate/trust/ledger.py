@@ -135,7 +135,7 @@ def verify_released_ledger(raw: dict, label: str, *, ledger_path: str, suite: Su
 
 
 def release_verifier(trust_root=None, allow_unsigned: bool = False):
-    """For :class:`pytest_cudagate.release.ReleaseSource`: ``suite -> verify(raw, label)`` checking a
+    """For :class:`pytest_cudagate.approvals.release.ReleaseSource`: ``suite -> verify(raw, label)`` checking a
     ledger read at a release against today's trusted keys (the trust root's under ``cudagate gate
     --trusted-ref``, else the project's). ``allow_unsigned`` (local experiments) checks nothing."""
 

@@ -26,6 +26,8 @@ def compile_program(program: Program, arch: str, source_text: str | None = None,
     stopped after ``timeout_s`` (the case timeout; None: the compiler's default); a refused option or
     include becomes a failed result. A kernel of steps compiles once per entry (each is a name
     expression of its own), then from the cache."""
+    if program.classes:
+        raise ValueError(f"{program.name} has class variants: compile program.for_case(case) (one build)")
     try:
         version = current_version(program, source_text)
     except IncludeError as exc:

@@ -60,7 +60,8 @@ class KernelVersion:
     launch_overrides: dict[str, Launch | Steps]
     classes: dict[str, Variant]  # shape class -> its variant
     identity: dict  # what makes two versions the same build (ledger.Approval.identity's shape)
-    source_path: str | None = None  # the current version's file, for reports and logs
+    source_file: Path | None = None  # the current version's file
+    source_path: str | None = None  # that file as shown (reports and compile logs)
     library: LibraryBaseline | None = None  # the current version's library baseline
 
     def options_for(self, case: Case | None) -> tuple[str, ...]:
@@ -103,7 +104,8 @@ def current_version(program: Program, source_text: str | None = None) -> KernelV
     }
     return KernelVersion(program.name, text, headers, program.entry, program.options, program.arch_suffix, program.launch,
                    dict(program.launch_overrides), dict(program.classes), identity,
-                   source_path=display_path(program.source), library=program.library_baseline)
+                   source_file=program.source, source_path=display_path(program.source),
+                   library=program.library_baseline)
 
 
 def pinned_version(kernel: str, source: str, headers: dict[str, str], record: dict) -> KernelVersion:

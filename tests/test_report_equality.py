@@ -1,0 +1,48 @@
+"""benchmarks/report_equality.py: times apart, two reports of the same examples must say the same."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_cudagate.boundary import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+ITEM = {"nodeid": "s.yaml::k::perf", "status": "warning", "phases": {"timing": 0.5}, "worker_s": 0.7,
+        "warning": "latency pass: today's run level is +0.4% of the approved runs",
+        "latency": {"verdict": "pass", "samples_ms": [0.1, 0.2]},
+        "requests": [{"output_dir": "/dev/shm/cudagate-run-123-abcd/k"}]}
+
+
+def equality(tmp_path: Path, after_item: dict) -> subprocess.CompletedProcess:
+    for name, item in (("before", ITEM), ("after", after_item)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"items": [item], "runs": [{}]}))
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report_equality.py"), "before.json", "after.json",
+                           "--json", "report-equality-1.json"], cwd=tmp_path, capture_output=True, text=True)
+
+
+def test_times_and_run_folders_are_not_differences(tmp_path):
+    after = copy.deepcopy(ITEM)
+    after.update(phases={"timing": 0.4, "ipc": 0.1}, worker_s=0.6,
+                 warning="latency pass: today's run level is -1.2% of the approved runs")
+    after["latency"]["samples_ms"] = [0.1, 0.2, 0.3]
+    after["requests"][0]["output_dir"] = "/dev/shm/cudagate-run-456-wxyz/k"
+    done = equality(tmp_path, after)
+    assert done.returncode == 0, done.stdout
+    assert "| differences | 0 |" in done.stdout
+    kept = json.loads((tmp_path / "report-equality-1.json").read_text())
+    assert schema.problems(kept, "report-equality") == []
+
+
+def test_a_changed_verdict_or_a_missing_field_is_a_difference(tmp_path):
+    after = copy.deepcopy(ITEM)
+    after["latency"]["verdict"] = "regressed"
+    del after["warning"]
+    done = equality(tmp_path, after)
+    assert done.returncode == 1
+    assert "| differences | 2 |" in done.stdout
+    assert '- s.yaml::k::perf.latency.verdict: "pass" before, "regressed" after' in done.stdout
+    assert "- s.yaml::k::perf.warning: only before" in done.stdout

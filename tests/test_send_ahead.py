@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import pytest_cudagate.gate as gate_module
-from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest, scale_kernels
+from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest
 from helpers import SUITE_YAML, changed_after_approval, write_suite
+from test_gate_hang import Fingerprint
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
@@ -25,14 +26,6 @@ CASES = SUITE_YAML + "  - {name: perf2, kind: performance, scalars: {rows: 32, c
 NO_SANITIZER = CASES + "checks: {sanitizer: off}\n"
 AHEAD = "cudagate-send-ahead"
 TIMEOUT = {"kind": "timeout", "code": "TIMEOUT", "message": "no answer within 1 s; the worker was killed"}
-
-
-class Fingerprint:
-    def key(self) -> str:
-        return "fake0000"
-
-    def describe(self) -> str:
-        return "a simulated GPU"
 
 
 class Recording(FakeWorker):

@@ -3,12 +3,15 @@
     python benchmarks/report_equality.py BEFORE/report.json AFTER/report.json [--json OUT.json]
 
 For a change that must change no verdict (a refactor, a faster path): the same examples gated by the
-code before and after, with one ``--cuda-gate-fresh-seed``. Every item is compared field by field.
-A difference is a **time** when both values are numbers, or strings equal once every number in them
-is masked (a run level's "+0.4%", a duration); the per-item ``phases``, ``worker_s`` and ``head_start_s`` and the
-run's ``runs`` (dates, phases, ``cases_busy``) are times too. Anything else (a verdict, a status, a
-request field, a key one side lacks) is a **difference**, listed by item and path. The run-folder
-names in request paths (``cudagate-run-<pid>-<random>``) are masked first. Exit 1 when any
+code before and after, with one ``--cuda-gate-fresh-seed``, so every input, output and correctness
+figure is the same. Every item is compared field by field, and so are the report's ``verdict`` and
+``counts``. A difference is a **time** only where a time may differ: anything under an item's
+``phases``, ``worker_s``, ``head_start_s``, ``samples_ms``, ``latency`` and ``library`` (measured
+latencies and their intervals, rounds, verdict words aside: a ``verdict`` field anywhere must match),
+``correctness.median_ms``, and the words of ``warning``, ``headline`` and ``message`` once every number
+in them is masked (a run level's "+0.4%"). Everything else (a verdict, a status, a count of wrong
+elements, a request field, a key one side lacks) is a **difference**, listed by item and path. The
+run-folder names in request paths (``cudagate-run-<pid>-<random>``) are masked first. Exit 1 when any
 difference is found.
 """
 
@@ -24,40 +27,35 @@ from evidence_header import with_header
 
 RUN_FOLDER = re.compile(r"cudagate-run-\d+-\w+")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-TIMES = {"phases", "worker_s", "head_start_s"}  # per item: wall-clock splits
+TIMED = {"phases", "worker_s", "head_start_s", "samples_ms", "latency", "library", "median_ms"}  # measured: may differ
+WORDED = {"warning", "headline", "message"}  # may quote a measured figure
 
 
 def masked(text: str) -> str:
     return NUMBER.sub("#", RUN_FOLDER.sub("RUN", text))
 
 
-def walk(before, after, path: str, times: list[str], differences: list[str]) -> None:
+def walk(before, after, path: str, times: list[str], differences: list[str], timed: bool = False) -> None:
+    key = path.rsplit(".", 1)[-1]
     if isinstance(before, dict) and isinstance(after, dict):
-        for key in sorted(set(before) | set(after)):
-            where = f"{path}.{key}"
-            if key not in before or key not in after:
-                differences.append(f"{where}: only {'after' if key in after else 'before'}")
-            elif key in TIMES:
-                times.append(where)
+        for name in sorted(set(before) | set(after)):
+            where = f"{path}.{name}"
+            if name not in before or name not in after:
+                if timed:  # a phase that took no time on one side
+                    times.append(where)
+                else:
+                    differences.append(f"{where}: only {'after' if name in after else 'before'}")
             else:
-                walk(before[key], after[key], where, times, differences)
-    elif isinstance(before, list) and isinstance(after, list):
-        if len(before) != len(after):
-            # sample lists are times: their length is where an adaptive stop fell
-            if all(isinstance(v, (int, float)) for v in before + after):
-                times.append(path)
-            else:
-                differences.append(f"{path}: {len(before)} entries before, {len(after)} after")
-            return
+                walk(before[name], after[name], where, times, differences, timed or name in TIMED)
+    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
         for n, (b, a) in enumerate(zip(before, after)):
-            walk(b, a, f"{path}[{n}]", times, differences)
-    elif before == after:
+            walk(b, a, f"{path}[{n}]", times, differences, timed)
+    elif RUN_FOLDER.sub("RUN", json.dumps(before)) == RUN_FOLDER.sub("RUN", json.dumps(after)):
         return
-    elif isinstance(before, (int, float)) and isinstance(after, (int, float)) and not isinstance(before, bool):
+    elif timed and key != "verdict":
         times.append(path)
-    elif isinstance(before, str) and isinstance(after, str) and masked(before) == masked(after):
-        if RUN_FOLDER.sub("RUN", before) != RUN_FOLDER.sub("RUN", after):
-            times.append(path)
+    elif key in WORDED and isinstance(before, str) and isinstance(after, str) and masked(before) == masked(after):
+        times.append(path)
     else:
         differences.append(f"{path}: {json.dumps(before)[:120]} before, {json.dumps(after)[:120]} after")
 
@@ -68,6 +66,8 @@ def compare(before: dict, after: dict) -> tuple[list[tuple[str, str]], list[str]
     times: list[str] = []
     differences = [f"{n}: only {'after' if n in items_after else 'before'}"
                    for n in sorted(set(items_before) ^ set(items_after))]
+    for field in ("verdict", "counts"):
+        walk(before.get(field), after.get(field), field, times, differences)
     for nodeid in sorted(set(items_before) & set(items_after)):
         walk(items_before[nodeid], items_after[nodeid], nodeid, times, differences)
     rows = [("items, before / after", f"{len(items_before)} / {len(items_after)}"),

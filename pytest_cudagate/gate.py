@@ -142,6 +142,7 @@ class SentAhead:
     trip: phases.RoundTrip | None = None
     result: RunResult | None = None
     error: BaseException | None = None
+    failed: bool = False  # its begin raised: its item begins again in its own turn (as one by one)
 
 
 class Gate:
@@ -184,13 +185,15 @@ class Gate:
     def fingerprint_text(self) -> str:
         return f"{self.fingerprint.key()}: {self.fingerprint.describe()}"
 
-    def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None) -> CaseOutcome:
-        """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``."""
+    def replay(self, suite: Suite, program: Program, case: Case, ledger: Ledger, source_text: str | None = None, *,
+               started: float | None = None) -> CaseOutcome:
+        """A pull request's judgement of ``program`` (``source_text`` in place of its file) on ``case``;
+        ``started``: ``time.perf_counter()`` as its item started, up to which a case sent ahead counts its head start."""
         current = self.version(program, source_text)
         sent = self._take_sent(self._sent_key(suite, program, case, ledger) if source_text is None else None)
         if sent is not None:
             outcome, extra = sent.outcome, sent.extra
-            outcome.head_start_s = max(0.0, time.perf_counter() - sent.begun_at)
+            outcome.head_start_s = max(0.0, (time.perf_counter() if started is None else started) - sent.begun_at)
         else:
             outcome, extra = self._begin(suite, current, case)
         if outcome.failed:
@@ -224,7 +227,8 @@ class Gate:
         if not wants_sanitizer(extra["checks"], suite, case, body):  # compute-sanitizer must have the GPU alone
             lent = time.perf_counter()
             self._send_upcoming(suite, current)
-            outcome.lent_s = time.perf_counter() - lent
+            if self._sent is not None:  # charged to the case begun, whose phases hold it
+                outcome.lent_s = time.perf_counter() - lent
         judged = self._judge(outcome, suite, current, case, body, compile_info, extra)
         if not self.keep_outputs and (out / case.name).is_dir():
             trash.discard(out / case.name)  # read by the judge, needed by no report
@@ -292,9 +296,9 @@ class Gate:
             outcome, extra = self._begin(suite, current, case)
             request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
                                       timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
-        except Exception as exc:  # the next item's own failure: raised again there, never in this one
-            self._sent = SentAhead(key, hang_key, CaseOutcome(suite.name, current.name, case.name, case.kind), {},
-                                   begun_at, error=exc)
+        except Exception:  # noqa: BLE001 - never this case's failure: the next item begins again in its own turn
+            self._sent = SentAhead(key, hang_key, CaseOutcome(suite.name, current.name, case.name, case.kind,
+                                                              shape_class=case.shape_class), {}, begun_at, failed=True)
             return
         sent = SentAhead(key, hang_key, outcome, extra, begun_at)
         self._sent = sent
@@ -335,7 +339,7 @@ class Gate:
             return None
         if sent.error is not None:
             raise sent.error
-        return sent
+        return None if sent.failed else sent
 
     def _approved(self, ledger: Ledger, approval: Approval) -> KernelVersion:
         """The approved version, its pinned copies read and checked once per gate."""

@@ -428,7 +428,7 @@ class CaseItem(GateItem):
             runtime.skipped.append(self.skipped_entry)
             pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
         waited = time.perf_counter() - waited
-        outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite))
+        outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite), started=started)
         phases.add(outcome, "worker_start", waited)
         # its span: from a head start in the turn before, less what it lent the next case (Gate.expect)
         phases.finish(outcome, time.perf_counter() - started + outcome.head_start_s - outcome.lent_s)

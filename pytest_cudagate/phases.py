@@ -107,7 +107,7 @@ def worker_steps(outcome: CaseOutcome, body: dict) -> float:
 
 
 def finish(outcome: CaseOutcome, wall: float) -> None:
-    """Close the split at the item's wall time: what no phase claimed is ``other``."""
+    """Close the split at the case's span (see the module docstring): what no phase claimed is ``other``."""
     claimed = sum(v for k, v in outcome.phases.items() if k != "other")
     add(outcome, "other", wall - claimed)
     outcome.phases = {p: round(outcome.phases[p], 6) for p in PHASES if p in outcome.phases}

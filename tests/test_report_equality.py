@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ITEM = {"nodeid": "s.yaml::k::perf", "status": "warning", "phases": {"timing": 0.5}, "worker_s": 0.7,
         "warning": "latency pass: today's run level is +0.4% of the approved runs",
         "latency": {"verdict": "pass", "samples_ms": [0.1, 0.2]},
+        "correctness": {"passed": False, "median_ms": 0.1, "comparisons": [{"mismatches": 12, "max_abs_error": 3.5}]},
         "requests": [{"output_dir": "/dev/shm/cudagate-run-123-abcd/k"}]}
 
 
@@ -29,6 +30,7 @@ def test_times_and_run_folders_are_not_differences(tmp_path):
     after.update(phases={"timing": 0.4, "ipc": 0.1}, worker_s=0.6,
                  warning="latency pass: today's run level is -1.2% of the approved runs")
     after["latency"]["samples_ms"] = [0.1, 0.2, 0.3]
+    after["correctness"]["median_ms"] = 0.11
     after["requests"][0]["output_dir"] = "/dev/shm/cudagate-run-456-wxyz/k"
     done = equality(tmp_path, after)
     assert done.returncode == 0, done.stdout
@@ -41,8 +43,12 @@ def test_a_changed_verdict_or_a_missing_field_is_a_difference(tmp_path):
     after = copy.deepcopy(ITEM)
     after["latency"]["verdict"] = "regressed"
     del after["warning"]
+    after["correctness"]["comparisons"][0]["mismatches"] = 4000  # the same seed: a correctness figure is exact
+    after["headline"] = "output 'y': 4000 of 16384 elements outside tolerance"  # words are compared masked
     done = equality(tmp_path, after)
     assert done.returncode == 1
-    assert "| differences | 2 |" in done.stdout
+    assert "| differences | 4 |" in done.stdout, done.stdout
+    assert "- s.yaml::k::perf.correctness.comparisons[0].mismatches: 12 before, 4000 after" in done.stdout
+    assert "- s.yaml::k::perf.headline: only after" in done.stdout
     assert '- s.yaml::k::perf.latency.verdict: "pass" before, "regressed" after' in done.stdout
     assert "- s.yaml::k::perf.warning: only before" in done.stdout

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ class Recording(FakeWorker):
         self.sent: list[tuple[str, list[str]]] = []
         self.hangs = hangs
         self.hold: threading.Event | None = None  # set: a run sent ahead waits for it
+        self.slow = 0.0  # seconds a run sent ahead takes on top
         self._busy = threading.Lock()
 
     def compare(self, request: dict, decide):
@@ -50,8 +52,10 @@ class Recording(FakeWorker):
     def run(self, request: dict) -> RunResult:
         assert self._busy.acquire(blocking=False), "two requests on the worker link at once"
         try:
-            if self.hold is not None and threading.current_thread().name == AHEAD:
-                self.hold.wait(10)
+            if threading.current_thread().name == AHEAD:
+                if self.hold is not None:
+                    self.hold.wait(10)
+                time.sleep(self.slow)
             names = [c["name"] for c in request["cases"]]
             self.sent.append((threading.current_thread().name, names))
             if set(names) & set(self.hangs):
@@ -188,6 +192,33 @@ def test_a_failure_beginning_the_next_case_is_that_cases_own(suite, tmp_path, ma
     assert worker.sent == [("MainThread", ["small"])]
 
 
+def test_a_head_start_ends_where_its_item_starts(suite, tmp_path, many_cores):
+    """The wait for a slow answer is the item's own time, not part of its head start: each case's
+    phases then add up to its span, and none claims the time twice."""
+    gate, worker = gate_over(tmp_path, "out")
+    worker.slow = 0.4
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((suite, program, suite.case("perf"), ledger))
+    first = time.perf_counter()
+    gate.replay(suite, program, suite.case("small"), ledger, started=first)
+    started = time.perf_counter()
+    perf = gate.replay(suite, program, suite.case("perf"), ledger, started=started)
+    wall = time.perf_counter() - started
+    assert 0 < perf.head_start_s <= started - first < 0.4  # small's turn did not wait for perf's answer
+    assert wall >= 0.35 and sum(perf.phases.values()) <= perf.head_start_s + wall, perf.phases
+
+
+def test_a_hang_in_a_run_sent_for_an_item_that_did_not_come_still_spares_the_kernels_later_cases(
+        suite, tmp_path, many_cores):
+    gate, worker = gate_over(tmp_path, "out", hangs=("perf",))
+    ledger, program = Ledger.for_suite(suite), suite.kernels[0]
+    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.replay(suite, program, suite.case("small"), ledger)
+    later = gate.replay(suite, program, suite.case("perf2"), ledger)  # perf's item never came (deselected, say)
+    assert later.failed and later.message.startswith("not run: scale2 did not finish case perf within the case timeout")
+    assert [names for _, names in worker.sent] == [["small"], ["perf"]]
+
+
 def test_a_host_of_few_cores_sends_nothing_ahead(suite, tmp_path, monkeypatch):
     monkeypatch.setattr(gate_module, "cores", lambda: 2)
     gate, worker = gate_over(tmp_path, "out")
@@ -222,6 +253,16 @@ def pytest_sessionfinish(session):
 
 gate_session.HarnessClient = lambda **options: Recording(scale_kernels(), **options)
 """
+
+
+def test_stepwise_sends_nothing_ahead(pytester):
+    """--stepwise stops at the first failure: the case after it may never run."""
+    write_suite(pytester.path / "scale", yaml_text=NO_SANITIZER)
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent), cores=16))
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "--stepwise", timeout=300)
+    assert result.ret == 0, result.stdout.str()
+    threads = json.loads((pytester.path / "threads.json").read_text())
+    assert len(threads) == 3 and AHEAD not in threads, threads
 
 
 def test_a_pytest_run_sends_ahead_and_reports_what_a_run_one_by_one_reports(pytester):

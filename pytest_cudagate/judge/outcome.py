@@ -38,8 +38,8 @@ class CaseOutcome:
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
     shape_class: str = "default"  # the case's `class:` in the suite
     library: LibraryResult | None = None  # the kernel's library baseline on this case: informational only
-    # Its run was begun and sent to the worker this long before the gate took it up, while the case
-    # before was judged (Gate.expect); that case's item lent it its main-thread part (lent_s).
+    # Its run was begun and sent to the worker this long before its item started, while the case before
+    # was judged (Gate.expect); that case's item lent it the main-thread part of the begin (lent_s).
     head_start_s: float = 0.0
     lent_s: float = 0.0
 

@@ -38,7 +38,7 @@ RUN_PHASE_WORDS = {
     "ahead": "before the first item: every kernel compiled, and sanitized where not cached, side by side",
     "compile": "compile items (NVRTC, cached)",
     "release": "release items (the released kernels read from git)",
-    "cases": "case items (their split is the table above)",
+    "cases": "case items (their split is the table above, where a case sent ahead also counts its head start)",
     "other_tests": "ordinary pytest tests in the same run",
     "pytest": "pytest's own work: per-item setup, teardown, reporting; session start and finish",
     "report_build": "the report document: items, inputs' sha256, suites",

@@ -9,9 +9,11 @@ figure is the same. Every item is compared field by field, and so are the report
 ``phases``, ``worker_s``, ``head_start_s``, ``samples_ms``, ``latency`` and ``library`` (measured
 latencies and their intervals, rounds, verdict words aside: a ``verdict`` field anywhere must match),
 ``correctness.median_ms``, and the words of ``warning``, ``headline`` and ``message`` once every number
-in them is masked (a run level's "+0.4%"). Everything else (a verdict, a status, a count of wrong
+in them is masked (a run level's "+0.4%"); a measured field one side lacks (a time the older code did
+not record, such as ``head_start_s``) counts as a time too. Everything else (a verdict, a status, a count of wrong
 elements, a request field, a key one side lacks) is a **difference**, listed by item and path. The
-run-folder names in request paths (``cudagate-run-<pid>-<random>``) are masked first. Exit 1 when any
+run-folder names in request paths (``cudagate-run-<pid>-<random>``) and each report's own folder (the
+``--cuda-gate-report`` directory before ``requests/`` in its reproduce commands) are masked first. Exit 1 when any
 difference is found.
 """
 
@@ -26,6 +28,7 @@ from pathlib import Path
 from evidence_header import with_header
 
 RUN_FOLDER = re.compile(r"cudagate-run-\d+-\w+")
+REPORT_FOLDER = re.compile(r"[^\s\"']*/(?=requests/[^/\s\"']+\.json)")  # the --cuda-gate-report folder
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 TIMED = {"phases", "worker_s", "head_start_s", "samples_ms", "latency", "library", "median_ms"}  # measured: may differ
 WORDED = {"warning", "headline", "message"}  # may quote a measured figure
@@ -41,7 +44,7 @@ def walk(before, after, path: str, times: list[str], differences: list[str], tim
         for name in sorted(set(before) | set(after)):
             where = f"{path}.{name}"
             if name not in before or name not in after:
-                if timed:  # a phase that took no time on one side
+                if timed or name in TIMED:  # a phase that took no time on one side, a time newly recorded
                     times.append(where)
                 else:
                     differences.append(f"{where}: only {'after' if name in after else 'before'}")
@@ -58,6 +61,12 @@ def walk(before, after, path: str, times: list[str], differences: list[str], tim
         times.append(path)
     else:
         differences.append(f"{path}: {json.dumps(before)[:120]} before, {json.dumps(after)[:120]} after")
+
+
+def read(path: Path) -> dict:
+    """A report.json with its own folder masked where its reproduce commands name its requests (the two
+    runs wrote to different folders)."""
+    return json.loads(REPORT_FOLDER.sub("<report>/", path.read_text()))
 
 
 def compare(before: dict, after: dict) -> tuple[list[tuple[str, str]], list[str]]:
@@ -83,7 +92,7 @@ def main() -> int:
     parser.add_argument("after", type=Path)
     parser.add_argument("--json", type=Path, help="also write the table and the differences here")
     args = parser.parse_args()
-    before, after = (json.loads(p.read_text()) for p in (args.before, args.after))
+    before, after = (read(p) for p in (args.before, args.after))
     rows, differences = compare(before, after)
     print("| | |\n|---|---|")
     for label, value in rows:

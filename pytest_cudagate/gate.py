@@ -126,6 +126,11 @@ def route(case: Case, current: KernelVersion, approval: Approval | None, *, prop
     return Route.INTERLEAVED
 
 
+class NotDrawnAhead(Exception):
+    """A case begun in the sending thread needs host work no prefetch job did: it begins in its own
+    turn instead (a Python reference may refuse to run off the main thread)."""
+
+
 @dataclass(eq=False)
 class SentAhead:
     """The next case's run, begun and sent to the worker while the host judges the case before it;
@@ -161,6 +166,7 @@ class Gate:
         self.fresh_seed = int(seed) if seed not in (None, "") else secrets.randbits(32)
         self._fresh: dict[tuple, tuple[list[dict], list[str]]] = {}
         self._fresh_ahead: Ahead | None = None  # from the first prefetch (the pytest session's); else drawn in turn
+        self._ahead_notes: dict[tuple, list[str]] = {}  # fresh key -> what a job's materialising noted
         self._checks: dict[str, tuple[Checks, list[str]]] = {}  # suite path -> effective_checks, read once
         self._versions: dict[tuple, KernelVersion] = {}  # current and approved versions, each read once
         # (suite path, kernel, proposal) -> the case it hung on alone: it is not run again in this gate,
@@ -274,7 +280,9 @@ class Gate:
     def _send_upcoming(self, now: Suite, kernel: KernelVersion) -> None:
         """Begin the expected next case and send its run, where it is the next case of this kernel
         (``now``'s kernel ``kernel``); another kernel's, or another suite's, may write the folder this
-        case's outputs are still judged in."""
+        case's outputs are still judged in. Where a prefetch job is drawing its fresh sets with a
+        Python reference, it is begun in the sending thread, from what the job drew, while this case
+        is judged; else here."""
         upcoming, self._upcoming = self._upcoming, None
         if upcoming is None or self._sent is not None:
             return
@@ -291,27 +299,34 @@ class Gate:
         chosen = route(case, current, ledger.approvals.get(current.name), proposal=False)
         if chosen is Route.INTERLEAVED:
             return  # its sampler decides chunk by chunk: it runs in its own turn
-        key, hang_key = self._sent_key(suite, program, case, ledger), self._hang_key(suite, current)
-        try:
-            outcome, extra = self._begin(suite, current, case)
-            request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
-                                      timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
-        except Exception:  # noqa: BLE001 - never this case's failure: the next item begins again in its own turn
-            self._sent = SentAhead(key, hang_key, CaseOutcome(suite.name, current.name, case.name, case.kind,
-                                                              shape_class=case.shape_class), {}, begun_at, failed=True)
-            return
-        sent = SentAhead(key, hang_key, outcome, extra, begun_at)
-        self._sent = sent
-        if outcome.failed:
-            return
-        outcome.requests.append(self._harden(request, request["cases"][0], extra))
+        sent = SentAhead(self._sent_key(suite, program, case, ledger), self._hang_key(suite, current),
+                         CaseOutcome(suite.name, current.name, case.name, case.kind, shape_class=case.shape_class),
+                         {}, begun_at)
         identical = chosen is Route.IDENTICAL
-        if identical:
-            sent.before = self._device_state()
 
-        def answer() -> None:
+        def begin(ahead: bool) -> dict | None:
+            """The case begun and its request made (None: its outcome failed, or its begin did)."""
             try:
-                with phases.RoundTrip(outcome, self._client) as trip:
+                outcome, extra = self._begin(suite, current, case, ahead=ahead)
+                request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
+                                          timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
+            except Exception:  # noqa: BLE001 - never this case's failure: the next item begins again in its own turn
+                sent.failed = True
+                return None
+            sent.outcome, sent.extra = outcome, extra
+            if outcome.failed:
+                return None
+            outcome.requests.append(self._harden(request, request["cases"][0], extra))
+            return request
+
+        def answer(request: dict | None) -> None:
+            try:
+                request = request or begin(ahead=True)
+                if request is None:
+                    return
+                if identical:
+                    sent.before = self._device_state()
+                with phases.RoundTrip(sent.outcome, self._client) as trip:
                     sent.result = self._client.run(request)
                 sent.trip = trip
                 if identical:  # where the worker has no NVML of its own: right after, not when taken
@@ -319,7 +334,14 @@ class Gate:
             except BaseException as exc:  # noqa: BLE001 - raised again in the item that takes the answer
                 sent.error = exc
 
-        sent.thread = threading.Thread(target=answer, name="cudagate-send-ahead", daemon=True)
+        self._sent = sent
+        request = None
+        if not (suite.reference.python and self._fresh_ahead is not None
+                and self._fresh_ahead.holds(self._fresh_key(suite, case, self.checks(suite)[0]))):
+            request = begin(ahead=False)  # nothing to wait for, or a CUDA reference (it needs the worker link)
+            if request is None:
+                return
+        sent.thread = threading.Thread(target=answer, args=(request,), name="cudagate-send-ahead", daemon=True)
         sent.thread.start()
 
     def _take_sent(self, key: tuple | None) -> SentAhead | None:
@@ -356,9 +378,12 @@ class Gate:
             self._checks[key] = effective_checks(suite)
         return self._checks[key]
 
-    def _begin(self, suite: Suite, current: KernelVersion, case: Case) -> tuple[CaseOutcome, dict]:
+    def _begin(self, suite: Suite, current: KernelVersion, case: Case, *,
+               ahead: bool = False) -> tuple[CaseOutcome, dict]:
         """A new outcome and the case's checks and fresh inputs; a failed outcome when the build hung
-        on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then)."""
+        on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then).
+        ``ahead``: in the thread that sends it, off the worker link, from what a prefetch job drew
+        (:class:`NotDrawnAhead` where it drew nothing: a reference runs only where it would have)."""
         outcome = CaseOutcome(suite.name, current.name, case.name, case.kind, shape_class=case.shape_class)
         hung_on = self._hung.get(self._hang_key(suite, current))
         if hung_on is not None:
@@ -370,22 +395,32 @@ class Gate:
         checks, notes = self.checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
-            problem = self._materialise(suite, case, outcome.notes)
+            drawn, noted = self._drawn_ahead(suite, case, checks)  # first: it may be materialising the case
+            key = self._fresh_key(suite, case, checks)
+            if ahead and (not arrays_in_place(suite, case)
+                          or (checks.fresh_inputs > 0 and key not in self._fresh and drawn is None)):
+                if noted:
+                    self._ahead_notes[key] = noted  # for the item's own turn, which does the rest
+                raise NotDrawnAhead(case.name)
+            outcome.notes.extend(noted)
+            problem = self._materialise(suite, case, outcome.notes, ahead=ahead)
             if problem:
                 outcome.failed, outcome.message = True, problem
                 return outcome, {}
-            return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome)}
+            return outcome, {"checks": checks, "fresh": self._fresh_specs(suite, case, checks, outcome, drawn, ahead)}
 
-    def _materialise(self, suite: Suite, case: Case, notes: list[str]) -> str | None:
+    def _materialise(self, suite: Suite, case: Case, notes: list[str], *, ahead: bool = False) -> str | None:
         """Why a generated case's arrays cannot be rebuilt here (None: they are, or the case stores them).
         They are checked once per suite and run, in this run's folder, as fresh sets are, drawn
-        there or taken from the per-user cache (a discarded cache entry is noted in ``notes``)."""
+        there or taken from the per-user cache (a discarded cache entry is noted in ``notes``).
+        ``ahead``: off the worker link (a prefetch job's, a Python reference; or in the sending
+        thread, where they are in place)."""
         if not case.generated:
             return None
         tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
         try:
-            materialise(suite, case, client=self.client, root=self.output_dir / "generated" / f"{suite.name}-{tag}",
-                        notes=notes)
+            materialise(suite, case, client=None if ahead else self.client,
+                        root=self.output_dir / "generated" / f"{suite.name}-{tag}", notes=notes)
         except (CudagateError, OSError) as exc:
             return f"bad case data: {exc}"
         except (MemoryError, ValueError) as exc:  # numpy's allocation failure is a MemoryError
@@ -428,17 +463,18 @@ class Gate:
         return outcome
 
     # -- hardening (docs/hardening.md) ------------------------------------------------------------
-    def _fresh_specs(self, suite: Suite, case: Case, checks, outcome: CaseOutcome) -> list[dict]:
-        """The fresh input sets of a case (drawn once per gate run, shared by the suite's kernels)."""
+    def _fresh_specs(self, suite: Suite, case: Case, checks, outcome: CaseOutcome, drawn: Prepared | None,
+                     ahead: bool = False) -> list[dict]:
+        """The fresh input sets of a case (drawn once per gate run, shared by the suite's kernels):
+        ``drawn`` ahead, else here (``ahead``: in the sending thread, where :meth:`_begin` made sure
+        they were drawn)."""
         if checks.fresh_inputs <= 0:
             return []
         key = self._fresh_key(suite, case, checks)
         if key not in self._fresh:
-            job = self._fresh_ahead.take(key) if self._fresh_ahead is not None else None
-            prepared = self._taken(job, checks) if job is not None else None
             try:  # drawn ahead or here, the same sets
-                prepared = prepared or self._prepare(suite, case, checks, reference=True)
-                sets, notes = prepared.finish(self.client)
+                prepared = drawn or self._prepare(suite, case, checks, reference=True)
+                sets, notes = prepared.finish(None if ahead else self.client)
             except (CudagateError, OSError, ValueError, KeyError) as exc:
                 sets, notes = [], [f"fresh inputs could not be drawn for case {case.name}: {exc}"]
             self._fresh[key] = ([s.spec(suite, case) for s in sets], notes)
@@ -474,6 +510,26 @@ class Gate:
         with ThreadPoolExecutor(max_workers=max(2, cores() // 3), thread_name_prefix="cudagate-sanitize") as pool:
             list(pool.map(one, todo))
 
+    def _drawn_ahead(self, suite: Suite, case: Case, checks) -> tuple[Prepared | None, list[str]]:
+        """The case's fresh sets as a prefetch job drew them, waited for (None: draw them in turn),
+        and the notes its materialising left."""
+        key = self._fresh_key(suite, case, checks)
+        job = (self._fresh_ahead.take(key) if self._fresh_ahead is not None and checks.fresh_inputs > 0
+               and key not in self._fresh else None)
+        prepared = self._taken(job, checks) if job is not None else None
+        return prepared, self._ahead_notes.pop(key, [])
+
+    def _draw(self, suite: Suite, case: Case, checks, *, reference: bool) -> Prepared:
+        """A prefetch job: a generated case of a Python reference materialised first (no worker is
+        needed), then the case's fresh sets prepared; what fails is found again in the item's turn."""
+        if suite.reference.python and not arrays_in_place(suite, case):
+            notes: list[str] = []
+            problem = self._materialise(suite, case, notes, ahead=True)
+            self._ahead_notes[self._fresh_key(suite, case, checks)] = notes
+            if problem:
+                raise CudagateError(problem)
+        return self._prepare(suite, case, checks, reference=reference)
+
     @staticmethod
     def _taken(job, checks) -> Prepared | None:
         """A job's sets, or None to draw them again in the item's own turn: where it failed, or a
@@ -500,8 +556,9 @@ class Gate:
     def prefetch(self, upcoming: list[tuple[Suite, Case]]) -> None:
         """Prepare the fresh sets of the ``upcoming`` cases (the one about to run first) in the
         background, while the worker runs (defences/fresh_ahead.py); trusted suites only, as their
-        Python reference may run there. Left to the item's own turn: sets drawn already, and a
-        generated case's drawn from its signed arrays before they are in place."""
+        Python reference may run there, and materialise a generated case's arrays there first. Left
+        to the item's own turn: sets drawn already, and those a CUDA reference draws from a generated
+        case's signed arrays before they are in place (its reference needs the worker link)."""
         if cores() < PREFETCH_CORES:
             return  # the drawing would compete with the worker's own host thread while it times
         jobs = []
@@ -511,9 +568,9 @@ class Gate:
                 continue
             checks, _ = self.checks(suite)
             key = self._fresh_key(suite, case, checks)
-            placed = arrays_in_place(suite, case)
+            placed = arrays_in_place(suite, case) or bool(suite.reference.python)  # by the job itself
             if checks.fresh_inputs > 0 and key not in self._fresh and (placed or not reads_signed_inputs(suite)):
-                jobs.append((key, functools.partial(self._prepare, suite, case, checks, reference=placed)))
+                jobs.append((key, functools.partial(self._draw, suite, case, checks, reference=placed)))
         if self._fresh_ahead is None:
             self._fresh_ahead = Ahead()
         self._fresh_ahead.want(jobs)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fake_worker import FakeKernel, FakeWorker, install, scale_xy
+from fake_worker import FakeKernel, FakeWorker, install, scale_kernels, scale_xy
 from helpers import SUITE_YAML, replace_once, write_suite
+from test_generated_cases import cache_entries, cached_suite, classed_suite, corrupt_input, reports_by_case  # noqa: F401
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate import gate as gate_module
 from pytest_cudagate import items as items_module
@@ -119,20 +120,65 @@ def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = fro
 def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, yaml_text):
     path = suite_at(tmp_path / "suite", yaml_text)
     in_turn = judged(path, tmp_path / "in-turn")
-    # every case after the first is prepared while the one before runs, but a generated case drawn
-    # from its signed values (no distribution under `inputs:`), which waits for its arrays
-    ahead = frozenset({"perf", "wide"} | (set() if yaml_text == PYTHON_YAML else {"big"}))
+    # every case after the first is prepared while the one before runs; the generated one's arrays
+    # are materialised there too where its reference is Python (a CUDA one needs the worker link)
+    ahead = frozenset({"perf", "wide", "big"})
     spy = Spy(monkeypatch)
+    materialised, real = {}, gate_module.materialise
+
+    def materialise(suite, case, **kwargs):
+        if not fresh_inputs.arrays_in_place(suite, case):  # else it returns at once
+            materialised[case.name] = threading.current_thread().name
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "materialise", materialise)
     assert judged(path, tmp_path / "ahead", spy, ahead) == in_turn
+    assert materialised == {"big": "MainThread" if yaml_text == CUDA_YAML else "cudagate-fresh-ahead"}
     # a set a Python reference dropped ahead (the picky perf case) is drawn again in the item's own turn
     again = set() if yaml_text == CUDA_YAML else {"perf"}
     assert {case for case in ahead if spy.threads[case] == "cudagate-fresh-ahead"} == ahead - again
     assert all(spy.threads[case] == "MainThread" for case in again)
-    assert spy.threads.get("big") != "cudagate-fresh-ahead" or "big" in ahead
     sent, notes = in_turn
     assert sorted(sent) == ["big", "perf", "small", "wide"] and all(len(sets) >= 1 for sets in sent.values())
     skipped = [case for case, said in notes.items() if any("adversarial fresh inputs skipped" in n for n in said)]
     assert skipped == ([] if yaml_text == CUDA_YAML else ["perf"])
+
+
+def materialised_in(monkeypatch) -> list[str]:
+    """The threads that materialise a generated case's arrays (a call that finds them in place aside)."""
+    threads, real = [], gate_module.materialise
+
+    def materialise(suite, case, **kwargs):
+        if not fresh_inputs.arrays_in_place(suite, case):
+            threads.append(threading.current_thread().name)
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "materialise", materialise)
+    return threads
+
+
+def test_a_generated_case_that_fails_ahead_fails_in_its_own_turn_as_it_would_have(pytester, monkeypatch):
+    path = classed_suite(pytester.path / "s")
+    record = path.parent / "cases" / "big" / "generated.json"
+    record.write_text(record.read_text().replace(json.loads(record.read_text())["inputs"]["x"]["sha256"], "f" * 64))
+    install(monkeypatch, pytester.path, scale_kernels())
+    threads = materialised_in(monkeypatch)
+    calls = reports_by_case(pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(path.parent),
+                                                "-p", "no:cacheprovider"))
+    assert threads == ["cudagate-fresh-ahead", "MainThread"]  # tried ahead, then again in the item's turn
+    assert calls["big"].failed and calls["perf"].passed and calls["small"].passed
+    assert "bad case data: generated case big: input 'x' drawn from seed" in calls["big"].longreprtext
+
+
+def test_a_cache_note_made_ahead_reaches_the_generated_cases_item_once(cached_suite, pytester, monkeypatch):
+    path, gate, drawn, referenced = cached_suite
+    gate()
+    corrupt_input(cache_entries(pytester)[0])
+    threads = materialised_in(monkeypatch)
+    items = gate()
+    assert threads == ["cudagate-fresh-ahead"] and drawn() and items["big"]["correctness"]["passed"]
+    notes = [n for item in items.values() for n in item["notes"] if "cached inputs" in n]
+    assert len(notes) == 1 and notes[0] in items["big"]["notes"] and "were discarded; they were drawn again" in notes[0]
 
 
 def slow_small(launch) -> None:

@@ -73,10 +73,13 @@ def gate_over(tmp_path: Path, name: str, **worker) -> tuple[Gate, Recording]:
     return Gate(client, Fingerprint(), GateOptions(fresh_seed=1), tmp_path / name), client
 
 
-def in_order(gate: Gate, suite, ledger, names: list[str]):
-    """The cases replayed as the pytest items replay them: each names the next to the gate first."""
+def in_order(gate: Gate, suite, ledger, names: list[str], prefetch: bool = False):
+    """The cases replayed as the pytest items replay them: each names the next to the gate first
+    (and with ``prefetch``, hands it this case and the next to draw their fresh sets ahead)."""
     program, outcomes = suite.kernels[0], []
     for position, name in enumerate(names):
+        if prefetch:
+            gate.prefetch([(suite, suite.case(n)) for n in names[position:position + 2]])
         follows = names[position + 1] if position + 1 < len(names) else None
         gate.expect((suite, program, suite.case(follows), ledger) if follows else None)
         outcomes.append(gate.replay(suite, program, suite.case(name), ledger))
@@ -112,6 +115,49 @@ def test_the_next_case_runs_while_this_one_is_judged_with_the_same_outcome(suite
     assert [t for t, _ in alone.sent] == ["MainThread"] * 3
     assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
     assert not any(o.failed for o in pipelined)
+    assert ahead.close()
+
+
+def test_a_case_whose_sets_are_drawn_ahead_is_begun_in_the_sending_thread_with_the_same_outcome(
+        suite, tmp_path, many_cores, monkeypatch):
+    begun, real = [], Gate._begin
+
+    def begin(self, suite, current, case, **kwargs):
+        begun.append((case.name, threading.current_thread().name))
+        return real(self, suite, current, case, **kwargs)
+
+    monkeypatch.setattr(Gate, "_begin", begin)
+    ledger, names = Ledger.for_suite(suite), ["small", "perf", "perf2"]
+    plain, _ = gate_over(tmp_path, "plain")
+    one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
+    begun.clear()
+    ahead, worker = gate_over(tmp_path, "ahead")
+    pipelined = in_order(ahead, suite, ledger, names, prefetch=True)
+    # the host judges one case while the next is begun (its drawn sets taken) and run
+    assert begun == [("small", "MainThread"), ("perf", AHEAD), ("perf2", AHEAD)]
+    assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), (AHEAD, ["perf2"])]
+    assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
+    assert ahead.close()
+
+
+def test_a_case_whose_sets_were_not_drawn_ahead_begins_in_its_own_turn(suite, tmp_path, many_cores, monkeypatch):
+    """A prefetch job that failed: the thread that would send the case leaves it to its item, which
+    draws the sets itself, as one by one."""
+    real = gate_module.prepare
+
+    def prepare(suite, case, **kwargs):
+        if threading.current_thread().name == "cudagate-fresh-ahead":
+            raise OSError("disk full")
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "prepare", prepare)
+    ledger, names = Ledger.for_suite(suite), ["small", "perf", "perf2"]
+    plain, _ = gate_over(tmp_path, "plain")
+    one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
+    ahead, worker = gate_over(tmp_path, "ahead")
+    pipelined = in_order(ahead, suite, ledger, names, prefetch=True)
+    assert worker.sent == [("MainThread", ["small"]), ("MainThread", ["perf"]), ("MainThread", ["perf2"])]
+    assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
     assert ahead.close()
 
 

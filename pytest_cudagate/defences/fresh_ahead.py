@@ -77,6 +77,11 @@ class Ahead:
                 self._thread.start()
             self._lock.notify()
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether a job for ``key`` is queued, running or done, and not yet taken."""
+        with self._lock:
+            return key in self._jobs or (self._running is not None and self._running[0] == key)
+
     def take(self, key: Hashable) -> Job | None:
         """The job for ``key`` (None when none is held or running), run here at once if it has not
         started."""

@@ -28,7 +28,8 @@ from pathlib import Path
 from evidence_header import with_header
 
 RUN_FOLDER = re.compile(r"cudagate-run-\d+-\w+")
-REPORT_FOLDER = re.compile(r"[^\s\"']*/(?=requests/[^/\s\"']+\.json)")  # the --cuda-gate-report folder
+# the --cuda-gate-report folder of a reproduce command's request (shell-quoted where it holds a space)
+REPORT_FOLDER = re.compile(r"(?:'[^'\n]*/|[^\s\"']*/)?requests/([^/\s\"']+\.json)'?")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 TIMED = {"phases", "worker_s", "head_start_s", "samples_ms", "latency", "library", "median_ms"}  # measured: may differ
 WORDED = {"warning", "headline", "message"}  # may quote a measured figure
@@ -38,13 +39,20 @@ def masked(text: str) -> str:
     return NUMBER.sub("#", RUN_FOLDER.sub("RUN", text))
 
 
+def has_verdict(value) -> bool:
+    if isinstance(value, dict):
+        return "verdict" in value or any(has_verdict(v) for v in value.values())
+    return isinstance(value, list) and any(has_verdict(v) for v in value)
+
+
 def walk(before, after, path: str, times: list[str], differences: list[str], timed: bool = False) -> None:
     key = path.rsplit(".", 1)[-1]
     if isinstance(before, dict) and isinstance(after, dict):
         for name in sorted(set(before) | set(after)):
             where = f"{path}.{name}"
             if name not in before or name not in after:
-                if timed or name in TIMED:  # a phase that took no time on one side, a time newly recorded
+                # a phase that took no time on one side, a time newly recorded; never a lost verdict
+                if (timed or name in TIMED) and not has_verdict(before.get(name, after.get(name))):
                     times.append(where)
                 else:
                     differences.append(f"{where}: only {'after' if name in after else 'before'}")
@@ -66,7 +74,15 @@ def walk(before, after, path: str, times: list[str], differences: list[str], tim
 def read(path: Path) -> dict:
     """A report.json with its own folder masked where its reproduce commands name its requests (the two
     runs wrote to different folders)."""
-    return json.loads(REPORT_FOLDER.sub("<report>/", path.read_text()))
+    return masked_folders(json.loads(path.read_text()))
+
+
+def masked_folders(value):
+    if isinstance(value, str):
+        return REPORT_FOLDER.sub(r"<report>/requests/\1", value)
+    if isinstance(value, dict):
+        return {k: masked_folders(v) for k, v in value.items()}
+    return [masked_folders(v) for v in value] if isinstance(value, list) else value
 
 
 def compare(before: dict, after: dict) -> tuple[list[tuple[str, str]], list[str]]:

@@ -108,6 +108,24 @@ def render_gate_speed(files: list[Kept]) -> str:
     return "\n".join(out).rstrip()
 
 
+def render_gate_speed_each(files: list[Kept]) -> str:
+    """Several runs side by side (the same card before and after a change): each file's tables under its commit."""
+    out = []
+    for kept in files:
+        h = kept.header
+        out += [f"#### `{h.commit[:12] if h and h.commit else 'commit not recorded'}`: {kept.path.rsplit('/', 1)[-1]}", ""]
+        for t in kept.document["tables"]:
+            out += [f"{t['title']}:", "", "| what | value |", "|---|---|", *(f"| {w} | {v} |" for w, v in t["rows"]), ""]
+    return "\n".join(out).rstrip()
+
+
+def render_report_equality(files: list[Kept]) -> str:
+    d = files[0].document
+    out = [f"{len(d['differences'])} differences:" if d["differences"] else "0 differences.", "",
+           "| | |", "|---|---|", *(f"| {label} | {value} |" for label, value in d["rows"])]
+    return "\n".join(out + [""] + [f"- {line}" for line in d["differences"]]).rstrip()
+
+
 def render_history_speed(files: list[Kept]) -> str:
     d = files[0].document
     out = [f"{d['commits']} commits × {d['cases']} cases, {d['rounds']} rounds a case; {d['cpus']} CPUs, "
@@ -196,7 +214,18 @@ SECTIONS = (
             "The same cold launches timed by cudagate, nvbench, Nsight Compute and Triton's do_bench."),
     Section("gate-speed", "What the gate costs around the kernels",
             ("**/gate-speed-*.json",), "newest", render_gate_speed,
-            "Plugin off, and `pytest --cuda-gate examples` first and warm."),
+            "Plugin off, and `pytest --cuda-gate examples` first and warm.", exclude="gate-speed-path-"),
+    Section("gate-path", "What the gate costs around the kernels: before and after pipelining, one card",
+            ("**/gate-speed-path-*.json",), "all", render_gate_speed_each,
+            "`pytest --cuda-gate examples` run by the code before the next case was sent while one is judged, and by "
+            "the code after (756eac7), on one card in one session; the newest file is today's code, on another card of "
+            "the same kind. The before run "
+            "measured `git archive 79ff75a` unpacked at /tmp/before (`--tree`); its \"uncommitted changes\" mark "
+            "compares the runner's own checkout, today's code, with that commit."),
+    Section("report-equality", "Report equality: the examples gated one by one and pipelined",
+            ("**/report-equality-*.json",), "newest", render_report_equality,
+            "report.json of the examples from the code before pipelining and from today's, one fresh-input seed: "
+            "every field but the measured times compared."),
     Section("run-level-rounds", "Launches a kernel timed alone needs",
             ("**/run-level-rounds-*.json",), "newest", render_run_level_rounds,
             "From the shipped ledgers' approval runs: how far a run level of N launches lands from the level of all."),

@@ -29,7 +29,7 @@ from pytest_cudagate.worker.client import RunResult, Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
-from pytest_cudagate.defences.fresh_ahead import Ahead
+from pytest_cudagate.defences.fresh_ahead import Ahead, Job
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, prepare, reads_signed_inputs
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
@@ -185,6 +185,8 @@ class Gate:
         """Wait for the answer to a run sent ahead, if one is on its way."""
         sent = self._sent
         if sent is not None and sent.thread is not None:
+            if sent.thread is threading.current_thread():
+                raise RuntimeError("the thread sending a case ahead asked for the worker link it is about to use")
             sent.thread.join()
 
     @property
@@ -281,8 +283,8 @@ class Gate:
         """Begin the expected next case and send its run, where it is the next case of this kernel
         (``now``'s kernel ``kernel``); another kernel's, or another suite's, may write the folder this
         case's outputs are still judged in. Where a prefetch job is drawing its fresh sets with a
-        Python reference, it is begun in the sending thread, from what the job drew, while this case
-        is judged; else here."""
+        Python reference, that job is claimed here and the case begun in the sending thread, from
+        what the job drew, while this case is judged; else the case is begun here."""
         upcoming, self._upcoming = self._upcoming, None
         if upcoming is None or self._sent is not None:
             return
@@ -304,10 +306,10 @@ class Gate:
                          {}, begun_at)
         identical = chosen is Route.IDENTICAL
 
-        def begin(ahead: bool) -> dict | None:
+        def begin(claimed: Job | None) -> dict | None:
             """The case begun and its request made (None: its outcome failed, or its begin did)."""
             try:
-                outcome, extra = self._begin(suite, current, case, ahead=ahead)
+                outcome, extra = self._begin(suite, current, case, claimed=claimed)
                 request = version_request(suite, current, [case], output_dir=self.output_dir / current.name,
                                           timing=chosen.timing(suite), library=chosen is not Route.CORRECTNESS)
             except Exception:  # noqa: BLE001 - never this case's failure: the next item begins again in its own turn
@@ -319,9 +321,9 @@ class Gate:
             outcome.requests.append(self._harden(request, request["cases"][0], extra))
             return request
 
-        def answer(request: dict | None) -> None:
+        def answer(request: dict | None, claimed: Job | None) -> None:
             try:
-                request = request or begin(ahead=True)
+                request = request or begin(claimed)
                 if request is None:
                     return
                 if identical:
@@ -335,13 +337,15 @@ class Gate:
                 sent.error = exc
 
         self._sent = sent
-        request = None
-        if not (suite.reference.python and self._fresh_ahead is not None
-                and self._fresh_ahead.holds(self._fresh_key(suite, case, self.checks(suite)[0]))):
-            request = begin(ahead=False)  # nothing to wait for, or a CUDA reference (it needs the worker link)
+        request, claimed = None, None
+        if suite.reference.python and self._fresh_ahead is not None:  # claimed here: the next prefetch keeps it
+            claimed = self._fresh_ahead.claim(self._fresh_key(suite, case, self.checks(suite)[0]))
+        if claimed is None:
+            request = begin(None)  # nothing to wait for, or a CUDA reference (it needs the worker link)
             if request is None:
                 return
-        sent.thread = threading.Thread(target=answer, args=(request,), name="cudagate-send-ahead", daemon=True)
+        sent.thread = threading.Thread(target=answer, args=(request, claimed), name="cudagate-send-ahead",
+                                       daemon=True)
         sent.thread.start()
 
     def _take_sent(self, key: tuple | None) -> SentAhead | None:
@@ -379,11 +383,13 @@ class Gate:
         return self._checks[key]
 
     def _begin(self, suite: Suite, current: KernelVersion, case: Case, *,
-               ahead: bool = False) -> tuple[CaseOutcome, dict]:
+               claimed: Job | None = None) -> tuple[CaseOutcome, dict]:
         """A new outcome and the case's checks and fresh inputs; a failed outcome when the build hung
         on an earlier case or a generated case cannot be rebuilt as signed (nothing is run then).
-        ``ahead``: in the thread that sends it, off the worker link, from what a prefetch job drew
-        (:class:`NotDrawnAhead` where it drew nothing: a reference runs only where it would have)."""
+        ``claimed``: the case's prefetch job, waited for in the thread that sends the case, off the
+        worker link (:class:`NotDrawnAhead` where it drew nothing: a reference runs only where it
+        would have)."""
+        ahead = claimed is not None
         outcome = CaseOutcome(suite.name, current.name, case.name, case.kind, shape_class=case.shape_class)
         hung_on = self._hung.get(self._hang_key(suite, current))
         if hung_on is not None:
@@ -395,7 +401,7 @@ class Gate:
         checks, notes = self.checks(suite)
         outcome.notes.extend(notes)
         with phases.clock(outcome, "fresh_inputs"):
-            drawn, noted = self._drawn_ahead(suite, case, checks)  # first: it may be materialising the case
+            drawn, noted = self._drawn_ahead(suite, case, checks, claimed)  # first: it may be materialising the case
             key = self._fresh_key(suite, case, checks)
             if ahead and (not arrays_in_place(suite, case)
                           or (checks.fresh_inputs > 0 and key not in self._fresh and drawn is None)):
@@ -510,12 +516,12 @@ class Gate:
         with ThreadPoolExecutor(max_workers=max(2, cores() // 3), thread_name_prefix="cudagate-sanitize") as pool:
             list(pool.map(one, todo))
 
-    def _drawn_ahead(self, suite: Suite, case: Case, checks) -> tuple[Prepared | None, list[str]]:
-        """The case's fresh sets as a prefetch job drew them, waited for (None: draw them in turn),
-        and the notes its materialising left."""
+    def _drawn_ahead(self, suite: Suite, case: Case, checks, claimed: Job | None) -> tuple[Prepared | None, list[str]]:
+        """The case's fresh sets as its prefetch job (``claimed`` already, or taken here) drew them,
+        waited for (None: draw them in turn), and the notes its materialising left."""
         key = self._fresh_key(suite, case, checks)
-        job = (self._fresh_ahead.take(key) if self._fresh_ahead is not None and checks.fresh_inputs > 0
-               and key not in self._fresh else None)
+        job = claimed or (self._fresh_ahead.take(key) if self._fresh_ahead is not None and checks.fresh_inputs > 0
+                          and key not in self._fresh else None)
         prepared = self._taken(job, checks) if job is not None else None
         return prepared, self._ahead_notes.pop(key, [])
 

@@ -328,10 +328,8 @@ def test_a_suites_first_case_is_prepared_while_the_suite_before_runs(pytester, m
         assert thread == "cudagate-fresh-ahead" and before not in done, (suite, case, done)
 
 
-def test_a_job_is_run_once_per_key_and_where_it_is_taken_if_not_started():
-    ahead = fresh_ahead.Ahead()
-    gate, runs = threading.Event(), []
-
+def recorded(gate: threading.Event, runs: list):
+    """Jobs by name that note which thread ran them; a ``blocking`` one waits for ``gate``."""
     def work(name: str, blocking: bool = False):
         def run():
             runs.append((name, threading.current_thread().name))
@@ -339,6 +337,13 @@ def test_a_job_is_run_once_per_key_and_where_it_is_taken_if_not_started():
                 gate.wait(30)
             return name
         return run
+    return work
+
+
+def test_a_job_is_run_once_per_key_and_where_it_is_taken_if_not_started():
+    ahead = fresh_ahead.Ahead()
+    gate, runs = threading.Event(), []
+    work = recorded(gate, runs)
 
     try:
         ahead.want([("a", work("a", blocking=True)), ("b", work("b"))])
@@ -354,6 +359,33 @@ def test_a_job_is_run_once_per_key_and_where_it_is_taken_if_not_started():
         ahead.close()
     ahead.want([("d", work("d"))])  # closed: nothing more starts
     assert ahead.take("d") is None
+
+
+def test_a_claimed_job_is_kept_and_run_by_the_thread_and_fails_only_if_the_session_closes_first():
+    ahead = fresh_ahead.Ahead()
+    gate, runs = threading.Event(), []
+    work = recorded(gate, runs)
+
+    ahead.want([("a", work("a", blocking=True)), ("b", work("b"))])
+    while not runs:
+        time.sleep(0.01)
+    claimed = ahead.claim("b")  # queued behind a
+    ahead.want([("c", work("c"))])  # the next item's prefetch: b is no longer wanted, but it is claimed
+    ahead.want([("b", work("b again")), ("c", work("c"))])  # asked for again: the claimed job, not a second
+    gate.set()
+    assert claimed.result() == "b" and ahead.take("b") is claimed
+    assert ahead.take("c").result() == "c"
+    assert [name for name, _ in runs] == ["a", "b", "c"] and {t for _, t in runs} == {"cudagate-fresh-ahead"}
+    ahead.close()
+
+    closing = fresh_ahead.Ahead()
+    release = threading.Event()
+    closing.want([("x", lambda: release.wait(30)), ("y", lambda: "y")])
+    waiting = closing.claim("y")
+    threading.Timer(0.2, release.set).start()
+    assert closing.close()
+    with pytest.raises(fresh_ahead.Dropped):  # never ran: its waiter is not left waiting
+        waiting.result()
 
 
 def test_a_failure_is_raised_where_the_job_is_taken():

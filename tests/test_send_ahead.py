@@ -140,22 +140,54 @@ def test_a_case_whose_sets_are_drawn_ahead_is_begun_in_the_sending_thread_with_t
     assert ahead.close()
 
 
+def test_a_job_claimed_for_a_case_sent_ahead_outlives_the_next_items_prefetch(suite, tmp_path, many_cores, monkeypatch):
+    """The sending thread is slow to start: meanwhile the next item hands the gate its own cases to
+    draw ahead, which must not drop the job of the case being sent (nor draw its sets twice)."""
+    real_begin, real_prepare, prepared = Gate._begin, gate_module.prepare, []
+
+    def begin(self, suite, current, case, **kwargs):
+        if threading.current_thread().name == AHEAD:
+            time.sleep(0.3)
+        return real_begin(self, suite, current, case, **kwargs)
+
+    def prepare(suite, case, **kwargs):
+        prepared.append(case.name)
+        return real_prepare(suite, case, **kwargs)
+
+    monkeypatch.setattr(Gate, "_begin", begin)
+    monkeypatch.setattr(gate_module, "prepare", prepare)
+    ahead, worker = gate_over(tmp_path, "ahead")
+    in_order(ahead, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"], prefetch=True)
+    assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), (AHEAD, ["perf2"])]
+    assert sorted(prepared) == ["perf", "perf2", "small"]
+    assert ahead.close()
+
+
 def test_a_case_whose_sets_were_not_drawn_ahead_begins_in_its_own_turn(suite, tmp_path, many_cores, monkeypatch):
     """A prefetch job that failed: the thread that would send the case leaves it to its item, which
     draws the sets itself, as one by one."""
-    real = gate_module.prepare
+    real, begun, real_begin = gate_module.prepare, [], Gate._begin
 
     def prepare(suite, case, **kwargs):
         if threading.current_thread().name == "cudagate-fresh-ahead":
             raise OSError("disk full")
         return real(suite, case, **kwargs)
 
+    def begin(self, suite, current, case, **kwargs):
+        try:
+            return real_begin(self, suite, current, case, **kwargs)
+        except gate_module.NotDrawnAhead:
+            begun.append((case.name, threading.current_thread().name))
+            raise
+
     monkeypatch.setattr(gate_module, "prepare", prepare)
     ledger, names = Ledger.for_suite(suite), ["small", "perf", "perf2"]
     plain, _ = gate_over(tmp_path, "plain")
     one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
+    monkeypatch.setattr(Gate, "_begin", begin)
     ahead, worker = gate_over(tmp_path, "ahead")
     pipelined = in_order(ahead, suite, ledger, names, prefetch=True)
+    assert begun == [("perf", AHEAD), ("perf2", AHEAD)]  # tried in the sending thread, left to the item
     assert worker.sent == [("MainThread", ["small"]), ("MainThread", ["perf"]), ("MainThread", ["perf2"])]
     assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
     assert ahead.close()

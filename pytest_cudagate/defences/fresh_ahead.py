@@ -2,14 +2,17 @@
 prepares the fresh sets of the next (``Gate.prefetch``), so an item no longer draws them while the
 GPU waits.
 
-A job is :func:`~pytest_cudagate.defences.fresh_inputs.prepare` with the arguments the item itself
-would use, so the sets are the ones it would have drawn, bit for bit. Only what needs no worker runs
-here: a CUDA reference runs in the item's own turn, through the one worker link (which is not
-thread-safe; and a reference launch among another case's timed launches would disturb them). What
-fails here is raised again in the item that takes the job, where the same failure would have been
-raised. At most :data:`HELD` jobs are held (the 2048³ case's sets are ~100 MB each); one no item
-asks for any more is dropped, and :meth:`Ahead.close` drops those not started and waits for the one
-running. One key never has two jobs running: they would write the same folder.
+A job is the host work the item itself would do first (``Gate._draw``: a generated case's arrays
+rebuilt where its reference is Python, then
+:func:`~pytest_cudagate.defences.fresh_inputs.prepare` with the item's own arguments), so the sets
+are the ones it would have drawn, bit for bit. Only what needs no worker runs here: a CUDA reference
+runs in the item's own turn, through the one worker link (which is not thread-safe; and a reference
+launch among another case's timed launches would disturb them). What fails here is raised again in
+the item that takes the job, where the same failure would have been raised. At most :data:`HELD`
+jobs are held (the 2048³ case's sets are ~100 MB each); one no item asks for any more is dropped,
+unless it is claimed (:meth:`Ahead.claim`: the thread that sends a case's run waits for its job),
+and :meth:`Ahead.close` drops those not started and waits for the one running. One key never has two
+jobs: they would write the same folder.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ class Job:
         return self.value
 
 
+class Dropped(Exception):
+    """A claimed job that never ran: the session closed first."""
+
+
 class Ahead:
     """Jobs by key, run one at a time in a daemon thread, in the order asked for."""
 
@@ -56,6 +63,7 @@ class Ahead:
         self._jobs: dict[Hashable, Job] = {}  # held: queued, running or done, not yet taken
         self._queue: collections.deque[tuple[Hashable, Job]] = collections.deque()
         self._running: tuple[Hashable, Job] | None = None  # held or dropped
+        self._claimed: dict[Hashable, Job] = {}  # taken by a waiter, run by the thread all the same
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -68,7 +76,8 @@ class Ahead:
                 return
             for key in [k for k in self._jobs if k not in wanted]:
                 del self._jobs[key]
-            self._queue = collections.deque((k, j) for k, j in self._queue if k in wanted)
+            self._queue = collections.deque((k, j) for k, j in self._queue
+                                            if k in wanted or self._claimed.get(k) is j)
             for key, work in wanted.items():
                 if key not in self._jobs:
                     self._jobs[key] = self._job(key, work)
@@ -77,10 +86,17 @@ class Ahead:
                 self._thread.start()
             self._lock.notify()
 
-    def holds(self, key: Hashable) -> bool:
-        """Whether a job for ``key`` is queued, running or done, and not yet taken."""
+    def claim(self, key: Hashable) -> Job | None:
+        """The job for ``key`` (None when none is held or running), no longer held, so that a later
+        :meth:`want` cannot drop it, yet left to the thread to run: for a waiter off the main
+        thread, which then waits on :meth:`Job.result` (:class:`Dropped` if the session closes first)."""
         with self._lock:
-            return key in self._jobs or (self._running is not None and self._running[0] == key)
+            job = self._jobs.pop(key, None)
+            if job is None and self._running is not None and self._running[0] == key:
+                job = self._running[1]
+            if job is not None and not job.done.is_set():
+                self._claimed[key] = job
+        return job
 
     def take(self, key: Hashable) -> Job | None:
         """The job for ``key`` (None when none is held or running), run here at once if it has not
@@ -101,6 +117,11 @@ class Ahead:
         False when it is still running (it may still write: its folder must stay)."""
         with self._lock:
             self._closed = True
+            for key, job in self._claimed.items():
+                if (key, job) in self._queue:
+                    job.error = Dropped(f"the session closed before the job for {key!r} ran")
+                    job.done.set()
+            self._claimed.clear()
             self._queue.clear()
             self._jobs.clear()
             thread = self._thread
@@ -114,6 +135,8 @@ class Ahead:
         """The running job for ``key`` where one is (dropped, then asked for again), else a new one queued."""
         if self._running is not None and self._running[0] == key:
             return self._running[1]
+        if key in self._claimed:  # queued or running for its waiter already
+            return self._claimed[key]
         job = Job(work)
         self._queue.append((key, job))
         return job
@@ -129,4 +152,8 @@ class Ahead:
                     self._thread = None
                     return
                 self._running = self._queue.popleft()
-            self._running[1].run()
+            key, job = self._running
+            job.run()
+            with self._lock:
+                if self._claimed.get(key) is job:
+                    del self._claimed[key]

@@ -218,8 +218,8 @@ SECTIONS = (
     Section("gate-path", "What the gate costs around the kernels: before and after pipelining, one card",
             ("**/gate-speed-path-*.json",), "all", render_gate_speed_each,
             "`pytest --cuda-gate examples` run by the code before the next case was sent while one is judged, and by "
-            "the code after (756eac7), on one card in one session; the newest file is today's code, on another card of "
-            "the same kind. The before run "
+            "the code after (756eac7), on one card in one session; the later files are later code, each on another "
+            "H200 (compare each with its own card's runs only). The before run "
             "measured `git archive 79ff75a` unpacked at /tmp/before (`--tree`); its \"uncommitted changes\" mark "
             "compares the runner's own checkout, today's code, with that commit."),
     Section("report-equality", "Report equality: the examples gated one by one and pipelined",

@@ -29,7 +29,7 @@ from pytest_cudagate.worker.client import RunResult, Worker
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
-from pytest_cudagate.defences.fresh_ahead import Ahead, Job
+from pytest_cudagate.defences.fresh_ahead import Ahead, Job, workers
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, prepare, reads_signed_inputs
 from pytest_cudagate.defences.checks import effective_checks, worker_checks
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case, wants_sanitizer
@@ -560,11 +560,12 @@ class Gate:
                        reference=reference)
 
     def prefetch(self, upcoming: list[tuple[Suite, Case]]) -> None:
-        """Prepare the fresh sets of the ``upcoming`` cases (the one about to run first) in the
-        background, while the worker runs (defences/fresh_ahead.py); trusted suites only, as their
-        Python reference may run there, and materialise a generated case's arrays there first. Left
-        to the item's own turn: sets drawn already, and those a CUDA reference draws from a generated
-        case's signed arrays before they are in place (its reference needs the worker link)."""
+        """Prepare the fresh sets of the ``upcoming`` cases (the one about to run first; as many as
+        the host has threads for, defences/fresh_ahead.py) in the background, while the worker
+        runs; trusted suites only, as their Python reference may run there, and materialise a
+        generated case's arrays there first. Left to the item's own turn: sets drawn already, and
+        those a CUDA reference draws from a generated case's signed arrays before they are in place
+        (its reference needs the worker link)."""
         if cores() < PREFETCH_CORES:
             return  # the drawing would compete with the worker's own host thread while it times
         jobs = []
@@ -578,7 +579,7 @@ class Gate:
             if checks.fresh_inputs > 0 and key not in self._fresh and (placed or not reads_signed_inputs(suite)):
                 jobs.append((key, functools.partial(self._draw, suite, case, checks, reference=placed)))
         if self._fresh_ahead is None:
-            self._fresh_ahead = Ahead()
+            self._fresh_ahead = Ahead(workers(cores()))
         self._fresh_ahead.want(jobs)
 
     def close(self) -> bool:

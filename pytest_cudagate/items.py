@@ -10,6 +10,7 @@ others from being judged. :class:`GateSession` is the session's plugin object: r
 from __future__ import annotations
 
 import importlib
+import itertools
 import threading
 import time
 import warnings
@@ -21,6 +22,7 @@ import pytest
 
 from pytest_cudagate import phases, xdist_hooks
 from pytest_cudagate.config import GateConfig
+from pytest_cudagate.defences import fresh_ahead
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -113,7 +115,7 @@ class GateSession:
         nodes = list({id(item.parent): item.parent for item in items if isinstance(item, (CompileItem, CaseItem))}.values())
         with phases.run_phase("ahead"):
             # The first case's fresh sets (and its reference's imports) are drawn meanwhile.
-            self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1])
+            self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1 + fresh_ahead.MAX_WORKERS])
             trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
             compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch(),
                           timeout_s=runtime.timeout_s)
@@ -128,10 +130,10 @@ class GateSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
-        """Prepare the fresh inputs of this case item and the next while the worker is busy (Gate.prefetch),
+        """Prepare the fresh inputs of this case item and the next ones while the worker is busy (Gate.prefetch),
         and name the next item to the gate when it is a case too, whose run it then sends while this
         one is judged (Gate.expect): not under --maxfail or --stepwise, where this case may be the last to run."""
-        self._draw_ahead([i for i in (item, self._next_case(nextitem)) if isinstance(i, CaseItem)])
+        self._draw_ahead(([item] if isinstance(item, CaseItem) else []) + self._next_cases(nextitem))
         if isinstance(item, CaseItem):
             stops = self.config.option.maxfail or getattr(self.config.option, "stepwise", False)
             follows = nextitem if isinstance(nextitem, CaseItem) and not stops else None
@@ -148,20 +150,19 @@ class GateSession:
         except Exception:  # noqa: BLE001 - only a head start: the item meets and reports the same failure itself
             pass
 
-    def _next_case(self, nextitem: pytest.Item | None) -> CaseItem | None:
-        """The first case item from ``nextitem`` on that this process runs: in the session's order,
-        past compile items; under xdist, which hands this process whole kernels, within
-        ``nextitem``'s kernel."""
-        if isinstance(nextitem, CaseItem):
-            return nextitem
+    def _next_cases(self, nextitem: pytest.Item | None) -> list[CaseItem]:
+        """The next case items from ``nextitem`` on that this process runs, as many as can be drawn
+        ahead (the host's prepare threads, defences/fresh_ahead.py): in the session's order, past
+        compile items; under xdist, which hands this process whole kernels, within ``nextitem``'s kernel."""
         if not isinstance(nextitem, GateItem):  # the last item, or another test
-            return None
+            return []
+        scope = nextitem.parent if xdist_hooks.is_worker(self.config) else None
         items = nextitem.session.items
         if self._positions is None or len(self._positions) != len(items):  # once: index() per item is quadratic
             self._positions = {id(i): n for n, i in enumerate(items)}
-        scope = nextitem.parent if xdist_hooks.is_worker(self.config) else None
         later = (items[n] for n in range(self._positions.get(id(nextitem), len(items)), len(items)))  # no copy per item
-        return next((i for i in later if isinstance(i, CaseItem) and (scope is None or i.parent is scope)), None)
+        cases = (i for i in later if isinstance(i, CaseItem) and (scope is None or i.parent is scope))
+        return list(itertools.islice(cases, fresh_ahead.MAX_WORKERS))
 
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
         """``--cuda-gate-class``: deselect the performance cases of the other classes."""

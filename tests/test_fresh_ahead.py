@@ -94,9 +94,11 @@ class Spy:
         assert self.done.setdefault(case, threading.Event()).wait(30)
 
 
-def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = frozenset()) -> tuple[dict, dict]:
+def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = frozenset(),
+           window: int = 2) -> tuple[dict, dict]:
     """One gate run over every case of the suite (seed 1234); with ``spy``, each case is handed to
-    the gate ahead, with the next, and those in ``ahead`` are prepared in full before their turn."""
+    the gate ahead, with the ``window - 1`` next, and those in ``ahead`` are prepared in full before
+    their turn."""
     suite = load_suite(path)  # its own: a generated case is materialised afresh
     client = FakeWorker(kernels_for(suite))
     gate = Gate(client, Fingerprint(), GateOptions(fresh_seed=1234), out)
@@ -107,7 +109,7 @@ def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = fro
             if spy is not None:
                 if case.name in ahead:
                     spy.wait(case.name)
-                gate.prefetch([(suite, c) for c in suite.cases[index:index + 2]])
+                gate.prefetch([(suite, c) for c in suite.cases[index:index + window]])
             outcome = gate.replay(suite, program, case, Ledger.for_suite(suite))
             assert not outcome.failed, outcome.message
             notes[case.name] = outcome.notes
@@ -116,10 +118,12 @@ def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = fro
     return fresh_sent(client), notes
 
 
+@pytest.mark.parametrize("threads", [1, 3], ids=["one-thread", "three-threads"])
 @pytest.mark.parametrize("yaml_text", [PYTHON_YAML, DRAWN_YAML, CUDA_YAML], ids=["python", "distribution", "cuda"])
-def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, yaml_text):
+def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, yaml_text, threads):
     path = suite_at(tmp_path / "suite", yaml_text)
     in_turn = judged(path, tmp_path / "in-turn")
+    monkeypatch.setattr(gate_module, "workers", lambda cores: threads)
     # every case after the first is prepared while the one before runs; the generated one's arrays
     # are materialised there too where its reference is Python (a CUDA one needs the worker link)
     ahead = frozenset({"perf", "wide", "big"})
@@ -132,7 +136,7 @@ def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, y
         return real(suite, case, **kwargs)
 
     monkeypatch.setattr(gate_module, "materialise", materialise)
-    assert judged(path, tmp_path / "ahead", spy, ahead) == in_turn
+    assert judged(path, tmp_path / "ahead", spy, ahead, window=1 + threads) == in_turn
     assert materialised == {"big": "MainThread" if yaml_text == CUDA_YAML else "cudagate-fresh-ahead"}
     # a set a Python reference dropped ahead (the picky perf case) is drawn again in the item's own turn
     again = set() if yaml_text == CUDA_YAML else {"perf"}
@@ -326,6 +330,56 @@ def test_a_suites_first_case_is_prepared_while_the_suite_before_runs(pytester, m
                                   (("beta", "perf"), "beta::small")]:
         thread, done = started[suite, case]
         assert thread == "cudagate-fresh-ahead" and before not in done, (suite, case, done)
+
+
+def test_a_many_core_host_prepares_the_next_cases_at_once(pytester, monkeypatch):
+    """With three prepare threads, the three cases after the first are drawn while the first runs,
+    and two of them at the same time (they wait for each other: one thread would break the barrier)."""
+    monkeypatch.setattr(gate_module, "workers", lambda cores: 3)
+    path = suite_at(pytester.path / "suite", PYTHON_YAML)
+    install(monkeypatch, pytester.path, {"scale2": FakeKernel(slow, [p.protocol() for p in load_suite(path).signature])})
+    finished, started, together = Finished(), {}, threading.Barrier(2, timeout=10)
+    real = gate_module.prepare
+
+    def prepare(suite, case, **kwargs):
+        started.setdefault(case.name, (threading.current_thread().name, list(finished.nodeids)))  # the first
+        if case.name in ("wide", "big") and threading.current_thread().name == "cudagate-fresh-ahead":
+            together.wait()
+        return real(suite, case, **kwargs)
+
+    monkeypatch.setattr(gate_module, "prepare", prepare)
+    run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(pytester.path), "-p", "no:cacheprovider",
+                              plugins=[finished])
+    assert run.ret == 0 and not together.broken
+    for case in ("perf", "wide", "big"):
+        thread, done = started[case]
+        assert thread == "cudagate-fresh-ahead" and "suite::small" not in done, (case, done)
+
+
+@pytest.mark.parametrize("cores, threads", [(1, 1), (4, 1), (8, 2), (16, 4), (128, 4)])
+def test_prepare_threads_grow_with_the_cores_past_the_main_and_worker_threads(cores, threads):
+    assert fresh_ahead.workers(cores) == threads
+
+
+def test_several_threads_run_jobs_at_once_hold_one_more_than_threads_and_never_two_per_key():
+    ahead = fresh_ahead.Ahead(2)
+    assert ahead.held == 3
+    release, runs = threading.Event(), []
+    work = recorded(release, runs)
+    try:
+        ahead.want([(k, work(k, blocking=True)) for k in ("a", "b")] + [("c", work("c")), ("d", work("d"))])
+        while len(runs) < 2:  # a and b run at once, each in its own thread
+            time.sleep(0.01)
+        assert ahead.take("d") is None  # past the three held
+        ahead.want([("c", work("c"))])  # a and b are dropped while they run...
+        ahead.want([("b", work("b again")), ("c", work("c"))])  # ...b asked for again: the running one
+        release.set()
+        assert ahead.take("b").result() == "b" and ahead.take("c").result() == "c"
+        assert sorted(name for name, _ in runs) == ["a", "b", "c"]
+        assert {thread for _, thread in runs} == {"cudagate-fresh-ahead"}
+    finally:
+        release.set()
+        assert ahead.close()  # waits for every running job
 
 
 def recorded(gate: threading.Event, runs: list):

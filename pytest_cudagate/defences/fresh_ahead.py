@@ -1,17 +1,20 @@
-"""Fresh input sets prepared ahead: while the worker runs one case item, one background thread
-prepares the fresh sets of the next (``Gate.prefetch``), so an item no longer draws them while the
-GPU waits.
+"""Fresh input sets prepared ahead: while the worker runs one case item, background threads prepare
+the fresh sets of the next ones (``Gate.prefetch``), so an item no longer draws them while the GPU
+waits. A host of many cores prepares several cases at once (:func:`workers`): a case's reference and
+its dtype casts are numpy work that leaves the GIL, and one thread could not keep up with a GPU that
+runs a large case in a fraction of the time its sets take to draw.
 
 A job is the host work the item itself would do first (``Gate._draw``: a generated case's arrays
 rebuilt where its reference is Python, then
 :func:`~pytest_cudagate.defences.fresh_inputs.prepare` with the item's own arguments), so the sets
-are the ones it would have drawn, bit for bit. Only what needs no worker runs here: a CUDA reference
-runs in the item's own turn, through the one worker link (which is not thread-safe; and a reference
-launch among another case's timed launches would disturb them). What fails here is raised again in
-the item that takes the job, where the same failure would have been raised. At most :data:`HELD`
-jobs are held (the 2048³ case's sets are ~100 MB each); one no item asks for any more is dropped,
-unless it is claimed (:meth:`Ahead.claim`: the thread that sends a case's run waits for its job),
-and :meth:`Ahead.close` drops those not started and waits for the one running. One key never has two
+are the ones it would have drawn, bit for bit, whichever thread draws them (each set has its own
+seeded generator). Only what needs no worker runs here: a CUDA reference runs in the item's own
+turn, through the one worker link (which is not thread-safe; and a reference launch among another
+case's timed launches would disturb them). What fails here is raised again in the item that takes
+the job, where the same failure would have been raised. At most one job more than there are threads
+is held (the 2048³ case's sets are ~100 MB each); one no item asks for any more is dropped, unless
+it is claimed (:meth:`Ahead.claim`: the thread that sends a case's run waits for its job), and
+:meth:`Ahead.close` drops those not started and waits for those running. One key never has two
 jobs: they would write the same folder.
 """
 
@@ -19,13 +22,21 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from pytest_cudagate.host.cpu import yield_cpu
 
-HELD = 2  # the item about to run and the next one
+MAX_WORKERS = 4  # past this, the main thread's own checks and the worker's launches need the cores
 CLOSE_WAIT_S = 30.0  # a job is one case's host work; past this, the session ends without it
+
+
+def workers(cores: int) -> int:
+    """Threads that prepare ahead on a host of ``cores``: one for every three cores beyond the two
+    the main thread and the worker's host thread use, at least one and at most :data:`MAX_WORKERS`
+    (a 16-core GPU runner gets 4, a 4-core one 1)."""
+    return max(1, min(MAX_WORKERS, (cores - 2) // 3))
 
 
 @dataclass(eq=False)
@@ -56,21 +67,23 @@ class Dropped(Exception):
 
 
 class Ahead:
-    """Jobs by key, run one at a time in a daemon thread, in the order asked for."""
+    """Jobs by key, run in up to ``threads`` daemon threads, started in the order asked for."""
 
-    def __init__(self):
+    def __init__(self, threads: int = 1):
+        self.held = threads + 1  # the item about to run and one job more per thread
+        self._size = threads
         self._lock = threading.Condition()
         self._jobs: dict[Hashable, Job] = {}  # held: queued, running or done, not yet taken
         self._queue: collections.deque[tuple[Hashable, Job]] = collections.deque()
-        self._running: tuple[Hashable, Job] | None = None  # held or dropped
-        self._claimed: dict[Hashable, Job] = {}  # taken by a waiter, run by the thread all the same
-        self._thread: threading.Thread | None = None
+        self._running: dict[Hashable, Job] = {}  # held or dropped
+        self._claimed: dict[Hashable, Job] = {}  # taken by a waiter, run by a thread all the same
+        self._threads: list[threading.Thread] = []
         self._closed = False
 
     def want(self, jobs: list[tuple[Hashable, Callable[[], object]]]) -> None:
-        """Hold a job for each of the first :data:`HELD` keys (new ones queued in this order) and
+        """Hold a job for each of the first :attr:`held` keys (new ones queued in this order) and
         drop the rest: a case no item will take any more never holds up the next."""
-        wanted = dict(jobs[:HELD])
+        wanted = dict(jobs[:self.held])
         with self._lock:
             if self._closed:
                 return
@@ -81,19 +94,18 @@ class Ahead:
             for key, work in wanted.items():
                 if key not in self._jobs:
                     self._jobs[key] = self._job(key, work)
-            if self._queue and self._thread is None:
-                self._thread = threading.Thread(target=self._drain, name="cudagate-fresh-ahead", daemon=True)
-                self._thread.start()
-            self._lock.notify()
+            while len(self._threads) < min(self._size, len(self._queue) + len(self._running)):
+                thread = threading.Thread(target=self._drain, name="cudagate-fresh-ahead", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            self._lock.notify_all()
 
     def claim(self, key: Hashable) -> Job | None:
         """The job for ``key`` (None when none is held or running), no longer held, so that a later
         :meth:`want` cannot drop it, yet left to the thread to run: for a waiter off the main
         thread, which then waits on :meth:`Job.result` (:class:`Dropped` if the session closes first)."""
         with self._lock:
-            job = self._jobs.pop(key, None)
-            if job is None and self._running is not None and self._running[0] == key:
-                job = self._running[1]
+            job = self._jobs.pop(key, None) or self._running.get(key)
             if job is not None and not job.done.is_set():
                 self._claimed[key] = job
         return job
@@ -102,9 +114,7 @@ class Ahead:
         """The job for ``key`` (None when none is held or running), run here at once if it has not
         started."""
         with self._lock:
-            job = self._jobs.pop(key, None)
-            if job is None and self._running is not None and self._running[0] == key:
-                job = self._running[1]  # dropped, yet still writing the key's folder
+            job = self._jobs.pop(key, None) or self._running.get(key)  # dropped, yet still writing its folder
             queued = (key, job) in self._queue
             if queued:
                 self._queue.remove((key, job))
@@ -113,8 +123,8 @@ class Ahead:
         return job
 
     def close(self) -> bool:
-        """Drop every job not started and wait (at most :data:`CLOSE_WAIT_S`) for the one running;
-        False when it is still running (it may still write: its folder must stay)."""
+        """Drop every job not started and wait (at most :data:`CLOSE_WAIT_S` in all) for those
+        running; False when one still runs (it may still write: its folder must stay)."""
         with self._lock:
             self._closed = True
             for key, job in self._claimed.items():
@@ -124,17 +134,17 @@ class Ahead:
             self._claimed.clear()
             self._queue.clear()
             self._jobs.clear()
-            thread = self._thread
-            self._lock.notify()
-        if thread is not None:
-            thread.join(CLOSE_WAIT_S)
-            return not thread.is_alive()
-        return True
+            threads = list(self._threads)
+            self._lock.notify_all()
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in threads)
 
     def _job(self, key: Hashable, work: Callable[[], object]) -> Job:
         """The running job for ``key`` where one is (dropped, then asked for again), else a new one queued."""
-        if self._running is not None and self._running[0] == key:
-            return self._running[1]
+        if key in self._running:
+            return self._running[key]
         if key in self._claimed:  # queued or running for its waiter already
             return self._claimed[key]
         job = Job(work)
@@ -145,15 +155,15 @@ class Ahead:
         yield_cpu()  # the worker's launches come first where the host is short of cores
         while True:
             with self._lock:
-                self._running = None
                 while not self._queue and not self._closed:
                     self._lock.wait()
                 if self._closed:
-                    self._thread = None
+                    self._threads.remove(threading.current_thread())
                     return
-                self._running = self._queue.popleft()
-            key, job = self._running
+                key, job = self._queue.popleft()
+                self._running[key] = job
             job.run()
             with self._lock:
+                del self._running[key]
                 if self._claimed.get(key) is job:
                     del self._claimed[key]

@@ -120,10 +120,14 @@ def render_gate_speed_each(files: list[Kept]) -> str:
 
 
 def render_report_equality(files: list[Kept]) -> str:
-    d = files[0].document
-    out = [f"{len(d['differences'])} differences:" if d["differences"] else "0 differences.", "",
-           "| | |", "|---|---|", *(f"| {label} | {value} |" for label, value in d["rows"])]
-    return "\n".join(out + [""] + [f"- {line}" for line in d["differences"]]).rstrip()
+    out = []
+    for kept in files:
+        d = kept.document
+        out += [f"#### {kept.path.rsplit('/', 1)[-1]}", "",
+                f"{len(d['differences'])} differences:" if d["differences"] else "0 differences.", "",
+                "| | |", "|---|---|", *(f"| {label} | {value} |" for label, value in d["rows"]), "",
+                *(f"- {line}" for line in d["differences"]), ""]
+    return "\n".join(out).rstrip()
 
 
 def render_history_speed(files: list[Kept]) -> str:
@@ -217,15 +221,17 @@ SECTIONS = (
             "Plugin off, and `pytest --cuda-gate examples` first and warm.", exclude="gate-speed-path-"),
     Section("gate-path", "What the gate costs around the kernels: before and after pipelining, one card",
             ("**/gate-speed-path-*.json",), "all", render_gate_speed_each,
-            "`pytest --cuda-gate examples` run by the code before the next case was sent while one is judged, and by "
-            "the code after (756eac7), on one card in one session; the later files are later code, each on another "
-            "H200 (compare each with its own card's runs only). The before run "
-            "measured `git archive 79ff75a` unpacked at /tmp/before (`--tree`); its \"uncommitted changes\" mark "
-            "compares the runner's own checkout, today's code, with that commit."),
+            "`pytest --cuda-gate examples` run by the code before the next case was sent while one is judged (79ff75a) "
+            "and by the code after (756eac7), on one card in one session; 4285322 and ac34bf8 each on another H200; "
+            "then, on a fifth H200 in one session, one prepare thread (bdae3b3) against one per three cores (30536c7, "
+            "four on its 16 cores). Compare each file with its own card's runs only. A before run measured "
+            "`git archive` of its commit unpacked at /tmp/before (`--tree`); its \"uncommitted changes\" mark "
+            "compares the runner's own checkout, the after code, with that commit."),
     Section("report-equality", "Report equality: the examples gated one by one and pipelined",
-            ("**/report-equality-*.json",), "newest", render_report_equality,
-            "report.json of the examples from the code before pipelining and from today's, one fresh-input seed: "
-            "every field but the measured times compared."),
+            ("**/report-equality-*.json",), "all", render_report_equality,
+            "report.json of the examples from two commits' code on one card, one fresh-input seed, every field but "
+            "the measured times compared: 79ff75a (one by one) against 4285322 (pipelined); bdae3b3 (one prepare "
+            "thread) against 30536c7 (four). Each file is named by its after commit."),
     Section("run-level-rounds", "Launches a kernel timed alone needs",
             ("**/run-level-rounds-*.json",), "newest", render_run_level_rounds,
             "From the shipped ledgers' approval runs: how far a run level of N launches lands from the level of all."),

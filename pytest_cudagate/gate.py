@@ -62,6 +62,7 @@ class GateOptions:
     threshold: float | None = None  # overrides the suite's
     fresh_seed: int | None = None  # seed of the fresh inputs; default $CUDAGATE_FRESH_SEED, else random per run
     trusted: bool = False  # under a trust root (cudagate gate --trusted-ref): a sanitizer without a verdict fails
+    processes: int = 1  # gate processes sharing this host's cores (xdist workers): each prepares ahead with its share
 
 
 # Fresh inputs are drawn ahead, beside the worker's timed launches, only on hosts with this many
@@ -568,9 +569,11 @@ class Gate:
         (its reference needs the worker link)."""
         if cores() < PREFETCH_CORES:
             return  # the drawing would compete with the worker's own host thread while it times
+        if self._fresh_ahead is None:
+            self._fresh_ahead = Ahead(workers(cores() // max(1, self.options.processes)))
         jobs = []
         begun = self._sent.key if self._sent is not None else None  # its sets were taken, or failed, already
-        for suite, case in upcoming:
+        for suite, case in upcoming[:self._fresh_ahead.held]:  # places, not jobs: never further ahead than that
             if begun is not None and begun[0] == str(suite.path) and begun[2] == case.name:
                 continue
             checks, _ = self.checks(suite)
@@ -578,8 +581,6 @@ class Gate:
             placed = arrays_in_place(suite, case) or bool(suite.reference.python)  # by the job itself
             if checks.fresh_inputs > 0 and key not in self._fresh and (placed or not reads_signed_inputs(suite)):
                 jobs.append((key, functools.partial(self._draw, suite, case, checks, reference=placed)))
-        if self._fresh_ahead is None:
-            self._fresh_ahead = Ahead(workers(cores()))
         self._fresh_ahead.want(jobs)
 
     def close(self) -> bool:

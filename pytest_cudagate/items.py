@@ -73,7 +73,8 @@ class GateSession:
               spawned: Worker | None = None) -> GateSession:
         fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
         options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
-                              threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None)
+                              threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None,
+                              processes=xdist_hooks.worker_count(config))
         return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
@@ -114,7 +115,7 @@ class GateSession:
         runtime = self.runtime
         nodes = list({id(item.parent): item.parent for item in items if isinstance(item, (CompileItem, CaseItem))}.values())
         with phases.run_phase("ahead"):
-            # The first case's fresh sets (and its reference's imports) are drawn meanwhile.
+            # The first cases' fresh sets (and their references' imports) are drawn meanwhile.
             self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1 + fresh_ahead.MAX_WORKERS])
             trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
             compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch(),

@@ -167,10 +167,11 @@ class RunClock:
         self._charge()
         if self._span is None or self._worker_s <= 0.0:
             return None
-        span = self._span[1] - self._span[0]
-        return {"span_s": round(span, 6), "cases_s": round(self.seconds.get("cases", 0.0), 6),
-                "worker_s": round(self._worker_s, 6), "launches_s": round(self._launches_s, 6),
-                "worker_fraction": round(self._worker_s / span, 4), "launches_fraction": round(self._launches_s / span, 4)}
+        # the shares from the rounded seconds, so that a reader's worker_s / span_s is the share shown
+        span, worker, launches = (round(v, 6) for v in (self._span[1] - self._span[0], self._worker_s, self._launches_s))
+        return {"span_s": span, "cases_s": round(self.seconds.get("cases", 0.0), 6), "worker_s": worker,
+                "launches_s": launches, "worker_fraction": round(worker / span, 4) if span else 0.0,
+                "launches_fraction": round(launches / span, 4) if span else 0.0}
 
     def snapshot(self) -> dict[str, float]:
         """The phases so far, in :data:`RUN_PHASES` order, rounded to the microsecond."""

@@ -54,6 +54,11 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def worker_count(config: pytest.Config) -> int:
+    """The gate processes this run starts on the host: xdist's workers, else this one."""
+    return int(getattr(config, "workerinput", {}).get("workercount", 1))
+
+
 def is_controller(config: pytest.Config) -> bool:
     return config.pluginmanager.has_plugin("dsession")
 

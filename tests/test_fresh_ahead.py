@@ -8,6 +8,7 @@ import dataclasses
 import json
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from test_generated_cases import cache_entries, cached_suite, classed_suite, cor
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate import gate as gate_module
 from pytest_cudagate import items as items_module
+from pytest_cudagate import xdist_hooks
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.defences import fresh_ahead, fresh_inputs
 from pytest_cudagate.gate import Gate, GateOptions
@@ -368,18 +370,48 @@ def test_several_threads_run_jobs_at_once_hold_one_more_than_threads_and_never_t
     work = recorded(release, runs)
     try:
         ahead.want([(k, work(k, blocking=True)) for k in ("a", "b")] + [("c", work("c")), ("d", work("d"))])
-        while len(runs) < 2:  # a and b run at once, each in its own thread
+        deadline = time.monotonic() + 10
+        while len(runs) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert len(runs) == 2 and not release.is_set()  # a and b run at once, each in its own thread
         assert ahead.take("d") is None  # past the three held
         ahead.want([("c", work("c"))])  # a and b are dropped while they run...
         ahead.want([("b", work("b again")), ("c", work("c"))])  # ...b asked for again: the running one
+        queued = ahead.claim("c")  # left to a thread, which runs it once one is free
         release.set()
-        assert ahead.take("b").result() == "b" and ahead.take("c").result() == "c"
+        assert ahead.take("b").result() == "b" and queued.result() == "c"
         assert sorted(name for name, _ in runs) == ["a", "b", "c"]
         assert {thread for _, thread in runs} == {"cudagate-fresh-ahead"}
     finally:
         release.set()
         assert ahead.close()  # waits for every running job
+
+
+@pytest.mark.parametrize("processes, prepared", [(4, ["perf"]), (1, ["big", "perf", "wide"])],
+                         ids=["a quarter of 16 cores", "16 cores"])
+def test_cases_are_prepared_no_further_ahead_than_the_processes_share_of_threads(tmp_path, monkeypatch, processes,
+                                                                                  prepared):
+    """The window counts places, not jobs: a case drawn in its own turn still takes its place, so one
+    thread (4 cores each for 4 xdist workers) prepares the next case only, not the one after."""
+    monkeypatch.setattr(gate_module, "cores", lambda: 16)
+    suite = load_suite(suite_at(tmp_path / "suite", PYTHON_YAML))
+    gate = Gate(FakeWorker(kernels_for(suite)), Fingerprint(), GateOptions(fresh_seed=1234, processes=processes),
+                tmp_path / "out")
+    program = dataclasses.replace(suite.kernels[0], name="honest", entry="honest")
+    spy = Spy(monkeypatch)
+    try:
+        assert not gate.replay(suite, program, suite.cases[0], Ledger.for_suite(suite)).failed  # drawn in turn
+        gate.prefetch([(suite, case) for case in suite.cases])
+        for case in prepared:
+            spy.wait(case)
+    finally:
+        assert gate.close()
+    assert sorted(case for case, thread in spy.threads.items() if thread == "cudagate-fresh-ahead") == prepared
+
+
+def test_an_xdist_worker_knows_how_many_gate_processes_share_the_host():
+    assert xdist_hooks.worker_count(types.SimpleNamespace(workerinput={"workercount": 3})) == 3
+    assert xdist_hooks.worker_count(types.SimpleNamespace()) == 1
 
 
 def recorded(gate: threading.Event, runs: list):

@@ -11,11 +11,13 @@ are the ones it would have drawn, bit for bit, whichever thread draws them (each
 seeded generator). Only what needs no worker runs here: a CUDA reference runs in the item's own
 turn, through the one worker link (which is not thread-safe; and a reference launch among another
 case's timed launches would disturb them). What fails here is raised again in the item that takes
-the job, where the same failure would have been raised. At most one job more than there are threads
-is held (the 2048³ case's sets are ~100 MB each); one no item asks for any more is dropped, unless
-it is claimed (:meth:`Ahead.claim`: the thread that sends a case's run waits for its job), and
-:meth:`Ahead.close` drops those not started and waits for those running. One key never has two
-jobs: they would write the same folder.
+the job, where the same failure would have been raised. Jobs are held for the item about to run
+and one more item per thread, besides the one the sending thread claimed (:meth:`Ahead.claim`: it
+waits for that job) and any still running once dropped (the 2048³ case's sets are ~100 MB each).
+A job no item asks for any more is dropped, unless it is claimed, and :meth:`Ahead.close` drops
+those not started and waits for those running. One key never has two jobs: they would write the
+same folder. A Python reference may so run in several threads at once, and in the main thread
+beside them: it must be a function of its arguments (docs/suite-format.md).
 """
 
 from __future__ import annotations

@@ -113,7 +113,8 @@ def render_gate_speed_each(files: list[Kept]) -> str:
     out = []
     for kept in files:
         h = kept.header
-        out += [f"#### `{h.commit[:12] if h and h.commit else 'commit not recorded'}`: {kept.path.rsplit('/', 1)[-1]}", ""]
+        card = f", {h.card}" if h and h.card else ""
+        out += [f"#### `{h.commit[:12] if h and h.commit else 'commit not recorded'}`: {kept.path.rsplit('/', 1)[-1]}{card}", ""]
         for t in kept.document["tables"]:
             out += [f"{t['title']}:", "", "| what | value |", "|---|---|", *(f"| {w} | {v} |" for w, v in t["rows"]), ""]
     return "\n".join(out).rstrip()
@@ -223,15 +224,16 @@ SECTIONS = (
             ("**/gate-speed-path-*.json",), "all", render_gate_speed_each,
             "`pytest --cuda-gate examples` run by the code before the next case was sent while one is judged (79ff75a) "
             "and by the code after (756eac7), on one card in one session; 4285322 and ac34bf8 each on another H200; "
-            "then, on a fifth H200 in one session, one prepare thread (bdae3b3) against one per three cores (30536c7, "
-            "four on its 16 cores). Compare each file with its own card's runs only. A before run measured "
+            "then one prepare thread (bdae3b3) against one per three cores, four on a 16-core runner: 30536c7 on a "
+            "fifth H200 and 317d06c on a sixth, each pair in one session (folders card-af671d16 and card-ed128917). "
+            "Compare each file with its own card's runs only. A before run measured "
             "`git archive` of its commit unpacked at /tmp/before (`--tree`); its \"uncommitted changes\" mark "
             "compares the runner's own checkout, the after code, with that commit."),
     Section("report-equality", "Report equality: the examples gated one by one and pipelined",
             ("**/report-equality-*.json",), "all", render_report_equality,
             "report.json of the examples from two commits' code on one card, one fresh-input seed, every field but "
             "the measured times compared: 79ff75a (one by one) against 4285322 (pipelined); bdae3b3 (one prepare "
-            "thread) against 30536c7 (four). Each file is named by its after commit."),
+            "thread) against 30536c7 and 317d06c (four). Each file is named by its after commit."),
     Section("run-level-rounds", "Launches a kernel timed alone needs",
             ("**/run-level-rounds-*.json",), "newest", render_run_level_rounds,
             "From the shipped ledgers' approval runs: how far a run level of N launches lands from the level of all."),

@@ -24,6 +24,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -577,6 +578,122 @@ for _name, _change in [
     ("request a FIFO", fifo_request),
 ]:
     bad("merge", _name)(lambda d, c=_change: merge(d, c))
+
+
+# -- issue 41: what report.schema.json bounds, and where the merged report or the comment goes ---------
+
+def edit_document(edit):
+    """A change to a report folder: its report.json parsed, ``edit(document)`` applied, written back."""
+    def change(folder: Path):
+        path = folder / "report.json"
+        document = json.loads(path.read_text())
+        edit(document)
+        path.write_text(json.dumps(document))
+    return change
+
+
+def timed(document: dict) -> dict:
+    """The report's regressed item (timed against the approved version: medians and an interval)."""
+    return next(i for i in document["items"] if (i["latency"] or {}).get("verdict") == "regressed")
+
+
+def median(value):
+    return edit_document(lambda document: timed(document)["latency"]["current"].update(median=value))
+
+
+OUT_OF_BOUNDS = [
+    ("a median of -1 ms", median(-1)), ("a median of 0 ms", median(0)), ("a median as text", median("12")),
+    ("a median of null", median(None)), ("a median of true", median(True)),
+    ("an interval's low above its high",
+     edit_document(lambda document: timed(document)["latency"]["estimate"].update(low=1.3, high=1.1))),
+    ("created: yesterday", edit_document(lambda document: document.update(created="yesterday"))),
+    ("created in the year 99999", edit_document(lambda document: document.update(created="99999-01-01T00:00:00+00:00"))),
+    ("a run created on 30 February",
+     edit_document(lambda document: document["runs"][0].update(created="2026-02-30T10:00:00+00:00"))),
+    ("more mismatched elements than elements", edit_document(
+        lambda document: timed(document)["correctness"]["comparisons"][0].update(mismatches=10**6))),
+]
+for _name, _change in OUT_OF_BOUNDS:
+    bad("merge", _name)(lambda d, c=_change: merge(d, c))
+
+
+def read_only_folder(d: Path) -> Path:
+    """A folder this process cannot write in: a folder without write permission, or (root ignores
+    permissions) /sys, which containers mount read-only."""
+    if os.geteuid() != 0:
+        folder = d / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    return Path("/sys")
+
+
+def merge_into(out) -> Callable[[Path], tuple[str, list[str]]]:
+    """A sound report merged into ``out(d)``: a place no merged report may go."""
+    def build(d: Path) -> tuple[str, list[str]]:
+        folder = d / "report"
+        write_report(folder, built_report(build_scenario(d / "scale"), folder))
+        return "cudagate", ["report", "merge", str(out(d)), str(folder)]
+    return build
+
+
+def _file(d: Path) -> Path:
+    (d / "taken").write_text("a file, not a folder")
+    return d / "taken"
+
+
+def _linked_page(d: Path) -> Path:
+    (d / "merged").mkdir()
+    (d / "merged" / "report.html").symlink_to(d / "elsewhere.html")
+    return d / "merged"
+
+
+def device(d: Path) -> Path:
+    """A character device like /dev/full, made in ``d`` (a FIFO where this user may not make one): a
+    command that wrongly wrote over it damages nothing outside the test's folder."""
+    path = d / "full"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except PermissionError:
+        os.mkfifo(path)
+    return path
+
+
+for _name, _out in [("OUT a file", _file), ("OUT a device", device),
+                    ("OUT a read-only folder", lambda d: read_only_folder(d) / "merged"), ("OUT ''", lambda d: ""),
+                    ("OUT/report.html a link", _linked_page)]:
+    bad("merge", _name)(merge_into(_out))
+bad("merge", "DIR ''")(lambda d: ("cudagate", ["report", "merge", str(d / "merged"), ""]))
+
+
+# -- cudagate report comment --------------------------------------------------------------------------
+
+def comment(d: Path, change=None, out=None) -> tuple[str, list[str]]:
+    """A sound report folder, ``change(folder)`` applied, as a comment (written to ``out(d)``)."""
+    folder = d / "report"
+    write_report(folder, built_report(build_scenario(d / "scale"), folder))
+    if change:
+        change(folder)
+    return "cudagate", ["report", "comment", str(folder), *(["--out", str(out(d))] if out else [])]
+
+
+def _linked_comment(d: Path) -> Path:
+    (d / "comment.md").symlink_to(d / "elsewhere.md")
+    return d / "comment.md"
+
+
+def _long_path(d: Path) -> Path:
+    return d / "/".join(["x" * 200] * 25) / "comment.md"  # 5,000 characters: past PATH_MAX
+
+
+for _name, _out in [("--out a device (like /dev/full)", device), ("--out a folder", lambda d: d),
+                    ("--out a link", _linked_comment),
+                    ("--out ''", lambda d: ""), ("--out in a read-only folder", lambda d: read_only_folder(d) / "c.md"),
+                    ("--out a 5,000-character path", _long_path)]:
+    bad("comment", _name)(lambda d, o=_out: comment(d, out=o))
+bad("comment", "REPORT_DIR ''")(lambda d: ("cudagate", ["report", "comment", ""]))
+for _name, _change in OUT_OF_BOUNDS:
+    bad("comment", _name)(lambda d, c=_change: comment(d, c))
 
 
 # -- cudagate optimize --proposer replay:DIR --------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from report_fixtures import build_scenario, built_report
 from test_attacks import SECRET, Repo
 from pytest_cudagate import boundary
+from pytest_cudagate.cli import main
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.reports import github
 from pytest_cudagate.reports.scrub import Scrubber
@@ -211,7 +213,8 @@ def test_the_job_summary_shows_markup_from_names_and_messages_as_text(tmp_path):
     document = Scrubber({}).data(built_report(build_scenario(tmp_path / "scale")).document)
     document["items"][0]["headline"] = "<img src=x onerror=alert(1)> [click](https://evil.example) `code` | cell"
     row = next(line for line in github.summary_markdown(document).splitlines() if "click" in line)
-    assert r"\<img src=x onerror=alert(1)\> \[click\](https://evil.example) \`code\` \| cell" in row, row
+    # the zero-width space after "https:" keeps GitHub from linking the bare URL
+    assert r"\<img src=x onerror=alert(1)\> \[click\](https:" + "\u200b" + r"//evil.example) \`code\` \| cell" in row, row
     assert row.count(" | ") == 8, row  # no new column either
 
 
@@ -225,3 +228,32 @@ def test_a_huge_pyproject_in_the_checkout_is_not_read(repo):
     (repo.path / "pyproject.toml").symlink_to(big)
     code, out = repo.gate()
     assert "not reading pyproject.toml: the project settings file is" in out and "Traceback" not in out, out
+
+
+def test_the_reproduce_command_of_a_trusted_gate_runs_the_gate_not_the_checkouts_conftest(repo):
+    """Issue 41, item 5: under --trusted-ref the report, its merge and the annotations say `cudagate gate
+    --trusted-ref BASE -- ...`; `pytest --cuda-gate` in the pull request's checkout would run its
+    conftest.py on the maintainer's machine, beside their signing key."""
+    (repo.path / "conftest.py").write_text("import pathlib\npathlib.Path(__file__).with_name('conftest-ran').touch()\n")
+    report = repo.path.parent / "report"
+    code, log = gate_log(repo, "--cuda-gate-report", str(report), actions=False)
+    assert code == 0, log
+    document = json.loads((report / "report.json").read_text())
+    assert document["runs"][0]["options"]["trusted_ref"] == repo.base
+    for item in document["items"]:
+        assert item["reproduce"][0] == f"cudagate gate --trusted-ref {repo.base} -- '{item['nodeid']}'", item
+    merged = repo.path.parent / "merged"
+    assert main(["report", "merge", str(merged), str(report)]) == 0
+    assert [i["reproduce"][0] for i in json.loads((merged / "report.json").read_text())["items"]] == \
+        [i["reproduce"][0] for i in document["items"]]
+    item = document["items"][0]
+    item.update(status="failed", category="correctness", message="wrong")  # as a GPU run could end
+    assert f"reproduce: cudagate gate --trusted-ref {repo.base} -- " in github.workflow_annotations(document)[0]
+    # the command, run as printed in the checkout, gates that case without the checkout's conftest.py
+    args = shlex.split(item["reproduce"][0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_", "GITHUB_"))}
+    env.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(repo.cache))
+    done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
+                           *args[1:]], cwd=repo.path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout + done.stderr
+    assert not (repo.path / "conftest-ran").exists()

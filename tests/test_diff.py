@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from report_fixtures import build_scenario, built_report
 from pytest_cudagate.approvals.ledger import Ledger, approval_for
 from pytest_cudagate.cli import main
 from pytest_cudagate.approvals.diff import kernel_diff
 from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.reports.writer import write_report
 from pytest_cudagate.suite.loader import load_suite
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
@@ -52,10 +53,11 @@ def test_source_options_and_launch_changes_are_listed(suite_dir, tmp_path):
     yaml_path = suite_dir / "cudagate.yaml"
     yaml_path.write_text(yaml_path.read_text().replace("launch: {grid: [rows], block: [256]}",
                                                        "options: [-DFAST]\n    launch: {grid: [rows], block: [128]}"))
-    report = tmp_path / "report.json"
-    report.write_text(json.dumps({"items": [{"suite": "softmax", "kernel": "softmax_rows", "case": "perf_256x1024",
-                                             "latency": {"verdict": "regressed",
-                                                         "estimate": {"ratio": 1.05, "low": 1.04, "high": 1.06}}}]}))
+    built = built_report(build_scenario(tmp_path / "scale"))  # a report the gate wrote, its regressed item renamed
+    item = next(i for i in built.document["items"] if (i["latency"] or {}).get("verdict") == "regressed")
+    item.update(suite="softmax", kernel="softmax_rows", case="perf_256x1024")
+    item["latency"]["estimate"].update(ratio=1.05, low=1.04, high=1.06)
+    report = write_report(tmp_path / "report", built)
     lines = kernel_diff(load_suite(yaml_path), "softmax_rows", report)
     text = "\n".join(lines)
     assert "-#define BLOCK 256" in text and "+#define BLOCK 128" in text

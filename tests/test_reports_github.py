@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from report_fixtures import build_scenario, built_report
-from pytest_cudagate.reports import github
+from pytest_cudagate.reports import escape, github
 from pytest_cudagate.reports.scrub import Scrubber
 
 
@@ -17,8 +17,8 @@ def document(tmp_path_factory):
 
 
 def test_escaping_follows_the_runner_rules():
-    assert github.escape_data("50% off\r\nnext") == "50%25 off%0D%0Anext"
-    assert github.escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    assert escape.annotation("50% off\r\nnext") == "50%25 off%0D%0Anext"
+    assert escape.annotation_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
     assert github.command("error", "two\nlines", file="k.cu", line=1, title="x: y, z") == \
         "::error file=k.cu,line=1,title=x%3A y%2C z::two%0Alines"
     assert github.command("warning", "plain") == "::warning::plain"

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from report_fixtures import build_scenario, built_report
+from pytest_cudagate.cli import main
 from pytest_cudagate.reports.benchmark_json import benchmark_document
 from pytest_cudagate.reports.scrub import MASK, Scrubber
 from pytest_cudagate.reports.writer import write_report
 from pytest_cudagate.boundary.schema import problems
+from pytest_cudagate.trust.keys import generate_key_pair
 
 pytest_plugins = ["pytester"]
 
@@ -134,3 +136,34 @@ def test_scrubber_rules():
     assert scrubber.text("key abcdef123 and hunter22") == f"key {MASK} and {MASK}"
     assert scrubber.text("count 1") == "count 1"
     assert scrubber.data({"abcdef123": ["abcdef123", 3, None]}) == {MASK: [MASK, 3, None]}
+
+
+def test_a_signing_keys_lines_and_pieces_reach_no_comment_or_merged_report(tmp_path, monkeypatch, capsys):
+    """Issue 41, finding 3: the key's PEM body line printed without its armour, and pieces of it, are
+    masked wherever they appear, not only the whole PEM."""
+    generate_key_pair("alice", private_path=tmp_path / "alice.key", public_path=tmp_path / "alice.pub")
+    pem = (tmp_path / "alice.key").read_text()
+    body = max(pem.splitlines(), key=len)  # the base64 line between the armour
+    monkeypatch.setenv("CUDAGATE_SIGNING_KEY", pem)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    built = built_report(build_scenario(tmp_path / "scale"))
+    items = built.document["items"]
+    items[0]["headline"] = f"the key: {body}"
+    items[1]["message"] += f"\n…{body[5:29]}…"  # a piece of 24 characters, cut out of a longer text
+    items[2]["case"] = body[-20:]
+    built.document["suites"][0]["signature"] = json.dumps(body)  # as JSON would quote it
+    write_report(tmp_path / "artifact", built, Scrubber({}))  # a job that did not know the key wrote it
+    assert main(["report", "comment", str(tmp_path / "artifact"), "--out", str(tmp_path / "comment.md")]) == 0
+    assert main(["report", "merge", str(tmp_path / "merged"), str(tmp_path / "artifact")]) == 0
+    written = [tmp_path / "comment.md", tmp_path / "summary.md", *(tmp_path / "merged").rglob("*.*")]
+    for path in written:
+        text = path.read_text()
+        assert not [body[i:i + 16] for i in range(len(body) - 15) if body[i:i + 16] in text], path
+        assert MASK in text or path.suffix == ".json" and "requests" in path.parts, path
+
+
+def test_pieces_shorter_than_sixteen_characters_are_left_alone():
+    scrubber = Scrubber({"CUDAGATE_SIGNING_KEY": "MC4CAQAwBQYDK2VwBCIEIKuOCqp1mEdnLvzB7d3mQ9z0aP1Xy2W"})
+    assert scrubber.text("MC4CAQAwBQYDK2V and MC4CAQAwBQYDK2Vw") == f"MC4CAQAwBQYDK2V and {MASK}"
+    assert scrubber.text("xxEdnLvzB7d3mQ9z0aP1Xy2Wyy") == f"xx{MASK}yy"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 
 from pytest_cudagate.approvals.ledger import Ledger, variants_record
@@ -64,16 +63,15 @@ def _text_diff(old: str, new: str, old_name: str, new_name: str) -> list[str]:
 
 
 def _latency_lines(report: Path, suite: Suite, kernel: str) -> list[str]:
-    try:
-        data = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CudagateError(f"{report}: cannot read the gate report: {exc}") from None
+    from pytest_cudagate.reports.fmt import interval
+    from pytest_cudagate.reports.writer import read_report  # only with --report
+
     lines = []
-    for item in data.get("items", []):
+    for item in read_report(report)["items"]:  # another job's artifact: read and checked as every reader does
         latency = item.get("latency") or {}
-        estimate = latency.get("estimate") or {}
-        if item.get("suite") != suite.name or item.get("kernel") != kernel or not estimate.get("ratio"):
+        estimate = latency.get("estimate")
+        if item["suite"] != suite.name or item["kernel"] != kernel or not estimate:
             continue
         lines.append(f"  latency {item['case']}: {(estimate['ratio'] - 1) * 100:+.1f}% "
-                     f"[{estimate['low']:.3f}, {estimate['high']:.3f}] {latency.get('verdict')}")
+                     f"{interval(estimate, confidence=False)} {latency['verdict']}")
     return lines or [f"  latency: no timed case of {kernel} in {report}"]

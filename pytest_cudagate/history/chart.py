@@ -7,10 +7,10 @@ release tags and approvals as vertical lines. Every label is escaped: names come
 
 from __future__ import annotations
 
-from html import escape
 
 from pytest_cudagate.history.model import Commit, Result
 from pytest_cudagate.history.series import Point, Series
+from pytest_cudagate.reports import escape
 from pytest_cudagate.reports.plots import (BAND, BOTTOM, COLORS, FONT, HEIGHT, TOP, WIDTH, _axis_y, _frame, _legend,
                                            _line_swatch, _scale, _text, _ticks)
 
@@ -87,19 +87,19 @@ def trend_svg(series: Series, commits: tuple[Commit, ...]) -> str:
     py = _scale(low, high, BOTTOM, TOP)
     label = f"latency over commits: {series.title} on {series.fingerprint or 'no fingerprint'}"
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot trend" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             f'{FONT} aria-label="{escape(label)}">', f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
+             f'{FONT} aria-label="{escape.html(label)}">', f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
              *_frame(X0, X1, "current median per commit (band: the ratio's interval)", "commit", "latency (µs)"),
              _x_axis(commits, px), _axis_y(X0, _ticks(low, high), py), *_bands(points, px, py)]
     for n, commit in enumerate(commits):
         if commit.tags:
             parts.append(f'<line class="release" x1="{px(n):.1f}" y1="{TOP}" x2="{px(n):.1f}" y2="{BOTTOM}" '
-                         f'stroke="{RELEASE}" stroke-dasharray="5 3"><title>{escape(", ".join(commit.tags))}</title></line>')
+                         f'stroke="{RELEASE}" stroke-dasharray="5 3"><title>{escape.html(", ".join(commit.tags))}</title></line>')
             parts.append(_text(px(n) + 3, TOP + 10, ", ".join(commit.tags)[:40], size=9, fill=RELEASE))
     for point in points:
         if point.approval:
             x = px(point.index)
             parts.append(f'<line class="approval" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{BOTTOM}" stroke="{APPROVAL}" '
-                         f'stroke-dasharray="2 2"><title>{escape(_tip(point))}</title></line>')
+                         f'stroke-dasharray="2 2"><title>{escape.html(_tip(point))}</title></line>')
     approved = [p for p in points if p.entry.result.approved_us]
     if len(approved) > 1:
         line = " ".join(f"{px(p.index):.1f},{py(p.entry.result.approved_us):.1f}" for p in approved)
@@ -111,10 +111,10 @@ def trend_svg(series: Series, commits: tuple[Commit, ...]) -> str:
                      'stroke-width="1.6" stroke-linejoin="round"/>')
     for point in points:
         result = point.entry.result
-        parts.append(f'<circle class="point" data-commit="{escape(point.entry.commit.sha)}" '
-                     f'data-verdict="{escape(result.verdict)}" cx="{px(point.index):.1f}" cy="{py(result.current_us):.1f}" '
+        parts.append(f'<circle class="point" data-commit="{escape.html(point.entry.commit.sha)}" '
+                     f'data-verdict="{escape.html(result.verdict)}" cx="{px(point.index):.1f}" cy="{py(result.current_us):.1f}" '
                      f'r="3" fill="{VERDICT_COLORS.get(result.verdict, COLORS["current"])}">'
-                     f"<title>{escape(_tip(point))}</title></circle>")
+                     f"<title>{escape.html(_tip(point))}</title></circle>")
     legend = [("current median", _line_swatch(COLORS["current"])),
               ("approved median", f'<line x1="0" y1="0" x2="18" y2="0" stroke="{COLORS["approved"]}" '
                                   'stroke-dasharray="4 3"/>'),

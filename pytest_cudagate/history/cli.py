@@ -13,6 +13,7 @@ from pytest_cudagate.history.commit import GitFacts
 from pytest_cudagate.history.export import export_csv, export_json
 from pytest_cudagate.history.page import CSV_NAME, HTML_NAME, JSON_NAME, render
 from pytest_cudagate.history.record import read_measured, with_approvals
+from pytest_cudagate.host import output
 from pytest_cudagate.host.paths import display_path, log_lines
 
 DEFAULT_DB = Path(".cudagate") / "history.sqlite"  # under the project root, beside .cudagate/trusted_keys
@@ -72,19 +73,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         asked = ", ".join(f"--{k} {v}" for k, v in filters.items() if v is not None)
         raise CudagateError(f"{display_path(db)}: no timed case recorded" + (f" for {asked}" if asked else "")
                             + "; record reports with `cudagate history record REPORT_DIR`")
-    out = Path(args.out)
+    out = output.named(args.out, "--out")
+    targets = [out / name for name in (JSON_NAME, CSV_NAME, HTML_NAME)]
+    output.check_folder(out, "history page")
+    for path in targets:  # before anything is written: a link or device among them writes nothing
+        output.check_file(path, "history page")
     # Built from typed rows of the history alone (tests check it against history-export.schema.json);
     # compact, since indenting makes json use its pure-Python encoder (seconds for 20,000 results).
     document = json.dumps(export_json(shown, filters), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     page = render(shown, display_path(db))
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / JSON_NAME).write_text(document + "\n", encoding="utf-8")
-        (out / CSV_NAME).write_text(export_csv(shown), encoding="utf-8")
-        (out / HTML_NAME).write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise CudagateError(f"{display_path(exc.filename or out)}: cannot write the page: {exc.strerror}; pass --out "
-                            "with a folder that can be written") from None
+    for path, text in zip(targets, (document + "\n", export_csv(shown), page)):
+        output.write_text(path, text, "history page")
     series = len({(e.result.suite, e.result.kernel, e.result.case, e.run.fingerprint) for e in shown.entries})
     print(f"wrote {display_path(out / HTML_NAME)} ({series} chart(s) over {len(shown.commits)} commit(s)), "
           f"{display_path(out / CSV_NAME)} and {display_path(out / JSON_NAME)} ({len(shown.entries)} result(s))")

@@ -16,7 +16,8 @@ from pytest_cudagate.history.chart import trend_svg
 from pytest_cudagate.history.model import History
 from pytest_cudagate.history.series import Move, Series, build_series, last_release, moves
 from pytest_cudagate.reports.document import now
-from pytest_cudagate.reports.html_item import e, pill
+from pytest_cudagate.reports import escape
+from pytest_cudagate.reports.html_item import pill
 from pytest_cudagate.reports.html_style import CSS
 
 CSV_NAME, JSON_NAME, HTML_NAME = "history.csv", "history.json", "history.html"
@@ -60,35 +61,35 @@ def _interval(result) -> str:
 
 
 def _gpu(series: Series) -> str:
-    return f'<span class="mono" title="{e(series.fingerprint_description)}">{e(series.fingerprint or "–")}</span>'
+    return f'<span class="mono" title="{escape.html(series.fingerprint_description)}">{escape.html(series.fingerprint or "–")}</span>'
 
 
 def _moves_table(found: list[Move], anchors: dict[int, str], then: str) -> str:
     if not found:
         return '<p class="note">No case has more than one commit shown.</p>'
-    head = ["kernel × case", "class", "GPU", e(then), "latest", "change", "latest verdict", "ratio [interval]"]
+    head = ["kernel × case", "class", "GPU", then, "latest", "change", "latest verdict", "ratio [interval]"]
     body = []
     for move in found[:MAX_MOVES]:
         s, since, latest = move.series, move.since.entry, move.latest.entry
         body.append(
-            f'<tr data-fingerprint="{e(s.fingerprint or "")}"><td><a href="#{anchors[id(s)]}">{e(s.title)}</a></td>'
-            f"<td>{e(s.shape_class)}</td><td>{_gpu(s)}</td>"
-            f'<td class="num">{e(_us(since.result.current_us))} <span class="mono">{e(since.commit.sha[:7])}</span></td>'
-            f'<td class="num">{e(_us(latest.result.current_us))} <span class="mono">{e(latest.commit.sha[:7])}</span></td>'
+            f'<tr data-fingerprint="{escape.html(s.fingerprint or "")}"><td><a href="#{anchors[id(s)]}">{escape.html(s.title)}</a></td>'
+            f"<td>{escape.html(s.shape_class)}</td><td>{_gpu(s)}</td>"
+            f'<td class="num">{escape.html(_us(since.result.current_us))} <span class="mono">{escape.html(since.commit.sha[:7])}</span></td>'
+            f'<td class="num">{escape.html(_us(latest.result.current_us))} <span class="mono">{escape.html(latest.commit.sha[:7])}</span></td>'
             f'<td class="num">{(move.change - 1) * 100:+.1f}%</td><td>{pill(latest.result.verdict)}</td>'
-            f'<td class="num">{e(_interval(latest.result))}</td></tr>')
+            f'<td class="num">{escape.html(_interval(latest.result))}</td></tr>')
     more = len(found) - MAX_MOVES
     tail = f'<p class="note">and {more} more, in the exports.</p>' if more > 0 else ""
-    return (f"<div class=scroll><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{''.join(body)}</table>"
+    return (f"<div class=scroll><table><tr>{''.join(f'<th>{escape.html(h)}</th>' for h in head)}</tr>{''.join(body)}</table>"
             f"</div>{tail}")
 
 
 def _trend(series: Series, anchor: str, history: History) -> str:
     latest = series.points[-1].entry.result
-    return (f'<article class="item trend" id="{anchor}" data-fingerprint="{e(series.fingerprint or "")}">'
-            f'<h3>{e(series.title)} <span class="muted">· {e(series.shape_class)} · {_gpu(series)} · '
+    return (f'<article class="item trend" id="{anchor}" data-fingerprint="{escape.html(series.fingerprint or "")}">'
+            f'<h3>{escape.html(series.title)} <span class="muted">· {escape.html(series.shape_class)} · {_gpu(series)} · '
             f"{len(series.points)} commit(s)</span> {pill(latest.verdict)}</h3>"
-            f'<p class="muted">{e(series.fingerprint_description or "no fingerprint")}</p>'
+            f'<p class="muted">{escape.html(series.fingerprint_description or "no fingerprint")}</p>'
             f"{trend_svg(series, history.commits)}</article>")
 
 
@@ -101,7 +102,7 @@ def render(history: History, source: str) -> str:
     since = (f"since {', '.join(history.commits[release].tags)} ({history.commits[release].sha[:7]})"
              if release is not None else "since the first commit shown (no release tag among them)")
     fingerprints = sorted({(s.fingerprint or "", s.fingerprint_description or "") for s in series})
-    options = "".join(f'<option value="{e(key)}">{e(key or "no fingerprint")}: {e(text[:80])}</option>'
+    options = "".join(f'<option value="{escape.html(key)}">{escape.html(key or "no fingerprint")}: {escape.html(text[:80])}</option>'
                       for key, text in fingerprints)
     first, last = history.commits[0], history.commits[-1]
     cases = len({(s.suite, s.kernel, s.case) for s in series})
@@ -110,16 +111,16 @@ def render(history: History, source: str) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="{POLICY}">
-<title>cudagate history: {e(line)}</title><style>{CSS}{EXTRA_CSS}</style></head>
+<title>cudagate history: {escape.html(line)}</title><style>{CSS}{EXTRA_CSS}</style></head>
 <body>
 <header class="verdict {_state(series)}"><div class="badge">HISTORY</div><div>
-<h1>cudagate latency history</h1><p class="counts">{e(line)}</p>
-<p class="meta">from {e(source)} · created {e(now())} · cudagate {e(__version__)}</p></div></header>
+<h1>cudagate latency history</h1><p class="counts">{escape.html(line)}</p>
+<p class="meta">from {escape.html(source)} · created {escape.html(now())} · cudagate {escape.html(__version__)}</p></div></header>
 <main>
 <div class="filters"><select id="fingerprint" hidden aria-label="GPU fingerprint">
 <option value="">every GPU fingerprint</option>{options}</select>
 <span>exports: <a href="{CSV_NAME}">{CSV_NAME}</a> · <a href="{JSON_NAME}">{JSON_NAME}</a></span></div>
-<h2 id="moves">Largest moves {e(since)}</h2>
+<h2 id="moves">Largest moves {escape.html(since)}</h2>
 {_moves_table(found, anchors, f"at {history.commits[release].tags[0]}" if release is not None else "first")}
 <h2 id="trends">Latency over commits</h2>
 {''.join(_trend(s, anchors[id(s)], history) for s in series)}

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.history.commit import Approvals
 from pytest_cudagate.history.model import Result, Run
 from pytest_cudagate.judge.stats import run_level
@@ -72,12 +72,6 @@ def _result(run_id: str, item: dict) -> Result | None:
         confidence=_positive(interval.get("confidence")), suite_path=item.get("suite_path"))
 
 
-def _one_line(error: FileError) -> str:
-    more = len(error.problems) - 1
-    return (f"{error.path}: {error.problems[0]}" + (f" (and {more} more problem{'s' if more > 1 else ''})" if more else "")
-            + "; record the report.json the gate wrote")
-
-
 def _commit(path: Path, runs: list[dict]) -> tuple[str | None, str | None]:
     """The commit and ref the runs recorded (one for all of them), or (None, None)."""
     recorded = [(n, run["github"]) for n, run in enumerate(runs) if (run.get("github") or {}).get("sha")]
@@ -93,10 +87,7 @@ def _commit(path: Path, runs: list[dict]) -> tuple[str | None, str | None]:
 
 def read_measured(report: Path) -> Measured:
     """The timed cases of the report folder (or report.json) ``report``; a bad report is one line."""
-    try:
-        document = read_report(report)
-    except FileError as exc:
-        raise CudagateError(_one_line(exc)) from None
+    document = read_report(report)
     path = Path(report) / "report.json" if Path(report).is_dir() else Path(report)
     sha, ref = _commit(path, document["runs"])
     runs, results = [], []

@@ -6,20 +6,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
+from pytest_cudagate.host import output
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import comment, github
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.scrub import Scrubber
-from pytest_cudagate.reports.writer import REPORT_HTML, write_report
+from pytest_cudagate.reports.writer import REPORT_HTML, read_report, write_report
 
 EXIT_FAILED = 1
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    out_dir = Path(args.out_dir)
-    built = merge_reports([Path(p) for p in args.reports], out_dir)
+    out_dir = output.named(args.out_dir, "report merge OUT_DIR")
+    built = merge_reports([output.named(p, "report merge DIR") for p in args.reports], out_dir)
     scrubber = Scrubber()
     path = write_report(out_dir, built, scrubber)
     document = scrubber.data(built.document)
@@ -35,13 +35,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def cmd_comment(args: argparse.Namespace) -> int:
-    document = comment.read(Path(args.report))
+    out = None if args.out is None else output.named(args.out, "--out")
+    if out is not None:
+        output.check_file(out, "comment")  # before the report is read: a wrong --out is said first
+    document = read_report(output.named(args.report, "report comment REPORT_DIR"))
     body = Scrubber().text(comment.render(document, report_url=args.report_url, comment_id=args.id))
-    if args.out is None:
+    if out is None:
         sys.stdout.write(body)
         return 0
-    out = Path(args.out)
-    comment.write(out, body)
+    output.write_text(out, body, "comment")
     print(f"wrote {display_path(out)}: {len(document['items'])} case(s), {len(body):,} characters")
     return 0
 

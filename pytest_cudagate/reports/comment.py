@@ -1,36 +1,27 @@
 """``cudagate report comment``: a gate report as one pull-request comment, in GitHub-flavoured Markdown.
 
 The report.json comes from a run of the pull request's kernels, so every string in it is the pull
-request's: it is read within the boundary's rules and checked against its schema, and each name and
-message is escaped for Markdown and for the HTML GitHub allows in a comment (no element, link,
-image, code span or table cell can be opened from it), then broken where GitHub would link it after
-rendering: an @mention, a #reference or GH-reference, a bare URL or e-mail address. Backslash escapes
-do not stop those (GitHub finds them in the rendered text), so a zero-width space goes after the
-mark. The comment opens with a marker line that the posting step finds again, so that a later run
-updates the same comment, and it is cut to fit GitHub's limit, least important rows first.
+request's: it is read within the boundary's rules and checked as every reader checks it
+(:func:`.writer.read_report`), and each cell goes through :func:`.escape.markdown` (nothing in it
+opens an element, link, image, code span or table cell, or links a mention, reference, URL or
+address). The comment opens with a marker line that the posting step finds again, so that a later
+run updates the same comment, and it is cut to fit GitHub's limit, least important rows first.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from pytest_cudagate import __version__
-from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.reports import fmt, github
-from pytest_cudagate.reports.writer import read_report
+from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.reports import escape, fmt
 
 COMMENT_LIMIT = 65_536  # GitHub refuses a longer comment body (counted here in UTF-16 units: never more)
 MARKER = "cudagate-comment"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A link the workflow gives (the artifact's page): nothing that could end the Markdown link early.
 _URL = re.compile(r"https?://[A-Za-z0-9\-._~:/?#@!$&*+,;=%]{1,2040}")
-# What GitHub links in rendered text: a mention or team (@name), a reference (#12, GH-12, owner/repo#12),
-# a URL (scheme://, www.) or an address (a@b.c, mailto:a@b.c).
-_LINKED = re.compile(r"[@#](?=\w)|\bgh-(?=\d)|:(?=//)|\bwww(?=\.)", re.IGNORECASE)
-_ZWSP = "\u200b"
 NAME_CHARS = 120  # of a kernel, case or suite name shown; the HTML report has them whole
 DETAIL_CHARS = 160
 MAX_RUNS_SHOWN = 8
@@ -53,14 +44,6 @@ class Entry:
     cells: tuple[str, ...]
 
 
-def text(value: str, limit: int = NAME_CHARS) -> str:
-    """``value`` from the pull request as inline Markdown that shows exactly its characters (on one
-    line, clipped to ``limit``) and opens, links or mentions nothing."""
-    line = fmt.clip(" ".join(value.split()), limit)  # one line: a line break would end the table row
-    escaped = github._cell(line).replace("$", r"\$")  # $: GitHub's math
-    return _LINKED.sub(lambda m: m.group() + _ZWSP, escaped)
-
-
 def marker(comment_id: str | None) -> str:
     """The comment's first line, by which the posting step finds the comment to update."""
     if comment_id is None:
@@ -78,17 +61,6 @@ def _link(report_url: str | None) -> str:
         raise CudagateError(f"--report-url {fmt.clip(report_url, 80)!r}: give an http(s) URL without spaces, quotes, "
                             "brackets or parentheses (e.g. the artifact-url output of actions/upload-artifact)")
     return f"[The full report]({report_url}): plots, telemetry and reproduction commands."
-
-
-def read(path: Path) -> dict:
-    """The report.json at ``path`` (or in that folder), or one line naming the file and the first field wrong."""
-    try:
-        return read_report(path)
-    except FileError as exc:
-        more = len(exc.problems) - 1
-        others = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-        raise CudagateError(f"{exc.path}: {exc.problems[0]}{others}; give the report.json a gate run or "
-                            "`cudagate report merge` wrote") from None
 
 
 def _units(value: str) -> int:
@@ -121,7 +93,7 @@ def _gpu(run: dict) -> str:
     if not fingerprint:
         return "no GPU"
     name = fingerprint["fields"].get("gpu_name")
-    return text(name if isinstance(name, str) else fingerprint["description"], 40)
+    return escape.markdown(name if isinstance(name, str) else fingerprint["description"], 40)
 
 
 def _entry(index: int, item: dict, runs: list[dict]) -> Entry:
@@ -130,15 +102,16 @@ def _entry(index: int, item: dict, runs: list[dict]) -> Entry:
     estimates = _estimates(latency)
     ratio = estimates[0][1]["ratio"] if estimates else 1.0
     what = item.get("category") or ("latency improved" if group == IMPROVED else item["status"])
-    result = text(f"{_ICONS[group]} {what}".strip(), 40)
+    result = escape.markdown(f"{_ICONS[group]} {what}".strip(), 40)
     medians = [(latency.get(side) or {}).get("median") for side in ("approved", "current")]
     cells = [f"**{result}**" if group == FAILED else result,
-             text(fmt.item_title(item)), text(item["suite"]),
+             escape.markdown(fmt.item_title(item), NAME_CHARS), escape.markdown(item["suite"], NAME_CHARS),
              *([_gpu(runs[item["run"]])] if len(runs) > 1 else []),
+             # numbers alone (the schema holds them numbers): nothing to escape
              f"{fmt.us(medians[0])} → {fmt.us(medians[1])}" if any(m is not None for m in medians) else "–",
              "<br>".join(f"{label}{fmt.ratio(e)} {fmt.interval(e)}" for label, e in estimates) or "–",
              "<br>".join(f"{label}{fmt.change(e)}" for label, e in estimates) or "–",
-             text(item.get("headline") or "", DETAIL_CHARS)]
+             escape.markdown(item.get("headline"), DETAIL_CHARS)]
     # Regressions, largest first, before the other failures; improvements, largest first.
     order = {FAILED: (not estimates, -ratio), IMPROVED: (ratio,)}.get(group, ())
     return Entry(group, (*order, index), tuple(cells))
@@ -177,7 +150,7 @@ def _runs_lines(runs: list[dict]) -> list[str]:
     lines = []
     for number, run in enumerate(runs[:MAX_RUNS_SHOWN], 1):
         fingerprint = run.get("fingerprint")
-        where = (f"{text(fingerprint['description'], 200)} (`{fingerprint['key']}`)" if fingerprint
+        where = (f"{escape.markdown(fingerprint['description'], 200)} (`{fingerprint['key']}`)" if fingerprint
                  else "no GPU on this runner: nothing was measured")
         lines.append(f"- {'run ' + str(number) + ': ' if len(runs) > 1 else ''}{where}")
     if len(runs) > MAX_RUNS_SHOWN:
@@ -213,11 +186,3 @@ def render(document: dict, *, report_url: str | None = None, comment_id: str | N
     return "\n".join(head + sections + foot)
 
 
-def write(path: Path, body: str) -> None:
-    """Write the comment whole beside ``path``, then move it into place: an earlier file is kept on error."""
-    if path.is_dir():
-        raise CudagateError(f"--out {path}: is a folder; name the file to write, e.g. {path / 'comment.md'}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.tmp")
-    staged.write_text(body, encoding="utf-8")
-    os.replace(staged, path)

@@ -71,8 +71,18 @@ def gate_flags(options: Mapping[str, Any]) -> list[str]:
 
 
 def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, requests: list[str]) -> list[str]:
+    """The commands that run the case again: the gate on its node id, then each saved request.
+
+    A run under ``cudagate gate --trusted-ref BASE`` is reproduced the same way, in the pull request's
+    checkout: ``pytest --cuda-gate`` there would load the checkout's conftest.py and pytest settings,
+    which are the pull request's code (on a maintainer's machine, beside their signing key), and
+    would trust the checkout's keys instead of the base commit's."""
     quoted = "'" + nodeid.replace("'", "'\"'\"'") + "'"  # always quoted: node ids hold '::' and '[...]'
-    commands = [" ".join(["pytest --cuda-gate", *gate_flags(options), quoted])]
+    if options.get("trusted_ref"):
+        gate = [f"cudagate gate --trusted-ref {options['trusted_ref']} --", *gate_flags(options), quoted]
+    else:
+        gate = ["pytest --cuda-gate", *gate_flags(options), quoted]
+    commands = [" ".join(gate)]
     for name in requests:
         path = f"{report_dir.rstrip('/')}/{name}" if report_dir else name
         commands.append(f"cudagate run {shlex.quote(path)}")
@@ -142,19 +152,20 @@ def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | No
     }
 
 
-def options_json(options: GateOptions | None) -> dict:
-    if options is None:
-        return {}
-    return {"strict": options.strict, "release": options.release, "budget_s": options.budget_s,
-            "threshold": options.threshold}
+def options_json(options: GateOptions | None, trusted_ref: str | None = None) -> dict:
+    """The run's options as report.json keeps them; ``trusted_ref``: the base commit of
+    ``cudagate gate --trusted-ref``, which its reproduction commands name."""
+    found = {} if options is None else {"strict": options.strict, "release": options.release,
+                                        "budget_s": options.budget_s, "threshold": options.threshold}
+    return {**found, **({"trusted_ref": trusted_ref} if trusted_ref else {})}
 
 
 def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, str, str]], *,
                  index: Mapping[Key, ItemInfo], fingerprint: Any = None, options: GateOptions | None = None,
                  trust: Mapping[str | os.PathLike, str] | None = None, root: Path | None = None,
                  exitstatus: int | None = None, report_dir: str | None = None,
-                 selection: Mapping[str, Any] | None = None) -> Built:
-    opts = {**options_json(options), **(selection or {})}
+                 selection: Mapping[str, Any] | None = None, trusted_ref: str | None = None) -> Built:
+    opts = {**options_json(options, trusted_ref), **(selection or {})}
     tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
     requests: dict[str, dict] = {}
     items = []

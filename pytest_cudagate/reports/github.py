@@ -1,7 +1,7 @@
 """GitHub Actions: a job summary (markdown) and workflow-command annotations.
 
-Escaping follows the runner's rules (actions/toolkit ``command.ts``): in a message ``%``, CR and
-LF become ``%25``, ``%0D``, ``%0A``; in a property value ``:`` and ``,`` are escaped as well.
+Every string of the report goes through :mod:`.escape`: the runner's escaping in annotations,
+Markdown's in the summary.
 
 The runner obeys any line of a step's output that starts with ``::`` after its leading blanks, or
 holds ``##[`` anywhere (the legacy form), and a pull request's file names and compiler logs reach
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import re
 import secrets
 import sys
 from collections.abc import Callable
@@ -22,22 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from pytest_cudagate.reports import fmt
+from pytest_cudagate.reports import escape, fmt
 
 SUMMARY_ROW_LIMIT = 200  # GitHub caps a step summary at 1 MiB; a huge table helps nobody anyway
 
 
-def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def command(kind: str, message: str, **properties: str | int | None) -> str:
-    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items() if v is not None)
-    return f"::{kind}{' ' + props if props else ''}::{escape_data(message)}"
+    props = ",".join(f"{k}={escape.annotation_property(v)}" for k, v in properties.items() if v is not None)
+    return f"::{kind}{' ' + props if props else ''}::{escape.annotation(message)}"
 
 
 @dataclass
@@ -127,23 +118,15 @@ def workflow_annotations(doc: dict, root: Path | None = None, workspace: str | N
     return lines
 
 
-# Marks by which a name or message from a pull request in a table cell would make a link, an image,
-# code, HTML or a new column of the job summary; each is backslash-escaped. Emphasis marks are left
-# as they are: they only restyle, and names are full of underscores.
-_MARKUP = re.compile(r"([\\`\[\]|<>&])")
-
-
-def _cell(text: str) -> str:
-    return "<br>".join(_MARKUP.sub(r"\\\1", line) for line in text.splitlines())
-
-
 def summary_markdown(doc: dict) -> str:
     verdict = fmt.VERDICT_WORD[doc["verdict"]]
     icon = {"FAIL": "❌", "WARN": "⚠️", "PASS": "✅"}[verdict]
     lines = [f"## {icon} cudagate {verdict}: {fmt.counts_line(doc['counts'])}", ""]
     for run in doc["runs"]:
         fp = run.get("fingerprint")
-        lines.append(f"- GPU: `{fp['key']}` {fp['description']}" if fp else "- no GPU on this runner: nothing was measured")
+        # the key: 16 hex digits by the schema
+        lines.append(f"- GPU: `{fp['key']}` {escape.markdown(fp['description'])}" if fp
+                     else "- no GPU on this runner: nothing was measured")
     lines += ["", "| result | kernel × case | suite | problem | approved | current | ratio [interval] | latency | detail |",
               "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- |"]
     shown = doc["items"][:SUMMARY_ROW_LIMIT]
@@ -153,11 +136,11 @@ def summary_markdown(doc: dict) -> str:
         current = (lat.get("current") or {}).get("median") or (item.get("correctness") or {}).get("median_ms")
         ratio = f"{fmt.ratio(est)} {fmt.interval(est)}" if est else "–"
         detail = item.get("headline") or ""
-        status = f"**{item['status'].upper()}**" if item["status"] == "failed" else _cell(item["status"])
-        cells = [fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
+        status = f"**{item['status'].upper()}**" if item["status"] == "failed" else item["status"]
+        cells = [status, fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
                  fmt.us((lat.get("approved") or {}).get("median")), fmt.us(current), ratio,
-                 lat.get("verdict", "–"), fmt.clip(detail, 140)]
-        lines.append("| " + " | ".join([status, *(_cell(str(c)) for c in cells)]) + " |")
+                 lat.get("verdict", "–")]
+        lines.append("| " + " | ".join([*map(escape.markdown, cells), escape.markdown(detail, 140)]) + " |")
     if len(doc["items"]) > len(shown):
         lines.append(f"\n…and {len(doc['items']) - len(shown)} more: see the HTML report artifact.")
     lines += ["", "Full evidence (plots, error figures, telemetry, reproduction commands): the `report.html` artifact.", ""]

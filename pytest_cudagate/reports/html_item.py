@@ -2,42 +2,38 @@
 
 from __future__ import annotations
 
-from html import escape
-from typing import Any
-
 from pytest_cudagate.phases import run_phase
-from pytest_cudagate.reports import fmt, plots
+from pytest_cudagate.reports import escape, fmt, plots
 
+# Timing plots a page draws (the cases in the page's order: failures first). Each costs about 1 ms and
+# 9 KB; a report of 12,000 cases drawn whole took 12 s and made a 110 MB page no browser opens well.
+MAX_PLOTS = 500
 TELEMETRY_COLUMNS = (("sm_clock_mhz", "SM MHz"), ("mem_clock_mhz", "mem MHz"), ("temperature_c", "°C"),
                      ("power_w", "W"), ("utilization_gpu_pct", "util %"), ("throttle_reasons", "clock events"),
                      ("other_processes", "other processes"))
 
 
-def e(value: Any) -> str:
-    return escape("" if value is None else str(value))
-
-
 def rows(pairs: list[tuple[str, str]]) -> str:
     """A key/value table; values are HTML already."""
-    body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+    body = "".join(f"<tr><th>{escape.html(k)}</th><td>{v}</td></tr>" for k, v in pairs)
     return f'<table class="kv">{body}</table>'
 
 
 def pill(word: str) -> str:
-    return f'<span class="pill {e(word)}">{e(word.upper())}</span>'
+    return f'<span class="pill {escape.html(word)}">{escape.html(word.upper())}</span>'
 
 
 def correctness(item: dict) -> str:
     c = item.get("correctness")
     if c is None:
         reason = "not checked: the case was not replayed" if item["status"] == "skipped" else "not checked"
-        return f'<p class="note">{e(reason)}</p>'
+        return f'<p class="note">{escape.html(reason)}</p>'
     summary = "all outputs within tolerance" if c["passed"] else "outputs wrong"
     if c.get("error_kind"):
         summary += f" (error: {c['error_kind']})"
-    parts = [f"<p>{pill('passed' if c['passed'] else 'failed')} {e(summary)}</p>"]
+    parts = [f"<p>{pill('passed' if c['passed'] else 'failed')} {escape.html(summary)}</p>"]
     if c.get("problems"):
-        parts.append("<ul>" + "".join(f"<li>{e(p)}</li>" for p in c["problems"]) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li>{escape.html(p)}</li>" for p in c["problems"]) + "</ul>")
     if c.get("comparisons"):
         head = "".join(f"<th>{h}</th>" for h in ("output", "mismatches", "worst index", "expected", "actual",
                                                  "allowed |diff|", "rel. norm", "max |error|", "tolerance"))
@@ -62,7 +58,7 @@ def _comparison_row(cmp: dict) -> str:
              (fmt.sig(cmp.get("worst_expected"), 6), "num"), (fmt.sig(cmp.get("worst_actual"), 6), "num"),
              (fmt.sig(cmp.get("worst_allowed")), "num"), (rel_norm, "num"), (fmt.sig(cmp.get("max_abs_error")), "num"),
              (tolerance, "")]
-    return "<tr>" + "".join(f'<td class="{cls}">{e(text)}</td>' if cls else f"<td>{e(text)}</td>"
+    return "<tr>" + "".join(f'<td class="{cls}">{escape.html(text)}</td>' if cls else f"<td>{escape.html(text)}</td>"
                             for text, cls in cells) + "</tr>"
 
 
@@ -74,43 +70,43 @@ def latency(item: dict) -> str:
                 item["status"] == "failed" else f"not compared ({item['kind']} case)")
         if median:
             text += f"; median of the timed launches {fmt.us(median)}"
-        return f'<p class="note">{e(text)}</p>'
+        return f'<p class="note">{escape.html(text)}</p>'
     est = lat.get("estimate")
     advisory = " advisory (supplementary evidence)" if lat.get("advisory") else ""
     pairs = [("verdict", pill(lat["verdict"]) + advisory)]
     spread = lat.get("run_spread")
     if spread:
         pairs += [
-            ("today's run median", e(fmt.us((lat.get("current") or {}).get("median")))),
-            ("ratio to the approval runs", "<b>" + e(f"{spread['ratio']:.3f}") + "</b>"),
-            (f"an unchanged kernel stays within ({spread['confidence']:.0%})", e(f"{spread['low']:.3f} – {spread['high']:.3f}")),
-            ("spread used", e(spread["spread_text"])),
-            ("threshold", e(f"±{lat['threshold']:.1%}")),
+            ("today's run median", escape.html(fmt.us((lat.get("current") or {}).get("median")))),
+            ("ratio to the approval runs", "<b>" + escape.html(f"{spread['ratio']:.3f}") + "</b>"),
+            (f"an unchanged kernel stays within ({spread['confidence']:.0%})", escape.html(f"{spread['low']:.3f} – {spread['high']:.3f}")),
+            ("spread used", escape.html(spread["spread_text"])),
+            ("threshold", escape.html(f"±{lat['threshold']:.1%}")),
         ]
     elif est:
         approved, current = lat.get("approved") or {}, lat.get("current") or {}
         pairs += [
-            (f"median {lat.get('reason') or 'approved'}", e(fmt.us(approved.get("median")))),
-            ("median current", e(fmt.us(current.get("median")))),
-            ("ratio current / approved", f"<b>{e(fmt.ratio(est))}</b> {e(fmt.change(est))}"),
-            ("confidence interval", e(fmt.interval(est))),
-            ("threshold", e(f"±{lat['threshold']:.1%}")),
-            ("rounds", e(f"{lat.get('pairs', 0):,} ({est.get('method', '')})")),
-            ("measurement", e(f"{lat.get('measurement_s', 0):.2f} s")),
+            (f"median {lat.get('reason') or 'approved'}", escape.html(fmt.us(approved.get("median")))),
+            ("median current", escape.html(fmt.us(current.get("median")))),
+            ("ratio current / approved", f"<b>{escape.html(fmt.ratio(est))}</b> {escape.html(fmt.change(est))}"),
+            ("confidence interval", escape.html(fmt.interval(est))),
+            ("threshold", escape.html(f"±{lat['threshold']:.1%}")),
+            ("rounds", escape.html(f"{lat.get('pairs', 0):,} ({est.get('method', '')})")),
+            ("measurement", escape.html(f"{lat.get('measurement_s', 0):.2f} s")),
         ]
     else:
-        pairs.append(("reason", e(lat.get("reason"))))
-        pairs.append(("threshold", e(f"±{lat['threshold']:.1%}")))
+        pairs.append(("reason", escape.html(lat.get("reason"))))
+        pairs.append(("threshold", escape.html(f"±{lat['threshold']:.1%}")))
     if lat.get("discarded"):
-        pairs.append(("discarded chunks", e("; ".join(lat["discarded"]))))
+        pairs.append(("discarded chunks", escape.html("; ".join(lat["discarded"]))))
     if lat.get("note"):
-        pairs.append(("not seen", e(lat["note"])))
+        pairs.append(("not seen", escape.html(lat["note"])))
     release = lat.get("release")
     if release:
         text = release.get("headline") or release.get("reason")
-        pairs.append(("against the release", pill(release["verdict"]) + " " + e(text)))
+        pairs.append(("against the release", pill(release["verdict"]) + " " + escape.html(text)))
         if release.get("note"):
-            pairs.append(("release toolchain", e(release["note"])))
+            pairs.append(("release toolchain", escape.html(release["note"])))
     return rows(pairs)
 
 
@@ -121,13 +117,13 @@ def library(item: dict) -> str:
         return ""
     est = lib.get("estimate")
     if not est:
-        return rows([(f"× {lib['label']}", '<span class="note">no ratio</span>'), ("why", e(lib.get("error")))])
+        return rows([(f"× {lib['label']}", '<span class="note">no ratio</span>'), ("why", escape.html(lib.get("error")))])
     return rows([
-        (f"× {lib['label']} (current / library)", f"<b>{e(fmt.ratio(est))}</b>"),
-        ("confidence interval", e(fmt.interval(est))),
-        (f"median {lib['label']}", e(fmt.us((lib.get("library") or {}).get("median")))),
-        ("median current (same rounds)", e(fmt.us((lib.get("current") or {}).get("median")))),
-        ("rounds", e(f"{est.get('n', 0):,} interleaved; informational, never part of the verdict")),
+        (f"× {lib['label']} (current / library)", f"<b>{escape.html(fmt.ratio(est))}</b>"),
+        ("confidence interval", escape.html(fmt.interval(est))),
+        (f"median {lib['label']}", escape.html(fmt.us((lib.get("library") or {}).get("median")))),
+        ("median current (same rounds)", escape.html(fmt.us((lib.get("current") or {}).get("median")))),
+        ("rounds", escape.html(f"{est.get('n', 0):,} interleaved; informational, never part of the verdict")),
     ])
 
 
@@ -156,7 +152,7 @@ def telemetry(item: dict) -> str:
                f"power {_span([s.get('power_w') for s in states])} W · "
                f"clock events: {', '.join(events) or 'none'} · {len(states)} reading(s)")
     notes = sorted({f"{k}: {v}" for s in states for k, v in s.items() if k not in dict(TELEMETRY_COLUMNS)})
-    head = "<tr><th>#</th>" + "".join(f"<th>{e(label)}</th>" for _, label in TELEMETRY_COLUMNS) + "</tr>"
+    head = "<tr><th>#</th>" + "".join(f"<th>{escape.html(label)}</th>" for _, label in TELEMETRY_COLUMNS) + "</tr>"
     body = ""
     for number, state in enumerate(states, 1):
         cells = []
@@ -164,48 +160,51 @@ def telemetry(item: dict) -> str:
             value = state.get(key)
             if isinstance(value, list):
                 value = ", ".join(str(v.get("pid", v)) if isinstance(v, dict) else str(v) for v in value) or "none"
-            cells.append(f"<td class=num>{e('–' if value is None else value)}</td>")
+            cells.append(f"<td class=num>{escape.html('–' if value is None else value)}</td>")
         body += f"<tr><td class=num>{number}</td>{''.join(cells)}</tr>"
-    extra = f'<p class="muted">{e("; ".join(notes))}</p>' if notes else ""
-    return (f"<p>{e(summary)}</p>{extra}<details><summary>readings after each measured chunk</summary>"
+    extra = f'<p class="muted">{escape.html("; ".join(notes))}</p>' if notes else ""
+    return (f"<p>{escape.html(summary)}</p>{extra}<details><summary>readings after each measured chunk</summary>"
             f"<table>{head}{body}</table></details>")
 
 
 def provenance(item: dict, run: dict, signature: str | None) -> str:
     fp = run.get("fingerprint")
-    fp_text = f"<code>{e(fp['key'])}</code> {e(fp['description'])}" if fp else '<span class="note">no GPU: not measured</span>'
+    fp_text = f"<code>{escape.html(fp['key'])}</code> {escape.html(fp['description'])}" if fp else '<span class="note">no GPU: not measured</span>'
     inputs = item.get("inputs") or {}
     hashes = '<span class="note">case files not found</span>'
     if inputs:
-        hashes = "<table>" + "".join(f"<tr><td><code>{e(p)}</code></td><td class=mono>{e(h)}</td></tr>"
+        hashes = "<table>" + "".join(f"<tr><td><code>{escape.html(p)}</code></td><td class=mono>{escape.html(h)}</td></tr>"
                                      for p, h in inputs.items()) + "</table>"
     return rows([
         ("fingerprint", fp_text),
-        ("kernel source", f"<code>{e(item.get('source') or 'unknown')}</code>"),
-        ("suite file", f"<code>{e(item.get('suite_path') or item['suite'])}</code>"),
-        ("suite signature", e(signature) if signature else '<span class="note">not reported</span>'),
-        *([("worker time", e(f"{item['worker_s']:.2f} s"))] if item.get("worker_s") else []),
+        ("kernel source", f"<code>{escape.html(item.get('source') or 'unknown')}</code>"),
+        ("suite file", f"<code>{escape.html(item.get('suite_path') or item['suite'])}</code>"),
+        ("suite signature", escape.html(signature) if signature else '<span class="note">not reported</span>'),
+        *([("worker time", escape.html(f"{item['worker_s']:.2f} s"))] if item.get("worker_s") else []),
         ("input sha256", hashes),
     ])
 
 
-def article(item: dict, anchor: str, run: dict, signature: str | None) -> str:
+def article(item: dict, anchor: str, run: dict, signature: str | None, drawn: bool = True) -> str:
+    """The case's section; ``drawn``: with its timing plot (else a note says where the samples are)."""
     status = item["status"]
     sub = " · ".join(x for x in (item["suite"], item["kind"], item.get("class") and f"class {item['class']}",
                                   item.get("category")) if x)
     message = item.get("message") or item.get("warning")
     parts = [
-        f'<article class="item {e(status)}" id="{e(anchor)}">',
-        f"<h3>{pill(status)} {e(fmt.item_title(item))} <span class=muted>{e(sub)}</span></h3>",
-        f"<p><code>{e(item['nodeid'])}</code></p>",
-        f'<pre class="message">{e(message)}</pre>' if message and status != "skipped" else "",
+        f'<article class="item {escape.html(status)}" id="{escape.html(anchor)}">',
+        f"<h3>{pill(status)} {escape.html(fmt.item_title(item))} <span class=muted>{escape.html(sub)}</span></h3>",
+        f"<p><code>{escape.html(item['nodeid'])}</code></p>",
+        f'<pre class="message">{escape.html(message)}</pre>' if message and status != "skipped" else "",
         f'<div class="cols"><div><h4>Correctness</h4>{correctness(item)}</div>'
         f"<div><h4>Latency</h4>{latency(item)}"
         + (f"<h4>Library baseline</h4>{library(item)}" if item.get("library") else "") + "</div></div>",
-        plot(item, anchor),
+        plot(item, anchor) if drawn else ('<p class="note">timing plot left out: the page draws the first '
+                                          f'{MAX_PLOTS:,} cases; report.json holds every sample</p>'
+                                          if item.get("samples_ms") else ""),
         f"<h4>Clocks, temperature, clock events</h4>{telemetry(item)}" if item.get("latency") else "",
         f"<h4>Evidence</h4>{provenance(item, run, signature)}",
-        "<h4>Reproduce</h4><pre>" + e("\n".join(item.get("reproduce") or [])) + "</pre>",
+        "<h4>Reproduce</h4><pre>" + escape.html("\n".join(item.get("reproduce") or [])) + "</pre>",
         "</article>",
     ]
     return "".join(p for p in parts if p)

@@ -6,10 +6,9 @@ then the per-case evidence, hardware and suites.
 
 from __future__ import annotations
 
-from html import escape
 
-from pytest_cudagate.reports import fmt
-from pytest_cudagate.reports.html_item import article, e, pill
+from pytest_cudagate.reports import escape, fmt
+from pytest_cudagate.reports.html_item import MAX_PLOTS, article, pill
 from pytest_cudagate.reports.html_style import CSS
 
 
@@ -29,8 +28,8 @@ def _library_cell(item: dict) -> str:
         return "–"
     est = library.get("estimate")
     if est:
-        return e(f"{fmt.ratio(est)}× {fmt.interval(est, confidence=False)}")
-    return f'<span class="note" title="{e(library.get("error"))}">{e(fmt.clip(library.get("error") or "", 80))}</span>'
+        return escape.html(f"{fmt.ratio(est)}× {fmt.interval(est, confidence=False)}")
+    return f'<span class="note" title="{escape.html(library.get("error"))}">{escape.html(fmt.clip(library.get("error") or "", 80))}</span>'
 
 
 def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool, library: bool = False) -> str:
@@ -40,15 +39,15 @@ def _result_row(doc: dict, item: dict, anchor: str, several_runs: bool, library:
     if current is None:
         current = (item.get("correctness") or {}).get("median_ms")
     detail = item.get("headline") or ""
-    cells = [(pill(item["status"]), ""), (f'<a href="#{anchor}">{e(fmt.item_title(item))}</a>', ""),
-             (e(item["suite"]), ""), (e(item.get("category") or " · ".join(filter(None, (item["kind"], item.get("class"))))), "")]
+    cells = [(pill(item["status"]), ""), (f'<a href="#{anchor}">{escape.html(fmt.item_title(item))}</a>', ""),
+             (escape.html(item["suite"]), ""), (escape.html(item.get("category") or " · ".join(filter(None, (item["kind"], item.get("class"))))), "")]
     if several_runs:
-        cells.append((e(_run_label(doc, item["run"])), ""))
-    cells += [(e(fmt.us(approved)), "num"), (e(fmt.us(current)), "num"), (e(fmt.ratio(est)), "num"),
-              (e(fmt.interval(est, confidence=False)), "num")]
+        cells.append((escape.html(_run_label(doc, item["run"])), ""))
+    cells += [(escape.html(fmt.us(approved)), "num"), (escape.html(fmt.us(current)), "num"), (escape.html(fmt.ratio(est)), "num"),
+              (escape.html(fmt.interval(est, confidence=False)), "num")]
     if library:
         cells.append((_library_cell(item), "num"))
-    cells += [(pill(lat["verdict"]) if lat else "–", ""), (e(fmt.clip(detail, 200)), "detail")]
+    cells += [(pill(lat["verdict"]) if lat else "–", ""), (escape.html(fmt.clip(detail, 200)), "detail")]
     return "<tr>" + "".join(f'<td class="{cls}">{html}</td>' if cls else f"<td>{html}</td>" for html, cls in cells) + "</tr>"
 
 
@@ -61,7 +60,7 @@ def results_table(doc: dict, items: list[tuple[dict, str]]) -> str:
     head = ["result", "kernel × case", "suite", "problem / kind · class"] + (["GPU"] if several else []) + [
         "approved median", "current median", "ratio", interval, *library, "latency", "detail"]
     body = "".join(_result_row(doc, item, anchor, several, bool(library)) for item, anchor in items)
-    return f"<div class=scroll><table><tr>{''.join(f'<th>{h}</th>' for h in head)}</tr>{body}</table></div>"
+    return f"<div class=scroll><table><tr>{''.join(f'<th>{escape.html(h)}</th>' for h in head)}</tr>{body}</table></div>"
 
 
 def runs_section(doc: dict) -> str:
@@ -77,14 +76,14 @@ def runs_section(doc: dict) -> str:
             rows.append(("GitHub run", f"{github.get('server_url')}/{github.get('repository')}/actions/runs/{github['run_id']}"
                                        f" (job {github.get('job')}, {github.get('sha')})"))
         rows += [(k, v) for k, v in ((fp or {}).get("fields") or {}).items()]
-        body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
-        parts.append(f"<h3>run {number + 1}: <span class=mono>{e(title)}</span></h3><table class=kv>{body}</table>")
+        body = "".join(f"<tr><th>{escape.html(k)}</th><td>{escape.html(v)}</td></tr>" for k, v in rows)
+        parts.append(f"<h3>run {number + 1}: <span class=mono>{escape.html(title)}</span></h3><table class=kv>{body}</table>")
     return "".join(parts)
 
 
 def suites_section(doc: dict) -> str:
-    body = "".join(f"<tr><td>{e(s['name'])}</td><td><code>{e(s['path'])}</code></td>"
-                   f"<td>{e(s['signature']) if s.get('signature') else '<span class=note>not reported</span>'}</td></tr>"
+    body = "".join(f"<tr><td>{escape.html(s['name'])}</td><td><code>{escape.html(s['path'])}</code></td>"
+                   f"<td>{escape.html(s['signature']) if s.get('signature') else '<span class=note>not reported</span>'}</td></tr>"
                    for s in doc["suites"])
     return f"<table><tr><th>suite</th><th>file</th><th>signature</th></tr>{body}</table>"
 
@@ -97,15 +96,15 @@ def render(doc: dict) -> str:
     verdict = fmt.VERDICT_WORD[doc["verdict"]]
     fingerprints = [r["fingerprint"] for r in doc["runs"] if r.get("fingerprint")]
     on = "; ".join(f"{f['description']} ({f['key']})" for f in fingerprints) or "no GPU"
-    articles = "".join(article(i, a, doc["runs"][i["run"]], signatures.get(i.get("suite_path") or i["suite"]))
-                       for i, a in pairs)
+    articles = "".join(article(i, a, doc["runs"][i["run"]], signatures.get(i.get("suite_path") or i["suite"]),
+                               drawn=n < MAX_PLOTS) for n, (i, a) in enumerate(pairs))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>cudagate {verdict}: {escape(fmt.counts_line(doc['counts']))}</title><style>{CSS}</style></head>
+<title>cudagate {verdict}: {escape.html(fmt.counts_line(doc['counts']))}</title><style>{CSS}</style></head>
 <body>
-<header class="verdict {e(doc['verdict'])}"><div class="badge">{verdict}</div><div>
-<h1>cudagate gate report</h1><p class="counts">{escape(fmt.counts_line(doc['counts']))}</p>
-<p class="meta">on {e(on)} · created {e(doc['created'])} · cudagate {e(doc['tool_version'])}</p></div></header>
+<header class="verdict {escape.html(doc['verdict'])}"><div class="badge">{verdict}</div><div>
+<h1>cudagate gate report</h1><p class="counts">{escape.html(fmt.counts_line(doc['counts']))}</p>
+<p class="meta">on {escape.html(on)} · created {escape.html(doc['created'])} · cudagate {escape.html(doc['tool_version'])}</p></div></header>
 <main>
 <h2 id="problems">Regressions and failures</h2>
 {results_table(doc, problems) if problems else _no_problems(doc['counts'])}

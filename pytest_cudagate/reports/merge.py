@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_cudagate.boundary import MAX_REQUEST_BYTES, load_json
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports.document import Built, assemble, reproduce
-from pytest_cudagate.reports.writer import REQUESTS_DIR, read_report
+from pytest_cudagate.reports.writer import REQUESTS_DIR, one_line, read_report
 from pytest_cudagate.boundary.schema import validate
 
 
@@ -23,10 +23,12 @@ def _load_request(folder: Path, name: str) -> dict:
     path = folder / name
     try:
         request = load_json(path, MAX_REQUEST_BYTES, "request file")
+        validate(request, "harness-request", path)
     except FileNotFoundError:
         raise CudagateError(f"{path}: cannot read a request the report names: no such file; copy the report "
                             f"folder whole, {REQUESTS_DIR}/ included") from None
-    validate(request, "harness-request", path)
+    except FileError as exc:
+        raise one_line(exc) from None
     return request
 
 

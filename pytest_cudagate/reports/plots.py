@@ -9,9 +9,10 @@ rest; the output depends on the samples alone (no ids, no clock), so a report re
 from __future__ import annotations
 
 import math
-from html import escape
 
 import numpy as np
+
+from pytest_cudagate.reports import escape
 
 COLORS = {"approved": "#6b7280", "current": "#2563eb"}
 OTHER = "#111827"  # a role without a colour of its own
@@ -41,7 +42,7 @@ def timing_svg(samples_ms: dict[str, list[float]], uid: str, threshold: float | 
     low, high = _window(np.concatenate(list(series.values())))
     medians = {role: float(np.median(values)) for role, values in series.items()}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             f'{FONT} aria-label="{escape(f"latency distribution and per-round trace ({uid})")}">',
+             f'{FONT} aria-label="{escape.html(f"latency distribution and per-round trace ({uid})")}">',
              f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>']
     parts += _histograms(series, medians, low, high, threshold)
     parts += _traces(series, low, high)
@@ -62,7 +63,7 @@ def _window(everything: np.ndarray) -> tuple[float, float]:
 def _text(x: float, y: float, text: str, *, size: int = 10, anchor: str = "start", fill: str = "#374151",
           extra: str = "") -> str:
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}"{extra}>'
-            f"{escape(text)}</text>")
+            f"{escape.html(text)}</text>")
 
 
 def _ticks(low: float, high: float, *, whole: bool = False, count: int = 5) -> tuple[list[float], int]:
@@ -155,11 +156,11 @@ def _histograms(series: dict[str, np.ndarray], medians: dict[str, float], low: f
         # A step outline: up each bin's left edge, across its top, down to the baseline at the end.
         path = (f"M{xs[0]:.1f},{BOTTOM} "
                 + " ".join(f"V{y:.1f}H{x:.1f}" for x, y in zip(xs[1:].tolist(), ys.tolist())) + f"V{BOTTOM}")
-        parts.append(f'<path class="hist" data-role="{escape(role)}" d="{path}" fill="none" stroke="{color}" '
+        parts.append(f'<path class="hist" data-role="{escape.html(role)}" d="{path}" fill="none" stroke="{color}" '
                      f'stroke-width="1.4"/>')
         # Outside the window only when one role has a handful of samples: pin it to the edge.
         x = min(max(px(medians[role]), x0), x1)
-        parts.append(f'<line class="median" data-role="{escape(role)}" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" '
+        parts.append(f'<line class="median" data-role="{escape.html(role)}" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" '
                      f'y2="{BOTTOM}" stroke="{color}" stroke-dasharray="4 3"/>')
     entries = [(f"{role} (n={values.size})", _line_swatch(COLORS.get(role, OTHER)))
                for role, values in series.items()]
@@ -194,9 +195,9 @@ def _traces(series: dict[str, np.ndarray], low: float, high: float) -> list[str]
         keep = _downsample(values, int(x1 - x0))
         xs, ys = px(keep + 1.0), py(np.clip(values[keep], y_low, y_high))
         if keep.size == 1:  # a line through one point draws nothing
-            parts.append(f'<circle class="trace" data-role="{escape(role)}" cx="{xs[0]:.1f}" cy="{ys[0]:.1f}" '
+            parts.append(f'<circle class="trace" data-role="{escape.html(role)}" cx="{xs[0]:.1f}" cy="{ys[0]:.1f}" '
                          f'r="2.5" fill="{COLORS.get(role, OTHER)}"/>')
             continue
-        parts.append(f'<polyline class="trace" data-role="{escape(role)}" points="{_points(xs, ys)}" fill="none" '
+        parts.append(f'<polyline class="trace" data-role="{escape.html(role)}" points="{_points(xs, ys)}" fill="none" '
                      f'stroke="{COLORS.get(role, OTHER)}" stroke-width="0.8" stroke-linejoin="round"/>')
     return parts + _legend(x1, [(role, _line_swatch(COLORS.get(role, OTHER))) for role in series]) + ["</g>"]

@@ -36,6 +36,7 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
         index={**gathered_index(config), **from_items(getattr(session, "items", None) or [])},
         fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
         selection=getattr(runtime, "selection", None),
+        trusted_ref=getattr(getattr(runtime, "trust_root", None), "ref", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
         exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)
@@ -84,7 +85,7 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
                 from pytest_cudagate.reports.benchmark_json import benchmark_document
 
                 write_text(Path(benchmark_file), dumps(benchmark_document(document, Path(config.rootpath))),
-                           scrubber)
+                           scrubber, "pytest-benchmark file")
             _say(config, f"cudagate timings (pytest-benchmark JSON): {display_path(benchmark_file)}")
     except (CudagateError, OSError) as exc:
         # A report that cannot be written must not pass unseen: say why and fail the session.

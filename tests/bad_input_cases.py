@@ -628,6 +628,10 @@ def read_only_folder(d: Path) -> Path:
     return Path("/sys")
 
 
+def _long_path(d: Path) -> Path:
+    return d / "/".join(["x" * 200] * 25) / "report.md"  # 5,000 characters: past PATH_MAX
+
+
 def merge_into(out) -> Callable[[Path], tuple[str, list[str]]]:
     """A sound report merged into ``out(d)``: a place no merged report may go."""
     def build(d: Path) -> tuple[str, list[str]]:
@@ -664,6 +668,8 @@ for _name, _out in [("OUT a file", _file), ("OUT a device", device),
                     ("OUT/report.html a link", _linked_page)]:
     bad("merge", _name)(merge_into(_out))
 bad("merge", "DIR ''")(lambda d: ("cudagate", ["report", "merge", str(d / "merged"), ""]))
+bad("merge", "DIR a 5,000-character path")(lambda d: ("cudagate", ["report", "merge", str(d / "merged"),
+                                                                   str(_long_path(d))]))
 
 
 # -- cudagate report comment --------------------------------------------------------------------------
@@ -682,16 +688,13 @@ def _linked_comment(d: Path) -> Path:
     return d / "comment.md"
 
 
-def _long_path(d: Path) -> Path:
-    return d / "/".join(["x" * 200] * 25) / "comment.md"  # 5,000 characters: past PATH_MAX
-
-
 for _name, _out in [("--out a device (like /dev/full)", device), ("--out a folder", lambda d: d),
                     ("--out a link", _linked_comment),
                     ("--out ''", lambda d: ""), ("--out in a read-only folder", lambda d: read_only_folder(d) / "c.md"),
                     ("--out a 5,000-character path", _long_path)]:
     bad("comment", _name)(lambda d, o=_out: comment(d, out=o))
 bad("comment", "REPORT_DIR ''")(lambda d: ("cudagate", ["report", "comment", ""]))
+bad("comment", "REPORT_DIR a 5,000-character path")(lambda d: ("cudagate", ["report", "comment", str(_long_path(d))]))
 for _name, _change in OUT_OF_BOUNDS:
     bad("comment", _name)(lambda d, c=_change: comment(d, c))
 

@@ -28,14 +28,15 @@ _FIXES = {errno.ENAMETOOLONG: "name a shorter path", errno.ENOSPC: "free some sp
           errno.EDQUOT: "free some space, or name another disk"}
 
 
-def _shown(path: Path | str) -> str:
+def shown(path: Path | str) -> str:
+    """``path`` for a message: as :func:`display_path` shows it, its middle cut where it is very long."""
     name = display_path(path)
     return name if len(name) <= _SHOWN else f"{name[:_SHOWN // 2]}…{name[-_SHOWN // 2:]}"
 
 
 def _failed(path: Path | str, what: str, exc: OSError) -> CudagateError:
     fix = _FIXES.get(exc.errno, "name a folder this user may write in")
-    return CudagateError(f"{_shown(path)}: cannot write the {what}: {exc.strerror or exc}; {fix}")
+    return CudagateError(f"{shown(path)}: cannot write the {what}: {exc.strerror or exc}; {fix}")
 
 
 def named(text: str, what: str) -> Path:
@@ -61,11 +62,11 @@ def check_file(path: Path, what: str) -> None:
     if info is None or stat.S_ISREG(info.st_mode):
         return
     if stat.S_ISLNK(info.st_mode):
-        raise CudagateError(f"{_shown(path)}: is a symbolic link; cudagate writes the {what} only to a file of its "
+        raise CudagateError(f"{shown(path)}: is a symbolic link; cudagate writes the {what} only to a file of its "
                             "own: remove the link, or name another path")
     if stat.S_ISDIR(info.st_mode):
-        raise CudagateError(f"{_shown(path)}: is a folder; name the file to write the {what} to")
-    raise CudagateError(f"{_shown(path)}: is not a regular file (a device, FIFO or socket); cudagate writes the "
+        raise CudagateError(f"{shown(path)}: is a folder; name the file to write the {what} to")
+    raise CudagateError(f"{shown(path)}: is not a regular file (a device, FIFO or socket); cudagate writes the "
                         f"{what} only to a file of its own: name another path")
 
 
@@ -76,11 +77,11 @@ def check_folder(path: Path, what: str, *, inside: bool = False) -> None:
     info = _existing(path, what)
     if info is not None and stat.S_ISLNK(info.st_mode):
         if inside:
-            raise CudagateError(f"{_shown(path)}: is a symbolic link; cudagate writes the {what} only into a folder "
+            raise CudagateError(f"{shown(path)}: is a symbolic link; cudagate writes the {what} only into a folder "
                                 "of its own: remove the link, or name another folder")
         info = os.stat(path) if os.path.exists(path) else None  # a dangling link: mkdir says why
     if info is not None and not stat.S_ISDIR(info.st_mode):
-        raise CudagateError(f"{_shown(path)}: is not a folder; name a folder to write the {what} into")
+        raise CudagateError(f"{shown(path)}: is not a folder; name a folder to write the {what} into")
 
 
 def folder(path: Path, what: str, *, inside: bool = False) -> Path:
@@ -90,7 +91,7 @@ def folder(path: Path, what: str, *, inside: bool = False) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:  # a parent is a file, or the path a dangling link
-        raise CudagateError(f"{_shown(path)}: a part of this path is not a folder; name a folder to write the "
+        raise CudagateError(f"{shown(path)}: a part of this path is not a folder; name a folder to write the "
                             f"{what} into") from None
     except OSError as exc:
         raise _failed(path, what, exc) from None

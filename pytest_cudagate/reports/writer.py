@@ -147,8 +147,11 @@ def read_report(path: Path) -> dict:
     artifact: any size, depth or kind of file) and :func:`check`-ed; a bad one is one line naming the
     file and the first field at fault."""
     path = Path(path)
-    if path.is_dir():
-        path = path / REPORT_JSON
+    try:
+        if path.is_dir():
+            path = path / REPORT_JSON
+    except OSError as exc:  # a name too long, a loop of links
+        raise CudagateError(f"{output.shown(path)}: cannot read the report: {exc.strerror}") from None
     try:
         document = load_json(path, MAX_REPORT_BYTES, "report")
     except FileNotFoundError:

@@ -126,7 +126,7 @@ class GateSession:
                 threading.Thread(target=_import_quietly, args=("scipy.special",), name="cudagate-import",
                                  daemon=True).start()
                 ids = {id(node) for node in trusted}
-                runtime.gate().sanitize_ahead([(item.parent.suite, item.parent.program, item.case) for item in items
+                runtime.gate().ahead.sanitize([(item.parent.suite, item.parent.program, item.case) for item in items
                                                if isinstance(item, CaseItem) and id(item.parent) in ids])
 
     @pytest.hookimpl(tryfirst=True)

@@ -18,6 +18,9 @@ from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.model import Case, Checks, Suite
 from pytest_cudagate.worker.requests import KernelVersion
 
+# The share of an interleaved comparison's rounds timed on a fresh input set (checks.fresh_timing): half,
+# so that the fresh/signed comparison of judge/latency.py has the power of two equal groups.
+FRESH_SHARE = 0.5
 # A kernel timed alone stops before Timing.baseline_rounds once its run level is known to ±0.5% at 99%
 # (cudagate_harness.stopping): a long kernel after a few dozen launches, where hundreds cost most of a
 # second of GPU time; its verdict's interval is at least ±8.6% (stats.RUN_SPREAD_FLOOR).
@@ -57,6 +60,13 @@ class CaseJob:
         request["checks"] = worker_checks(self.checks)
         if self.fresh:
             entry["fresh"] = copy.deepcopy(self.fresh)
+            # An interleaved comparison also times rounds on the resampled sets (values the author cannot
+            # know in advance); the adversarial ones, with their extreme magnitudes, are for correctness.
+            timed = [spec for spec in entry["fresh"] if spec["label"].startswith("resampled")]
+            if "case" in request and self.checks.fresh_timing and timed:
+                for spec in timed:
+                    spec["timed"] = True
+                request["timing"]["fresh_share"] = FRESH_SHARE
         recorded = copy.deepcopy(request)
         for case in recorded.get("cases", []) + ([recorded["case"]] if "case" in recorded else []):
             case.pop("fresh", None)

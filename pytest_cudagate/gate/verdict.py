@@ -68,7 +68,7 @@ def decide(outcome: CaseOutcome, options: GateOptions) -> None:
     latency = outcome.latency
     if latency is not None and outcome.correctness.passed:
         judged = [latency] + ([latency.release] if latency.release is not None else [])
-        if any(blocks(r, strict=options.strict, release=options.release) for r in judged):
+        if any(blocks(r, strict=options.strict, release=options.release, trusted=options.trusted) for r in judged):
             outcome.failed = True
             parts.append(latency.describe())
         elif any(warns(r) for r in judged):

@@ -182,8 +182,8 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
     ``allow_unsigned``; the caller then prints :data:`UNSIGNED_WARNING`). Otherwise the problems,
     each naming a file or field, with the fix as the last line.
 
-    ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger
-    sequence come from the trusted ref instead of the working tree, and unsigned is never allowed.
+    ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger to
+    equal or extend come from the trusted ref instead of the working tree, and unsigned is never allowed.
     ``ledger``: the suite's ledger as the caller read it (or why it could not), so that the ledger
     verified is the one used; None reads it here.
     """
@@ -213,7 +213,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
                 f"`cudagate sign {display_path(suite.path)}`"]
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
-    base_sequence = trust_root.ledger_sequence(suite) if trust_root is not None else None
+    base = trust_root.ledger(suite) if trust_root is not None else None
     if ledger is None:
         try:
             ledger = Ledger.for_suite(suite)
@@ -221,7 +221,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
             ledger = exc
     if isinstance(ledger, CudagateError):
         return problems + [str(ledger)]
-    return problems + ledger_problems(ledger, keys, suite, base_sequence)
+    return problems + ledger_problems(ledger, keys, suite, base)
 
 
 def signer_from_keys(key, trusted_keys: dict) -> str | None:

@@ -20,7 +20,8 @@ from pytest_cudagate.trust.canonical import canonical_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
 from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
-from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
+from pytest_cudagate.trust.manifest import (MANIFEST_FORMAT, change_fix, collect_manifest, diff_manifests, sign_fix,
+                                            suite_manifest)
 from pytest_cudagate.suite.cases import check_case_data
 
 SIGNATURE_FILENAME = "cudagate.sig.json"
@@ -170,6 +171,8 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
         same = False
     if not same:
         result.problems.extend(p for p in diff_manifests(signed, current) if p not in result.problems)
+        if result.fix == sign_fix(suite):
+            result.fix = change_fix(suite, signed, current)
     result.ok = not result.problems
     if result.ok:
         result.fix = ""

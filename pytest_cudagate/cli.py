@@ -35,10 +35,11 @@ from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems
+from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems, suite_builds
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -58,7 +59,8 @@ def cmd_check(args) -> int:
         print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
         if args.allow_unsigned:
             print(f"  {UNSIGNED_WARNING}")
-        for problem in gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned):
+        distrusted = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned)
+        for problem in distrusted:
             failed = True
             print(f"  trust: {problem}")
         bad_data = False
@@ -71,11 +73,15 @@ def cmd_check(args) -> int:
             print(f"  {case_data_fix(suite)}")
         for flag in flag_cases(suite) if not bad_data else []:  # judged only on sound data
             print(f"  warning: {flag}")
-        # Each kernel's builds its cases run (one per class variant in use), then the reference.
-        builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
-        builds += [suite.reference.program] if suite.reference.program else []
+        if distrusted:  # the reference runs only as a trusted signature signs it, as in the gate
+            print("  note: expected outputs not rechecked with the reference: the suite is not trusted (above)")
+        else:
+            recheck = recheck_expected(suite, budget_s=args.recheck_budget)
+            failed |= bool(recheck.problems)
+            for line in recheck.problems + recheck.said(suite):
+                print(f"  {line}")
         for arch in args.arch or [project_config(suite).arch]:
-            for program in builds:
+            for program in suite_builds(suite):
                 result = compile_program(program, arch)
                 if result.ok:
                     res = result.resources
@@ -205,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "present)")
     check.add_argument("--allow-unsigned", action="store_true",
                        help="skip signature checks (local experiments only; says so loudly)")
+    add_recheck_budget(check)
     check.set_defaults(func=cmd_check)
 
     run = sub.add_parser("run", help="replay one harness request file on the GPU and print per-case results as JSON")

@@ -313,6 +313,12 @@ def _(d):
     return trust_file(d, "cudagate.approvals.json", lambda t: t.write_text('{"format": 1, "suite": "scale", "approvals": 5}'))
 
 
+@bad("trust", "ledger chain link no SHA-256")
+def _(d):
+    return trust_file(d, "cudagate.approvals.json",
+                      lambda t: t.write_text('{"format": 2, "suite": "scale", "approvals": {}, "chain": ["HEAD~1"]}'))
+
+
 @bad("trust", "signature a link to /dev/zero under pytest")
 def _(d):
     path = suite_with(d)

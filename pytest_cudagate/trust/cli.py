@@ -12,7 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.config import project_config
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
+from pytest_cudagate.worker.build import signature_refusals
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
@@ -102,10 +105,24 @@ def _signing_key(args):
     return load_private_key(path)
 
 
+def _refusals(suite, budget_s: float) -> list[str]:
+    """What stops ``cudagate sign`` from vouching for ``suite``: expected outputs its Python reference
+    no longer gives, and kernels that cannot take its signature. Says what it could not check."""
+    recheck = recheck_expected(suite, budget_s=budget_s, signed=False)  # as `cases generate` runs it
+    problems, notes = signature_refusals(suite, project_config(suite).arch)
+    for line in recheck.said(suite) + [f"note: {note}" for note in notes]:
+        print(f"{display_path(suite.path)}: {line}")
+    return recheck.problems + problems
+
+
 def cmd_sign(args) -> int:
     suites = _suites(args.suites)
     key = _signing_key(args)
     kid = key_id(key)
+    refused = [FileError(display_path(suite.path), found) for suite in suites
+               if (found := _refusals(suite, args.recheck_budget))]
+    if refused:  # checked before any is signed: a refusal leaves every file as it was
+        raise CudagateError("refused to sign:\n" + "\n".join(map(str, refused)))
     for suite in suites:
         root, settings = _project(suite)
         try:
@@ -160,6 +177,7 @@ def register(subparsers) -> None:
     sign.add_argument("--key", metavar="FILE",
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
     sign.add_argument("--signer", metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    add_recheck_budget(sign)
     sign.set_defaults(func=cmd_sign)
 
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")

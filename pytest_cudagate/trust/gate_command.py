@@ -282,10 +282,10 @@ def _forwarded_help() -> str:
 def register(subparsers) -> None:
     gate = subparsers.add_parser(
         "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
-                     "trusting only the keys, policy and ledger sequence of that commit",
+                     "trusting only the keys, policy and ledgers of that commit",
         epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     gate.add_argument("--trusted-ref", metavar="SHA",
-                      help="the base commit: keys, [tool.cudagate] and ledger sequences are read from its git objects")
+                      help="the base commit: keys, [tool.cudagate] and ledgers are read from its git objects")
     gate.add_argument("--repo", metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
     gate.add_argument("pytest_args", nargs="*", metavar="ARG",
                       help="suite paths and --cuda-gate-* options (after --)")

@@ -350,7 +350,7 @@ def gh(tmp_path):
         state.write_text(json.dumps({"pages": pages, "calls": []}))
         environ = {"PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]),
                    "FAKE_GH_STATE": str(state), "GITHUB_ACTION_PATH": str(action_path), "GH_TOKEN": "t0ken-for-test",
-                   "REPO": "octo/kernels", "PR_NUMBER": "7", "HOME": str(tmp_path), **env}
+                   "REPO": "octo/kernels", "PR_NUMBER": "7", "HOME": str(tmp_path), "PYTHON": sys.executable, **env}
         result = subprocess.run(["bash", "-c", step["run"]], capture_output=True, text=True, env=environ, timeout=120)
         return result, json.loads(state.read_text())["calls"]
     return run

@@ -214,8 +214,6 @@ BAD_INPUT = {
     "unknown case": (lambda h, t: [h.good, "HEAD", str(h.suite), "--case", "huge"],
                      "--case 'huge': suite 'scale' has no case of that name; its performance cases: perf"),
     "correctness case": (lambda h, t: [h.good, "HEAD", str(h.suite), "--case", "small"], "a correctness case"),
-    "threshold": (lambda h, t: [h.good, "HEAD", str(h.suite), "--threshold", "200"],
-                  "--threshold 200: a percent strictly between 0 and 100"),
     "not a repository": (lambda h, t: [h.good, "HEAD", str(h.suite), "--repo", str(t)],
                          "is not inside a git repository"),
 }

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_cudagate.boundary.options import Number, Text
 from pytest_cudagate.cli import build_parser, main
-from pytest_cudagate.trust.gate_command import _plugin_options
+from pytest_cudagate.plugin import add_gate_options
 
 BAD_NUMBERS = ("nan", "inf", "-inf", "1e308", str(10**30), "-1")
 BAD_TEXT = ("", " ")
@@ -39,8 +39,9 @@ PARSERS = dict(_parsers(build_parser()))
 def _arguments():
     """(the command's words, the action) for every argument that takes a value, in every parser."""
     found = [(path, action) for path, parser in PARSERS.items() for action in _takes_values(parser)]
-    found += [(("pytest",), action) for action in _takes_values(_plugin_options())]
-    return found
+    plugin = argparse.ArgumentParser(add_help=False)
+    add_gate_options(plugin.add_argument)  # the one definition pytest's options come from
+    return found + [(("pytest",), action) for action in _takes_values(plugin)]
 
 
 def _name(path, action) -> str:

@@ -24,6 +24,7 @@ import os
 import re
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -656,6 +657,85 @@ bad("tunables", "17 tunables of 64 values (cudagate check)")(lambda d: check(wit
 def _(d):
     return "cudagate", ["optimize", str(with_tunables(d, 3000, 2)), "scale2", "--allow-unsigned", "--quiet",
                         "--results", str(d / "results"), "--proposer", "autotune"]
+
+
+# -- cudagate history -------------------------------------------------------------------------------
+
+def timed_report(d: Path, edit=None) -> Path:
+    """A report with timed cases at a commit of its own (no repository needed); ``edit(document)`` applied."""
+    folder = d / "report"
+    built = built_report(build_scenario(d / "scale"), folder)
+    built.document["runs"][0]["github"] = {"sha": "ab" * 20, "ref": "refs/heads/main"}
+    if edit:
+        edit(built.document)
+    write_report(folder, built)
+    return folder
+
+
+def record(d: Path, *args: str, edit=None) -> tuple[str, list[str]]:
+    return "cudagate", ["history", "record", str(timed_report(d, edit)), "--repo", str(d), *args]
+
+
+def first_latency(key: str, value):
+    def edit(document):
+        next(item for item in document["items"] if item.get("latency"))["latency"]["current"][key] = value
+    return edit
+
+
+def damaged_history(d: Path, query: str) -> tuple[str, list[str]]:
+    """A history recorded from a sound report, then ``query`` run on it: every result it shows is damaged."""
+    db = d / "history.sqlite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["history", "record", str(timed_report(d)), "--repo", str(d), "--db", str(db)]) == 0
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(query)
+    return "cudagate", ["history", "show", "--db", str(db), "--out", str(d / "page")]
+
+
+bad("history", "--db :memory:")(lambda d: record(d, "--db", ":memory:"))
+bad("history", "--db file:x?mode=memory")(lambda d: record(d, "--db", "file:x?mode=memory"))
+bad("history", "a current median of 1e308 ms")(lambda d: record(d, "--db", str(d / "h.sqlite"),
+                                                                edit=first_latency("median", 1e308)))
+bad("history", "a current median of 1e-300 ms")(lambda d: record(d, "--db", str(d / "h.sqlite"),
+                                                                 edit=first_latency("median", 1e-300)))
+for _name, _query in [
+    ("a text latency in every result", "UPDATE results SET current_us = 'fast'"),
+    ("a latency of 1e308 in every result", "UPDATE results SET current_us = 1e308"),
+    ("a latency of -1 in every result", "UPDATE results SET current_us = -1"),
+    ("an infinite ratio in every result", "UPDATE results SET ratio = 9e999"),
+    ("a verdict of 7 in every result", "UPDATE results SET verdict = 7"),
+    ("every result of a run not recorded", "UPDATE results SET run = 'gone'"),
+    ("a run's release flag of 'yes'", "UPDATE runs SET release = 'yes'"),
+    ("a commit sha a blob", "UPDATE commits SET sha = x'00'"),
+    ("no table runs", "DROP TABLE runs"),
+    ("no column current_us", "ALTER TABLE results DROP COLUMN current_us"),
+]:
+    bad("history", _name)(lambda d, q=_query: damaged_history(d, q))
+
+
+# -- numbers and paths on the command line ------------------------------------------------------------
+
+for _args in [["bisect", "v1", "HEAD", "s", "--budget", "nan"], ["bisect", "v1", "HEAD", "s", "--budget", "inf"],
+              ["bisect", "v1", "HEAD", "s", "--budget", "1e308"], ["bisect", "v1", "HEAD", "s", "--timeout", "nan"],
+              ["bisect", "v1", "HEAD", "s", "--lock-timeout", "nan"], ["bisect", "v1", "HEAD", "s", "--threshold", "nan"],
+              ["history", "show", "--out", "o", "--last", "0"], ["history", "show", "--out", "o", "--last", str(10**30)],
+              ["history", "show", "--db", "", "--out", "o"], ["history", "show", "--out", ""],
+              ["report", "merge", "o", ""], ["approve", "s", "--runs", "-1"],
+              ["run", "r.json", "--timeout", "-inf"], ["optimize", "s", "k", "--max-gpu-minutes", "nan"],
+              ["optimize", "s", "k", "--batch", str(10**30)], ["optimize", "s", "k", "--results", ""],
+              ["cases", "generate", "s", "--lock-timeout", "1e308"], ["check", ""], ["gate", "--repo", ""]]:
+    bad("options", "cudagate " + " ".join(repr(a) if not a else a for a in _args))(lambda d, a=_args: ("cudagate", a))
+# Each of these a sound report: only the option is wrong.
+bad("options", "cudagate history record REPORT --db ''")(lambda d: record(d, "--db", ""))
+bad("options", "cudagate history record REPORT --lock-timeout nan")(lambda d: record(
+    d, "--db", str(d / "h.sqlite"), "--lock-timeout", "nan"))
+bad("options", "cudagate report merge '' REPORT")(lambda d: ("cudagate", ["report", "merge", "", str(timed_report(d))]))
+# A suite with its case data: without a GPU, a run of it passes; only the option is wrong.
+for _option in ["--cuda-gate-budget=nan", "--cuda-gate-timeout=inf", "--cuda-gate-lock-timeout=-1",
+                "--cuda-gate-threshold=nan", "--cuda-gate-durations=-1", "--cuda-gate-fresh-seed=1e308",
+                "--cuda-gate-report=", "--cuda-gate-benchmark-json="]:
+    bad("options", f"pytest {_option}")(lambda d, o=_option: ("pytest", [str(suite_with(d)), "--cuda-gate",
+                                                                         "--cuda-gate-allow-unsigned", o]))
 
 
 # -- the driver -------------------------------------------------------------------------------------

@@ -154,8 +154,7 @@ def test_the_report_link_and_the_marker(base, tmp_path, capsys):
     (["--report-url", "https://x.example/a) [evil](https://evil.example"], "--report-url"),
     (["--report-url", "javascript:alert(1)"], "--report-url"),
     (["--id", "a --> <script>"], "--id"),
-    (["--id", ""], "--id"),
-])
+])  # an empty --id: refused as the command line is read, as every empty value (tests/test_options.py)
 def test_a_bad_link_or_id_is_one_line_and_writes_nothing(base, tmp_path, capsys, args, named):
     folder = write(base, tmp_path / "r")
     out = tmp_path / "comment.md"

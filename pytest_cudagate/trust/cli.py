@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from pytest_cudagate.boundary.options import NAME, PATH, OneLineParser
 from pytest_cudagate.config import project_config
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
@@ -166,22 +167,22 @@ def cmd_verify(args) -> int:
 def register(subparsers) -> None:
     """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
     keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer")
-    keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
-    keygen.add_argument("--out", metavar="DIR",
+    keygen.add_argument("--name", required=True, type=NAME, help="whose key (names NAME.key and NAME.pub)")
+    keygen.add_argument("--out", type=PATH, metavar="DIR",
                         help="write NAME.key and NAME.pub into DIR (default: the private key under "
                              "~/.config/cudagate/keys/, the public key in .cudagate/trusted_keys/ of the project)")
     keygen.set_defaults(func=cmd_keygen)
 
     sign = subparsers.add_parser("sign", help="sign a suite's cases, reference and tolerances (writes cudagate.sig.json)")
-    sign.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    sign.add_argument("--key", metavar="FILE",
+    sign.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    sign.add_argument("--key", type=PATH, metavar="FILE",
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
-    sign.add_argument("--signer", metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    sign.add_argument("--signer", type=NAME, metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
     add_recheck_budget(sign)
     sign.set_defaults(func=cmd_sign)
 
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
-    verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    verify.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
 
     gate_command.register(subparsers)
@@ -189,7 +190,7 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pytest_cudagate.trust.cli``) until the main command wires these in."""
-    parser = argparse.ArgumentParser(prog="cudagate")
+    parser = OneLineParser(prog="cudagate")
     register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     try:

@@ -26,6 +26,7 @@ import pytest
 
 from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
+from pytest_cudagate.boundary.options import PATH, nonempty
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
@@ -300,9 +301,9 @@ def register(subparsers) -> None:
         "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
                      "trusting only the keys, policy and ledgers of that commit",
         epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    gate.add_argument("--trusted-ref", metavar="SHA",
+    gate.add_argument("--trusted-ref", type=nonempty("the base commit"), metavar="SHA",
                       help="the base commit: keys, [tool.cudagate] and ledgers are read from its git objects")
-    gate.add_argument("--repo", metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
-    gate.add_argument("pytest_args", nargs="*", metavar="ARG",
+    gate.add_argument("--repo", type=PATH, metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
+    gate.add_argument("pytest_args", nargs="*", type=nonempty("a suite path or an option"), metavar="ARG",
                       help="suite paths and --cuda-gate-* options (after --)")
     gate.set_defaults(func=cmd_gate)

@@ -38,7 +38,9 @@ from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems
+from pytest_cudagate.suite.includes import IncludeError
+from pytest_cudagate.worker.build import compile_version, mismatch_heading, parameter_problems
+from pytest_cudagate.worker.requests import current_version
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -74,9 +76,16 @@ def cmd_check(args) -> int:
         # Each kernel's builds its cases run (one per class variant in use), then the reference.
         builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
         builds += [suite.reference.program] if suite.reference.program else []
+        versions = []
+        for program in builds:
+            try:
+                versions.append((program, current_version(program)))
+            except IncludeError as exc:  # the headers it includes are bad input, as the suite file's are
+                bad_input = True
+                print(f"  {program.build_name}: {exc}")
         for arch in args.arch or [project_config(suite).arch]:
-            for program in builds:
-                result = compile_program(program, arch)
+            for program, version in versions:
+                result = compile_version(version, arch)
                 if result.ok:
                     res = result.resources
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"

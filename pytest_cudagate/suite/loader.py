@@ -587,9 +587,10 @@ def collected_by_default(folder: Path) -> bool:
 def refuse_folder_links(paths: list[Path], root: Path, enter: Callable[[Path], bool] = collected_by_default) -> None:
     """A :class:`CudagateError` naming the links to folders that gating ``paths`` would pass through:
     a path inside ``root`` (the checkout) itself or a folder between ``root`` and it, or a link below
-    it where ``enter`` says the collection would step into it. pytest's collection follows such a link: a link to ``.`` judges the
-    suites again at every depth, one to ``/`` walks the whole disk while the GPU is held. None is
-    followed here (a link costs the stat of its target), so the refusal comes at once."""
+    it where ``enter`` says the collection would step into it. pytest's collection follows such a
+    link: one to ``.`` judges the suites again at every depth, one to ``/`` walks the whole disk while
+    the GPU is held. None is followed here (a link costs the stat of its target): the refusal comes at
+    once."""
     base = Path(os.path.abspath(root))
     links: list[Path] = []
     for path in paths:

@@ -40,7 +40,9 @@ from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems, suite_builds
+from pytest_cudagate.suite.includes import IncludeError
+from pytest_cudagate.worker.build import compile_version, mismatch_heading, parameter_problems, suite_builds
+from pytest_cudagate.worker.requests import current_version
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
@@ -83,9 +85,16 @@ def cmd_check(args) -> int:
             failed |= bool(recheck.problems)
             for line in recheck.problems + recheck.said(suite):
                 print(f"  {line}")
+        versions = []
+        for program in suite_builds(suite):
+            try:
+                versions.append((program, current_version(program)))
+            except IncludeError as exc:  # the headers it includes are bad input, as the suite file's are
+                bad_input = True
+                print(f"  {program.build_name}: {exc}")
         for arch in args.arch or [project_config(suite).arch]:
-            for program in suite_builds(suite):
-                result = compile_program(program, arch)
+            for program, version in versions:
+                result = compile_version(version, arch)
                 if result.ok:
                     res = result.resources
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"

@@ -46,6 +46,7 @@ from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa:
 from optimize_fakes import opt_suite, write_proposals  # noqa: E402
 from report_fixtures import build_scenario, built_report  # noqa: E402
 from test_attacks import Repo  # noqa: E402
+from trust_project import make_project  # noqa: E402
 
 MEMORY_LIMIT = 512 * 1024 * 1024
 SECONDS = 2.0  # CPU seconds an input may take
@@ -736,6 +737,83 @@ for _option in ["--cuda-gate-budget=nan", "--cuda-gate-timeout=inf", "--cuda-gat
                 "--cuda-gate-report=", "--cuda-gate-benchmark-json="]:
     bad("options", f"pytest {_option}")(lambda d, o=_option: ("pytest", [str(suite_with(d)), "--cuda-gate",
                                                                          "--cuda-gate-allow-unsigned", o]))
+# -- a kernel's headers (issue 41: items 8, fuzz 9) -----------------------------------------------------------------
+
+def including(d: Path, include: str, make=None, *, entry: str = "cudagate") -> tuple[str, list[str]]:
+    """The suite with its case data, its kernel including ``include``; ``make(folder)`` writes the header."""
+    path = suite_with(d)
+    source = path.parent / "scale.cu"
+    source.write_text(f'#include "{include}"\n' + source.read_text())
+    if make:
+        make(path.parent)
+    if entry == "pytest":
+        return "pytest", [str(path), "--cuda-gate", "--cuda-gate-allow-unsigned"]
+    return check(path)
+
+
+def links_to_one_header(folder: Path, count: int = 20, size: int = 4 * 1024 * 1024 - 16) -> None:
+    (folder / "big.cuh").write_text("// " + "x" * size + "\n")
+    for i in range(count):
+        (folder / f"l{i}.cuh").symlink_to("big.cuh")
+    source = folder / "scale.cu"
+    source.write_text("".join(f'#include "l{i}.cuh"\n' for i in range(count)) + source.read_text())
+
+
+_HEADERS = [
+    ("a 5,000-character include name", "a" * 5000 + ".cuh", None),
+    ("a header over 4 MiB", "big.cuh", lambda f: (f / "big.cuh").write_bytes(b"/" * (5 << 20))),
+    ("a non-UTF-8 header", "latin1.cuh", lambda f: (f / "latin1.cuh").write_bytes(b"// caf\xe9\n")),
+    ("an .npy include", "cases/small/x.npy", None),
+    ("a header that links to itself", "loop.cuh", lambda f: (f / "loop.cuh").symlink_to("loop.cuh")),
+    ("a header that is a FIFO", "fifo.cuh", lambda f: os.mkfifo(f / "fifo.cuh")),
+    ("20 links to one 4 MiB header", "l0.cuh", lambda f: links_to_one_header(f)),
+    ("300 links to one header", "l0.cuh", lambda f: links_to_one_header(f, 300, 10)),
+]
+for _name, _include, _make in _HEADERS:
+    for _entry in ("cudagate", "pytest"):
+        bad("includes", f"{_name} ({'check' if _entry == 'cudagate' else 'pytest'})")(
+            lambda d, i=_include, m=_make, e=_entry: including(d, i, m, entry=e))
+
+
+@bad("includes", "a CUDA reference including a 5,000-character name (verify)")
+def _(d):
+    project = make_project(d, cuda_reference=True)
+    reference = project.suite_dir / "reference.cu"
+    reference.write_text('#include "' + "a" * 5000 + '.cuh"\n' + reference.read_text())
+    return "verify", ["verify", str(project.suite_file)]
+
+
+@bad("includes", "a kernel source that links to itself (check)")
+def _(d):
+    path = suite_with(d)
+    (path.parent / "scale.cu").unlink()
+    (path.parent / "scale.cu").symlink_to("scale.cu")
+    return check(path)
+
+
+# -- links to folders in the gated paths (issue 41, item 6) ----------------------------------------------------------
+
+def folder_links(d: Path, links: dict[str, str], entry: str) -> tuple[str, list[str]]:
+    path = suite_with(d)
+    for name, target in links.items():
+        (path.parent / name).symlink_to(target)
+    if entry == "pytest":
+        return "pytest", [str(path.parent), "--cuda-gate", "--cuda-gate-allow-unsigned"]
+    return "cudagate", ["check", "--allow-unsigned", str(path.parent)]
+
+
+for _name, _links in [("loop -> .", {"loop": "."}), ("two links to . and ..", {"a": ".", "b": ".."}),
+                      ("a link to /", {"root": "/"})]:
+    for _entry in ("cudagate", "pytest"):
+        bad("links", f"{_name} ({'check' if _entry == 'cudagate' else 'pytest'})")(
+            lambda d, k=_links, e=_entry: folder_links(d, k, e))
+
+
+@bad("links", "a link to / in the trusted suites (cudagate gate)", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    (repo.suite_dir / "root").symlink_to("/")
+    return gate(repo)
 
 
 # -- the driver -------------------------------------------------------------------------------------

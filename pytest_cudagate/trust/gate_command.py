@@ -254,7 +254,7 @@ def cmd_gate(args) -> int:
             root = read_trust_root(worktree, args.trusted_ref)
             policy = root.policy
             suite_paths = [worktree / p for p in (paths or list(root.settings().suites) or ["."])]
-            found = discover(suite_paths)
+            found = discover(suite_paths, worktree)
             problems = root.suite_problems(found)
             suites = []
             for path in found:

@@ -141,7 +141,7 @@ class GateRuntime:
         """Hand the gate the case items about to run (this one first) to prepare their fresh inputs
         ahead: once a worker runs, and for suites already trusted (a Python reference may run)."""
         if self._worker is not None and not self._closed:
-            self.gate().prefetch([(suite, case) for suite, case in upcoming if not self.trust_problems(suite)])
+            self.gate().ahead.prefetch([(suite, case) for suite, case in upcoming if not self.trust_problems(suite)])
 
     def expect(self, upcoming: tuple[Suite, Program, Case] | None) -> None:
         """Name the case item after the one about to run to the gate (None: none), where its suite is
@@ -154,7 +154,7 @@ class GateRuntime:
                 upcoming = None
             else:
                 upcoming = (suite, program, case, self.ledger(suite))
-        self.gate().expect(upcoming)
+        self.gate().ahead.expect(upcoming)
 
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
@@ -223,7 +223,7 @@ class GateRuntime:
         the process spawned early where no item asked for it; waits for a start still in progress.
         Later :meth:`client` calls start none."""
         if self._gate is not None:
-            self._gate.settle()  # a run sent ahead for an item that did not come: the link is its until answered
+            self._gate.ahead.settle()  # a run sent ahead for an item that did not come: the link is its until answered
         with self._starting:
             self._closed = True
             worker, self._worker = self._worker, None
@@ -238,7 +238,7 @@ class GateRuntime:
     def close(self) -> None:
         # First: what the gate prepares ahead is written under the output folder, which stays while a
         # job still runs there (a sweep of a later run deletes it: paths.sweep_stale).
-        settled = self._gate.close() if self._gate is not None else True
+        settled = self._gate.ahead.close() if self._gate is not None else True
         self.close_worker()
         if self._output_dir is not None and self.keep_outputs is None and settled:
             trash.discard(self._output_dir)

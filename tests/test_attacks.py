@@ -237,6 +237,67 @@ def test_a_maintainer_signed_ledger_in_the_pull_request_is_accepted(repo):
     assert code == 0, out
 
 
+def test_a_maintainer_signing_twice_in_the_pull_request_is_accepted(repo):
+    """Each signing chains onto the ledger it replaces, so the second still extends the base's."""
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1e-7))
+    repo.sign("alice")
+    repo.commit("a tighter tolerance, signed")
+    repo.sign("alice")
+    code, out = repo.gate()
+    assert code == 0, out
+
+
+SIGNED_STATE = ("cudagate.yaml", "cudagate.sig.json", "cudagate.approvals.json")
+
+
+def _signed_state(repo: Repo) -> dict[str, bytes]:
+    return {name: (repo.suite_dir / name).read_bytes() for name in SIGNED_STATE}
+
+
+def _put(repo: Repo, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (repo.suite_dir / name).write_bytes(data)
+
+
+def test_a_signature_from_a_branch_the_base_has_moved_past_is_refused(repo):
+    """A maintainer signed a looser tolerance on a branch that was closed unmerged; the base has been
+    re-signed since. Copied into a new pull request, the looser oracle and its ledger (a sequence no
+    lower than the base's) were signed over the older base ledger, not this one."""
+    repo.git.git.checkout("-q", "-b", "closed")
+    repo.edit_yaml(LOOSENINGS["atol"])
+    repo.sign("alice")
+    repo.sign("alice")
+    repo.commit("a looser tolerance, signed twice (sequence 4), never merged")
+    closed = _signed_state(repo)
+    repo.git.git.checkout("-q", "-")
+    repo.sign("alice")
+    repo.base = repo.commit("base: re-signed (sequence 3)")
+    _put(repo, closed)
+    source = repo.suite_dir / "softmax.cu"
+    source.write_text(source.read_text() + "\n// 1 % wrong, within the looser tolerance\n")
+    refused(repo, "softmax/cudagate.approvals.json: sequence 4 was not signed over the ledger at the trusted ref "
+                  "(sequence 3): a signature made on another branch",
+            f"fix: a maintainer starts from the trusted ref's ledger (`git checkout {repo.base[:12]} -- "
+            "softmax/cudagate.approvals.json`)")
+
+
+def test_a_ledger_recreated_at_the_base_lets_no_older_signed_pair_in(repo):
+    """The base deleted its ledger and signed a new one (sequence 1); an older signed oracle-and-ledger
+    pair from its history (sequence 3, a looser tolerance) is not lower than that, but was signed over
+    a ledger the base has replaced."""
+    repo.edit_yaml(LOOSENINGS["atol"])
+    repo.sign("alice")
+    older = _signed_state(repo)
+    repo.commit("base: a looser tolerance, signed (sequence 3)")
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1e-6))
+    (repo.suite_dir / "cudagate.approvals.json").unlink()
+    repo.sign("alice")
+    repo.base = repo.commit("base: the tolerance restored, the ledger re-created (sequence 1)")
+    _put(repo, older)
+    refused(repo, "softmax/cudagate.approvals.json: sequence 3 was not signed over the ledger at the trusted ref "
+                  "(sequence 1)")
+
+
 # -------------------------------------------------------------------------------- host files
 
 

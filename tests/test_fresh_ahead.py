@@ -17,7 +17,7 @@ from fake_worker import FakeKernel, FakeWorker, install, scale_kernels, scale_xy
 from helpers import SUITE_YAML, replace_once, write_suite
 from test_generated_cases import cache_entries, cached_suite, classed_suite, corrupt_input, reports_by_case  # noqa: F401
 from test_hardening_gate import Fingerprint, kernels_for
-from pytest_cudagate import gate as gate_module
+from pytest_cudagate.gate import lookahead, prepare as prepare_module
 from pytest_cudagate import items as items_module
 from pytest_cudagate import xdist_hooks
 from pytest_cudagate.approvals.ledger import Ledger
@@ -32,7 +32,7 @@ pytest_plugins = ["pytester"]
 @pytest.fixture(autouse=True)
 def _any_host_draws_ahead(monkeypatch):
     """These tests run on 2-core CI machines, where the gate would not draw ahead at all."""
-    monkeypatch.setattr(gate_module, "PREFETCH_CORES", 1)
+    monkeypatch.setattr(lookahead, "PREFETCH_CORES", 1)
 
 MORE_CASES = ("  - {name: wide, kind: correctness, scalars: {rows: 5, cols: 700}}\n"
               "  - {name: big, kind: performance, generated: true, scalars: {rows: 64, cols: 200}}\n"
@@ -81,7 +81,7 @@ class Spy:
     def __init__(self, monkeypatch):
         self.threads: dict[str, str] = {}
         self.done: dict[str, threading.Event] = {}
-        real = gate_module.prepare
+        real = prepare_module.prepare
 
         def prepare(suite, case, **kwargs):
             try:
@@ -90,7 +90,7 @@ class Spy:
                 self.threads[case.name] = threading.current_thread().name
                 self.done.setdefault(case.name, threading.Event()).set()
 
-        monkeypatch.setattr(gate_module, "prepare", prepare)
+        monkeypatch.setattr(prepare_module, "prepare", prepare)
 
     def wait(self, case: str) -> None:
         assert self.done.setdefault(case, threading.Event()).wait(30)
@@ -111,12 +111,12 @@ def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = fro
             if spy is not None:
                 if case.name in ahead:
                     spy.wait(case.name)
-                gate.prefetch([(suite, c) for c in suite.cases[index:index + window]])
+                gate.ahead.prefetch([(suite, c) for c in suite.cases[index:index + window]])
             outcome = gate.replay(suite, program, case, Ledger.for_suite(suite))
             assert not outcome.failed, outcome.message
             notes[case.name] = outcome.notes
     finally:
-        gate.close()
+        gate.ahead.close()
     return fresh_sent(client), notes
 
 
@@ -125,19 +125,19 @@ def judged(path: Path, out: Path, spy: Spy | None = None, ahead: frozenset = fro
 def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, yaml_text, threads):
     path = suite_at(tmp_path / "suite", yaml_text)
     in_turn = judged(path, tmp_path / "in-turn")
-    monkeypatch.setattr(gate_module, "workers", lambda cores: threads)
+    monkeypatch.setattr(lookahead, "workers", lambda cores: threads)
     # every case after the first is prepared while the one before runs; the generated one's arrays
     # are materialised there too where its reference is Python (a CUDA one needs the worker link)
     ahead = frozenset({"perf", "wide", "big"})
     spy = Spy(monkeypatch)
-    materialised, real = {}, gate_module.materialise
+    materialised, real = {}, prepare_module.materialise
 
     def materialise(suite, case, **kwargs):
         if not fresh_inputs.arrays_in_place(suite, case):  # else it returns at once
             materialised[case.name] = threading.current_thread().name
         return real(suite, case, **kwargs)
 
-    monkeypatch.setattr(gate_module, "materialise", materialise)
+    monkeypatch.setattr(prepare_module, "materialise", materialise)
     assert judged(path, tmp_path / "ahead", spy, ahead, window=1 + threads) == in_turn
     assert materialised == {"big": "MainThread" if yaml_text == CUDA_YAML else "cudagate-fresh-ahead"}
     # a set a Python reference dropped ahead (the picky perf case) is drawn again in the item's own turn
@@ -152,14 +152,14 @@ def test_sets_prepared_ahead_are_the_sets_drawn_in_turn(tmp_path, monkeypatch, y
 
 def materialised_in(monkeypatch) -> list[str]:
     """The threads that materialise a generated case's arrays (a call that finds them in place aside)."""
-    threads, real = [], gate_module.materialise
+    threads, real = [], prepare_module.materialise
 
     def materialise(suite, case, **kwargs):
         if not fresh_inputs.arrays_in_place(suite, case):
             threads.append(threading.current_thread().name)
         return real(suite, case, **kwargs)
 
-    monkeypatch.setattr(gate_module, "materialise", materialise)
+    monkeypatch.setattr(prepare_module, "materialise", materialise)
     return threads
 
 
@@ -269,7 +269,7 @@ def test_an_error_ahead_fails_its_own_item_and_the_session_goes_on(pytester, mon
 def test_a_session_that_stops_with_a_job_running_ends(pytester, monkeypatch):
     monkeypatch.setattr(fresh_ahead, "CLOSE_WAIT_S", 0.5)
     entered, release = threading.Event(), threading.Event()
-    real = gate_module.prepare
+    real = prepare_module.prepare
 
     def stuck(suite, case, **kwargs):
         if case.name == "perf":
@@ -282,7 +282,7 @@ def test_a_session_that_stops_with_a_job_running_ends(pytester, monkeypatch):
         entered.wait(10)  # the job ahead is running before the first case can fail
         wrong_small(launch)
 
-    monkeypatch.setattr(gate_module, "prepare", stuck)
+    monkeypatch.setattr(prepare_module, "prepare", stuck)
     started = time.perf_counter()
     try:  # the first case fails, and -x ends the session there
         run, calls, _, _ = run_gate(pytester, monkeypatch, scale_path(pytester), OSError, "-x",
@@ -317,13 +317,13 @@ def test_a_suites_first_case_is_prepared_while_the_suite_before_runs(pytester, m
     install(monkeypatch, pytester.path, {"scale2": FakeKernel(slow, [p.protocol() for p in
                                                                      load_suite(paths[0]).signature])})
     finished, started = Finished(), {}
-    real = gate_module.prepare
+    real = prepare_module.prepare
 
     def prepare(suite, case, **kwargs):
         started[suite.name, case.name] = threading.current_thread().name, list(finished.nodeids)
         return real(suite, case, **kwargs)
 
-    monkeypatch.setattr(gate_module, "prepare", prepare)
+    monkeypatch.setattr(prepare_module, "prepare", prepare)
     run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(pytester.path), "-p", "no:cacheprovider",
                               plugins=[finished])
     assert run.ret == 0 and set(started) == {(s, c) for s in ("alpha", "beta") for c in ("small", "perf")}
@@ -337,11 +337,11 @@ def test_a_suites_first_case_is_prepared_while_the_suite_before_runs(pytester, m
 def test_a_many_core_host_prepares_the_next_cases_at_once(pytester, monkeypatch):
     """With three prepare threads, the three cases after the first are drawn while the first runs,
     and two of them at the same time (they wait for each other: one thread would break the barrier)."""
-    monkeypatch.setattr(gate_module, "workers", lambda cores: 3)
+    monkeypatch.setattr(lookahead, "workers", lambda cores: 3)
     path = suite_at(pytester.path / "suite", PYTHON_YAML)
     install(monkeypatch, pytester.path, {"scale2": FakeKernel(slow, [p.protocol() for p in load_suite(path).signature])})
     finished, started, together = Finished(), {}, threading.Barrier(2, timeout=10)
-    real = gate_module.prepare
+    real = prepare_module.prepare
 
     def prepare(suite, case, **kwargs):
         started.setdefault(case.name, (threading.current_thread().name, list(finished.nodeids)))  # the first
@@ -349,7 +349,7 @@ def test_a_many_core_host_prepares_the_next_cases_at_once(pytester, monkeypatch)
             together.wait()
         return real(suite, case, **kwargs)
 
-    monkeypatch.setattr(gate_module, "prepare", prepare)
+    monkeypatch.setattr(prepare_module, "prepare", prepare)
     run = pytester.inline_run("--cuda-gate", "--cuda-gate-allow-unsigned", str(pytester.path), "-p", "no:cacheprovider",
                               plugins=[finished])
     assert run.ret == 0 and not together.broken
@@ -393,7 +393,7 @@ def test_cases_are_prepared_no_further_ahead_than_the_processes_share_of_threads
                                                                                   prepared):
     """The window counts places, not jobs: a case drawn in its own turn still takes its place, so one
     thread (4 cores each for 4 xdist workers) prepares the next case only, not the one after."""
-    monkeypatch.setattr(gate_module, "cores", lambda: 16)
+    monkeypatch.setattr(lookahead, "cores", lambda: 16)
     suite = load_suite(suite_at(tmp_path / "suite", PYTHON_YAML))
     gate = Gate(FakeWorker(kernels_for(suite)), Fingerprint(), GateOptions(fresh_seed=1234, processes=processes),
                 tmp_path / "out")
@@ -401,11 +401,11 @@ def test_cases_are_prepared_no_further_ahead_than_the_processes_share_of_threads
     spy = Spy(monkeypatch)
     try:
         assert not gate.replay(suite, program, suite.cases[0], Ledger.for_suite(suite)).failed  # drawn in turn
-        gate.prefetch([(suite, case) for case in suite.cases])
+        gate.ahead.prefetch([(suite, case) for case in suite.cases])
         for case in prepared:
             spy.wait(case)
     finally:
-        assert gate.close()
+        assert gate.ahead.close()
     assert sorted(case for case, thread in spy.threads.items() if thread == "cudagate-fresh-ahead") == prepared
 
 
@@ -507,7 +507,7 @@ def test_close_says_when_a_job_still_runs_so_its_folder_is_kept(monkeypatch):
 
 
 def test_a_host_short_of_cores_draws_every_case_in_its_own_turn(tmp_path, monkeypatch):
-    monkeypatch.setattr(gate_module, "PREFETCH_CORES", 10_000)
+    monkeypatch.setattr(lookahead, "PREFETCH_CORES", 10_000)
     path = suite_at(tmp_path / "suite", DRAWN_YAML)
     spy = Spy(monkeypatch)
     judged(path, tmp_path / "out", spy)

@@ -146,7 +146,7 @@ time.sleep(600)""")
     gate = Gate(FakeWorker(kernels_for(scale_suite), timeout_s=1.0), Fingerprint(), GateOptions(fresh_seed=3),
                 tmp_path / "out")
     program, case = scale_suite.kernels[0], scale_suite.case("small")
-    gate.sanitize_ahead([(scale_suite, program, c) for c in scale_suite.cases])
+    gate.ahead.sanitize([(scale_suite, program, c) for c in scale_suite.cases])
     limits = tmp_path / "bin" / "limits.txt"
     assert limits.read_text().split() == ["0.5"] * 3  # one kernel, three tools, killed together
     outcome = gate.replay(scale_suite, program, case, Ledger.for_suite(scale_suite))

@@ -21,7 +21,7 @@ from pytest_cudagate.judge.latency import AdaptiveSampler, Latency, LatencyResul
 from pytest_cudagate.judge.stats import RatioEstimate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.judge.correctness import CaseVerdict
-import pytest_cudagate.gate as gate_module
+import pytest_cudagate.gate.measure as measure_module
 from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
@@ -259,7 +259,7 @@ def identical(tmp_path, monkeypatch):
                 raise value
             return value
 
-        monkeypatch.setattr(gate_module, "device_state", fake_state)
+        monkeypatch.setattr(measure_module, "device_state", fake_state)
         gate = Gate(worker, fingerprint, GateOptions(fresh_seed=1), tmp_path / "out")
         outcome = gate.replay(scale, scale.kernels[0], scale.case("perf"), ledger)
         timed = [r for r in worker.requests if r.get("timing")]

@@ -150,13 +150,15 @@ class Filler:
 
 def carrying_every_field(document: dict) -> dict:
     """The fixture report with the optional parts it lacks: a library baseline (and one that failed),
-    a release comparison, a run-spread judgement, notes, discarded chunks, a class selection, a
-    report folder and GitHub's run facts."""
+    a release comparison, a run-spread judgement, the comparison split by inputs, notes, discarded and
+    kept chunks, a class selection, a report folder and GitHub's run facts."""
     document = copy.deepcopy(document)
     items = {item["case"]: item for item in document["items"]}
     regressed, incomparable, failed = items["perf"], items["perf_tall"], items["edge"]
     latency = regressed["latency"]
-    latency.update(note="a note", discarded=["chunk 2: throttled"])
+    latency.update(note="a note", discarded=["chunk 2: throttled"], kept_disturbed=["chunk 3: throttled by itself"],
+                   inputs={"signed": copy.deepcopy(latency["estimate"]), "fresh": copy.deepcopy(latency["estimate"]),
+                           "shift": copy.deepcopy(latency["estimate"]), "keyed": False})
     latency["release"] = {**copy.deepcopy(latency), "headline": "against the release"}
     regressed["library"] = {"adapter": "cublas_sgemm", "label": "cuBLAS SGEMM", "headline": "0.9× of cuBLAS",
                             "error": None, "estimate": copy.deepcopy(latency["estimate"]),

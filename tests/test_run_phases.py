@@ -98,7 +98,7 @@ def test_with_runs_sent_ahead_each_case_accounts_for_its_head_start(pytester):
     write_suite(pytester.path / "scale", yaml_text=SUITE_YAML + (
         "  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 512}}\n" "checks: {sanitizer: off}\n"))
     (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent))
-                                               + "import pytest_cudagate.gate as gate_module\ngate_module.cores = lambda: 16\n")
+                                               + "import pytest_cudagate.gate.lookahead as lookahead\nlookahead.cores = lambda: 16\n")
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "--cuda-gate-report", "out", timeout=300)
     assert result.ret == 0, result.stdout.str()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import pytest_cudagate.gate as gate_module
+import pytest_cudagate.gate.lookahead as lookahead
+import pytest_cudagate.gate.prepare as prepare_module
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest
 from helpers import SUITE_YAML, changed_after_approval, write_suite
 from test_gate_hang import Fingerprint
@@ -79,9 +80,9 @@ def in_order(gate: Gate, suite, ledger, names: list[str], prefetch: bool = False
     program, outcomes = suite.kernels[0], []
     for position, name in enumerate(names):
         if prefetch:
-            gate.prefetch([(suite, suite.case(n)) for n in names[position:position + 2]])
+            gate.ahead.prefetch([(suite, suite.case(n)) for n in names[position:position + 2]])
         follows = names[position + 1] if position + 1 < len(names) else None
-        gate.expect((suite, program, suite.case(follows), ledger) if follows else None)
+        gate.ahead.expect((suite, program, suite.case(follows), ledger) if follows else None)
         outcomes.append(gate.replay(suite, program, suite.case(name), ledger))
     return outcomes
 
@@ -96,7 +97,7 @@ def shown(outcome, folder: Path) -> dict:
 
 @pytest.fixture
 def many_cores(monkeypatch):
-    monkeypatch.setattr(gate_module, "cores", lambda: 16)
+    monkeypatch.setattr(lookahead, "cores", lambda: 16)
 
 
 @pytest.fixture
@@ -115,18 +116,18 @@ def test_the_next_case_runs_while_this_one_is_judged_with_the_same_outcome(suite
     assert [t for t, _ in alone.sent] == ["MainThread"] * 3
     assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
     assert not any(o.failed for o in pipelined)
-    assert ahead.close()
+    assert ahead.ahead.close()
 
 
 def test_a_case_whose_sets_are_drawn_ahead_is_begun_in_the_sending_thread_with_the_same_outcome(
         suite, tmp_path, many_cores, monkeypatch):
-    begun, real = [], Gate._begin
+    begun, real = [], lookahead.Lookahead.begin
 
     def begin(self, suite, current, case, **kwargs):
         begun.append((case.name, threading.current_thread().name))
         return real(self, suite, current, case, **kwargs)
 
-    monkeypatch.setattr(Gate, "_begin", begin)
+    monkeypatch.setattr(lookahead.Lookahead, "begin", begin)
     ledger, names = Ledger.for_suite(suite), ["small", "perf", "perf2"]
     plain, _ = gate_over(tmp_path, "plain")
     one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
@@ -137,13 +138,13 @@ def test_a_case_whose_sets_are_drawn_ahead_is_begun_in_the_sending_thread_with_t
     assert begun == [("small", "MainThread"), ("perf", AHEAD), ("perf2", AHEAD)]
     assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), (AHEAD, ["perf2"])]
     assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
-    assert ahead.close()
+    assert ahead.ahead.close()
 
 
 def test_a_job_claimed_for_a_case_sent_ahead_outlives_the_next_items_prefetch(suite, tmp_path, many_cores, monkeypatch):
     """The sending thread is slow to start: meanwhile the next item hands the gate its own cases to
     draw ahead, which must not drop the job of the case being sent (nor draw its sets twice)."""
-    real_begin, real_prepare, prepared = Gate._begin, gate_module.prepare, []
+    real_begin, real_prepare, prepared = lookahead.Lookahead.begin, prepare_module.prepare, []
 
     def begin(self, suite, current, case, **kwargs):
         if threading.current_thread().name == AHEAD:
@@ -154,19 +155,19 @@ def test_a_job_claimed_for_a_case_sent_ahead_outlives_the_next_items_prefetch(su
         prepared.append(case.name)
         return real_prepare(suite, case, **kwargs)
 
-    monkeypatch.setattr(Gate, "_begin", begin)
-    monkeypatch.setattr(gate_module, "prepare", prepare)
+    monkeypatch.setattr(lookahead.Lookahead, "begin", begin)
+    monkeypatch.setattr(prepare_module, "prepare", prepare)
     ahead, worker = gate_over(tmp_path, "ahead")
     in_order(ahead, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"], prefetch=True)
     assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), (AHEAD, ["perf2"])]
     assert sorted(prepared) == ["perf", "perf2", "small"]
-    assert ahead.close()
+    assert ahead.ahead.close()
 
 
 def test_a_case_whose_sets_were_not_drawn_ahead_begins_in_its_own_turn(suite, tmp_path, many_cores, monkeypatch):
     """A prefetch job that failed: the thread that would send the case leaves it to its item, which
     draws the sets itself, as one by one."""
-    real, begun, real_begin = gate_module.prepare, [], Gate._begin
+    real, begun, real_begin = prepare_module.prepare, [], lookahead.Lookahead.begin
 
     def prepare(suite, case, **kwargs):
         if threading.current_thread().name == "cudagate-fresh-ahead":
@@ -176,27 +177,27 @@ def test_a_case_whose_sets_were_not_drawn_ahead_begins_in_its_own_turn(suite, tm
     def begin(self, suite, current, case, **kwargs):
         try:
             return real_begin(self, suite, current, case, **kwargs)
-        except gate_module.NotDrawnAhead:
+        except lookahead.NotDrawnAhead:
             begun.append((case.name, threading.current_thread().name))
             raise
 
-    monkeypatch.setattr(gate_module, "prepare", prepare)
+    monkeypatch.setattr(prepare_module, "prepare", prepare)
     ledger, names = Ledger.for_suite(suite), ["small", "perf", "perf2"]
     plain, _ = gate_over(tmp_path, "plain")
     one_by_one = [plain.replay(suite, suite.kernels[0], suite.case(n), ledger) for n in names]
-    monkeypatch.setattr(Gate, "_begin", begin)
+    monkeypatch.setattr(lookahead.Lookahead, "begin", begin)
     ahead, worker = gate_over(tmp_path, "ahead")
     pipelined = in_order(ahead, suite, ledger, names, prefetch=True)
     assert begun == [("perf", AHEAD), ("perf2", AHEAD)]  # tried in the sending thread, left to the item
     assert worker.sent == [("MainThread", ["small"]), ("MainThread", ["perf"]), ("MainThread", ["perf2"])]
     assert [shown(o, tmp_path / "ahead") for o in pipelined] == [shown(o, tmp_path / "plain") for o in one_by_one]
-    assert ahead.close()
+    assert ahead.ahead.close()
 
 
 def test_a_run_sent_for_a_case_that_does_not_come_next_is_answered_and_dropped(suite, tmp_path, many_cores):
     gate, worker = gate_over(tmp_path, "out")
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.ahead.expect((suite, program, suite.case("perf"), ledger))
     gate.replay(suite, program, suite.case("small"), ledger)
     other = gate.replay(suite, program, suite.case("perf2"), ledger)
     assert worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"]), ("MainThread", ["perf2"])]
@@ -233,10 +234,10 @@ def test_the_gate_closes_once_a_run_still_on_its_way_is_answered(suite, tmp_path
     gate, worker = gate_over(tmp_path, "out")
     worker.hold = threading.Event()
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.ahead.expect((suite, program, suite.case("perf"), ledger))
     gate.replay(suite, program, suite.case("small"), ledger)  # returns while perf's run waits on the worker
     threading.Timer(0.3, worker.hold.set).start()
-    assert gate.close()
+    assert gate.ahead.close()
     assert worker.hold.is_set() and worker.sent == [("MainThread", ["small"]), (AHEAD, ["perf"])]
     assert not worker._busy.locked()
 
@@ -246,23 +247,23 @@ def test_only_the_next_case_of_the_same_kernel_is_sent(suite, tmp_path, many_cor
     other = load_suite(write_suite(tmp_path / "other", yaml_text=NO_SANITIZER))
     gate, worker = gate_over(tmp_path, "out")
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((other, other.kernels[0], other.case("perf"), Ledger.for_suite(other)))
+    gate.ahead.expect((other, other.kernels[0], other.case("perf"), Ledger.for_suite(other)))
     gate.replay(suite, program, suite.case("perf"), ledger)
     assert worker.sent == [("MainThread", ["perf"])]
 
 
 def test_a_failure_beginning_the_next_case_is_that_cases_own(suite, tmp_path, many_cores, monkeypatch):
-    real = gate_module.prepare
+    real = prepare_module.prepare
 
     def prepare(suite, case, **kwargs):
         if case.name == "perf":
             raise MemoryError("fresh inputs of perf")
         return real(suite, case, **kwargs)
 
-    monkeypatch.setattr(gate_module, "prepare", prepare)
+    monkeypatch.setattr(prepare_module, "prepare", prepare)
     gate, worker = gate_over(tmp_path, "out")
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.ahead.expect((suite, program, suite.case("perf"), ledger))
     small = gate.replay(suite, program, suite.case("small"), ledger)
     assert not small.failed, small.message
     with pytest.raises(MemoryError, match="fresh inputs of perf"):
@@ -276,7 +277,7 @@ def test_a_head_start_ends_where_its_item_starts(suite, tmp_path, many_cores):
     gate, worker = gate_over(tmp_path, "out")
     worker.slow = 0.4
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.ahead.expect((suite, program, suite.case("perf"), ledger))
     first = time.perf_counter()
     gate.replay(suite, program, suite.case("small"), ledger, started=first)
     started = time.perf_counter()
@@ -290,7 +291,7 @@ def test_a_hang_in_a_run_sent_for_an_item_that_did_not_come_still_spares_the_ker
         suite, tmp_path, many_cores):
     gate, worker = gate_over(tmp_path, "out", hangs=("perf",))
     ledger, program = Ledger.for_suite(suite), suite.kernels[0]
-    gate.expect((suite, program, suite.case("perf"), ledger))
+    gate.ahead.expect((suite, program, suite.case("perf"), ledger))
     gate.replay(suite, program, suite.case("small"), ledger)
     later = gate.replay(suite, program, suite.case("perf2"), ledger)  # perf's item never came (deselected, say)
     assert later.failed and later.message.startswith("not run: scale2 did not finish case perf within the case timeout")
@@ -298,7 +299,7 @@ def test_a_hang_in_a_run_sent_for_an_item_that_did_not_come_still_spares_the_ker
 
 
 def test_a_host_of_few_cores_sends_nothing_ahead(suite, tmp_path, monkeypatch):
-    monkeypatch.setattr(gate_module, "cores", lambda: 2)
+    monkeypatch.setattr(lookahead, "cores", lambda: 2)
     gate, worker = gate_over(tmp_path, "out")
     in_order(gate, suite, Ledger.for_suite(suite), ["small", "perf", "perf2"])
     assert [t for t, _ in worker.sent] == ["MainThread"] * 3
@@ -311,10 +312,10 @@ import threading
 sys.path.insert(0, {tests!r})
 from fake_worker import FakeWorker, scale_kernels  # noqa: E402
 
-import pytest_cudagate.gate as gate_module  # noqa: E402
+import pytest_cudagate.gate.lookahead as lookahead  # noqa: E402
 import pytest_cudagate.session as gate_session  # noqa: E402
 
-gate_module.cores = lambda: {cores}
+lookahead.cores = lambda: {cores}
 threads = []
 
 

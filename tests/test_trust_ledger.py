@@ -1,7 +1,7 @@
 """The signed approvals ledger (format 2, one signature over the document): unsigned, signed by an
 untrusted key, edited after signing, a pinned source copy altered, a kernel's entry deleted or
-swapped, another suite's ledger, an old format, or an older sequence than the trusted one are all
-refused; a correctly signed ledger is trusted."""
+swapped, another suite's ledger, an old format, an older sequence than the trusted one, or one signed over
+another ledger than the trusted one are all refused; a correctly signed ledger is trusted."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair, load_private_key, load_trusted_keys
-from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
+from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.trust.ledger import CHAIN_LENGTH, BaseLedger, ledger_problems, sign_ledger, state_id
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
 
@@ -131,9 +132,55 @@ def test_an_edited_ledger_is_refused_naming_what_changed(signed, edit, expected)
 def test_a_rollback_below_the_trusted_sequence_is_refused(signed):
     suite, trusted = signed
     ledger = Ledger.for_suite(suite)
-    found = ledger_problems(ledger, trusted, suite, base_sequence=ledger.sequence + 1)
+    base = BaseLedger("f" * 40, ledger.sequence + 1, "0" * 64)
+    found = ledger_problems(ledger, trusted, suite, base)
     assert f"sequence {ledger.sequence} is lower than {ledger.sequence + 1} at the trusted ref" in found[0], found
-    assert ledger_problems(ledger, trusted, suite, base_sequence=ledger.sequence) == []
+    assert found[-1] == ("fix: a maintainer starts from the trusted ref's ledger (`git checkout ffffffffffff -- "
+                         f"{display_path(ledger.path)}`), re-approves the kernels this change approves, and runs "
+                         f"`cudagate sign {display_path(suite.path)}`")
+    same = BaseLedger("f" * 40, ledger.sequence, state_id(ledger.signature))
+    assert ledger_problems(ledger, trusted, suite, same) == []
+
+
+def test_each_signing_chains_onto_the_signed_ledger_it_replaces(signed, tmp_path):
+    """Signed twice over the base, and once more after an unsigned change (what `cudagate approve`
+    without a key leaves): the base's id stays in the chain, so the gate takes the ledger."""
+    suite, trusted = signed
+    key = load_private_key(tmp_path / "alice.key")
+    ledger = Ledger.for_suite(suite)
+    base = BaseLedger("f" * 40, ledger.sequence, state_id(ledger.signature))
+    sign_ledger(ledger, key, "alice")
+    ledger.save()
+    ledger = Ledger.for_suite(suite)
+    ledger.history.append({"kernel": "softmax_rows", "note": "an unsigned change"})
+    ledger.save()  # the stale signature record stays: it names the state this one comes from
+    ledger = Ledger.for_suite(suite)
+    sign_ledger(ledger, key, "alice")
+    ledger.save()
+    ledger = Ledger.for_suite(suite)
+    assert ledger.chain[0] == base.state and len(ledger.chain) == 2
+    assert ledger_problems(ledger, trusted, suite, base) == []
+
+
+def test_a_ledger_signed_over_another_base_is_refused(signed, tmp_path):
+    suite, trusted = signed
+    ledger = Ledger.for_suite(suite)
+    elsewhere = BaseLedger("f" * 40, ledger.sequence, "0" * 64)  # the base re-signed, or re-created its ledger
+    found = ledger_problems(ledger, trusted, suite, elsewhere)
+    assert found[0] == (f"{display_path(ledger.path)}: sequence {ledger.sequence} was not signed over the ledger at "
+                        f"the trusted ref (sequence {ledger.sequence}): a signature made on another branch, or over "
+                        "a ledger the base has since replaced, does not count against this base"), found
+    assert found[-1].startswith("fix: a maintainer starts from the trusted ref's ledger (`git checkout ffffffffffff")
+
+
+def test_a_chain_of_more_than_64_links_keeps_the_last_ones(signed, tmp_path):
+    suite, _ = signed
+    key = load_private_key(tmp_path / "alice.key")
+    for _ in range(CHAIN_LENGTH + 2):
+        ledger = Ledger.for_suite(suite)
+        sign_ledger(ledger, key, "alice")
+        ledger.save()
+    assert len(Ledger.for_suite(suite).chain) == CHAIN_LENGTH  # the schema's maxItems
 
 
 def test_a_missing_ledger_is_refused_and_signing_creates_one_with_every_kernel_pending(signed, tmp_path):

@@ -19,6 +19,7 @@ from pytest_cudagate.trust import (SIGNATURE_FILENAME, SIGNING_KEY_ENV, TRUSTED_
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "softmax"
 SIGN_FIX = "a maintainer reviews the change and runs `cudagate sign"
+REGENERATE_FIX = "fix: run `cudagate cases generate"
 
 REFERENCE_CU = """// trusted reference, one thread per row
 #include "ref_common.cuh"

@@ -59,6 +59,7 @@ HELD_LAUNCHES = 64
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
 LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
+SIGNED = ""  # the input set of the case's signed data (CaseRun.use_inputs); fresh sets go by their labels
 
 
 def launch_groups(batch: int, held: bool, copies: int = 1) -> list[int]:
@@ -356,6 +357,11 @@ class CaseRun:
         self.timed: dict[int, dict] = {}
         self.last_writer: dict[int, int] = {}  # rotation slot -> index of the kernel that wrote it last
         self.seconds: dict[str, float] = {}  # wall time per kind of step, for the cost of each defence
+        # Input sets kept on the device (label -> input name -> its device copy and host data), and
+        # the one every copy of the inputs holds now; the digests timed launches must match, per set.
+        self.inputs = SIGNED
+        self._sets: dict[str, dict[str, tuple[int, np.ndarray]]] = {}
+        self._expected_sets: dict[str, dict[int, tuple[int, int]]] = {SIGNED: self.expected}
 
     @contextmanager
     def phase(self, name: str):
@@ -414,6 +420,10 @@ class CaseRun:
                 if ptr:
                     self.device.free(ptr)
             buf.ptrs, buf.bases, buf.pristine = [], [], 0
+        for stored in self._sets.values():
+            for ptr, _ in stored.values():
+                self.device.free(ptr)
+        self._sets = {}
         if self._digest_word:
             self.device.free(self._digest_word)
             self._digest_word = 0
@@ -421,6 +431,46 @@ class CaseRun:
         if self._digests_host is not None:
             self.device.free_pinned(self._digests_host)
             self._digests_host = None
+
+    def add_inputs(self, label: str, arrays: dict[str, np.ndarray]) -> None:
+        """Keep input set ``label`` (``arrays``: a fresh set's inputs by name) on the device beside
+        the signed one, for timed rounds on it (:meth:`use_inputs`)."""
+        if not self._sets:
+            self._sets[SIGNED] = self._store({name: buf.host for name, buf in self.buffers.items() if buf.host is not None})
+        self._sets[label] = self._store(arrays)
+
+    def _store(self, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int, np.ndarray]]:
+        stored = {}
+        try:
+            for name, array in arrays.items():
+                ptr = self.device.alloc(self.buffers[name].nbytes)
+                stored[name] = (ptr, array)
+                self.device.upload(ptr, array)
+        except BaseException:
+            for ptr, _ in stored.values():
+                self.device.free(ptr)
+            raise
+        return stored
+
+    def use_inputs(self, label: str) -> None:
+        """Put input set ``label`` (:data:`SIGNED`, or one of :meth:`add_inputs`) into every copy of
+        every input (an inout buffer's pristine copy, restored before each launch), and the digests
+        recorded on that set (:meth:`expect`) in force. What a kernel wrote into the inputs of the
+        set it leaves is overwritten: check them first (:meth:`check_inputs`)."""
+        if label == self.inputs:
+            return
+        dev = self.device
+        for name, (ptr, _) in self._sets[label].items():
+            buf = self.buffers[name]
+            for target in [buf.pristine] if buf.intent == "inout" else buf.ptrs:
+                dev.copy(target, ptr, buf.nbytes)
+        synchronize_all(dev)
+        self.inputs = label
+        self.expected = self._expected_sets.setdefault(label, {})
+
+    def _host(self, buf: Buffer) -> np.ndarray:
+        """The data every copy of input ``buf`` holds now: the active input set's."""
+        return self._sets[self.inputs][buf.name][1] if self._sets else buf.host
 
     def _digest(self, slot: int) -> None:
         """Enqueue the digest of what copy ``slot``'s written buffers hold into the digest word."""
@@ -530,6 +580,19 @@ class CaseRun:
                     self.last_writer[slot] = index
                 launched += 1
             self.device.synchronize()
+
+    @_step("probe")
+    def burst(self, kernel: Launchable, index: int, count: int) -> None:
+        """Enqueue ``count`` launches of kernel ``index`` alone, back to back, each finding its inputs
+        restored and outputs poisoned as a warm-up does; not waited for (the caller reads the card's
+        state while they run, then synchronizes)."""
+        for number in range(count):
+            slot = number % self.copies
+            self._restore(slot)
+            if self.timed_outputs:
+                self._poison(slot, POISON_TIMED)
+            self._launch(kernel, slot)
+            self.last_writer[slot] = index
 
     def _timed_launch(self, kernel: Launchable, slot: int, pairs: list, groups: list[int], *, cold: bool,
                       pad_max: int) -> list[int]:
@@ -774,12 +837,13 @@ class CaseRun:
             for buf in self.buffers.values():
                 if buf.intent != "in":
                     continue
+                host = self._host(buf)
                 for ptr in buf.ptrs:
-                    changed = _changed(dev.download(ptr, np.empty(buf.count, buf.dtype)), buf.host)
+                    changed = _changed(dev.download(ptr, np.empty(buf.count, buf.dtype)), host)
                     if changed:
                         entry = self.input_writes.setdefault(buf.name, {"elements": 0, "phase": phase, "who": who})
                         entry["elements"] = max(entry["elements"], changed)
-                        dev.upload(ptr, buf.host)
+                        dev.upload(ptr, host)
                         restored = True
             if restored:
                 synchronize_all(dev)

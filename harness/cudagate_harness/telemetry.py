@@ -32,6 +32,8 @@ _REASONS = (
 # Reasons that say why clocks are where they are without the run having been slowed:
 # an idle GPU between launches, or clocks pinned on purpose by an administrator.
 BENIGN_REASONS = frozenset({"gpu_idle", "applications_clocks_setting"})
+OTHER_PROCESS = "another compute process on the GPU"
+TEMPERATURE_LIMIT_C = 85.0
 
 _nv = None  # the pynvml module, once nvmlInit succeeded
 _init_error: str | None = None  # why NVML is unusable in this process, once known
@@ -254,7 +256,7 @@ def disturbances(
     before: dict,
     after: dict,
     *,
-    temperature_limit_c: float = 85.0,
+    temperature_limit_c: float = TEMPERATURE_LIMIT_C,
     clock_tolerance: float = 0.05,
 ) -> list[str]:
     """Reasons the measurement between two ``device_state`` snapshots is not clean.
@@ -275,7 +277,7 @@ def disturbances(
             seen.add(proc["pid"])
             used = proc.get("used_memory_bytes")
             memory = f", {used / 2**20:.0f} MiB" if used is not None else ""
-            reasons.append(f"another compute process on the GPU (pid {proc['pid']}{memory})")
+            reasons.append(f"{OTHER_PROCESS} (pid {proc['pid']}{memory})")
     clock0, clock1 = before.get("sm_clock_mhz"), after.get("sm_clock_mhz")
     if clock0 and clock1 is not None and abs(clock1 - clock0) > clock_tolerance * clock0:
         reasons.append(
@@ -288,3 +290,18 @@ def disturbances(
                 f"temperature {temperature} C above {temperature_limit_c:g} C ({label})"
             )
     return reasons
+
+
+def card_reasons(reasons: list[str]) -> list[str]:
+    """The reasons of :func:`disturbances` that are the card's own state (clock events, a clock
+    change, heat), which a kernel may bring on itself, rather than another process."""
+    return [reason for reason in reasons if not reason.startswith(OTHER_PROCESS)]
+
+
+def card_events(state: dict, temperature_limit_c: float = TEMPERATURE_LIMIT_C) -> list[str]:
+    """One snapshot's non-benign clock events by name, and ``hot`` above the temperature limit."""
+    events = [reason for reason in state.get("throttle_reasons") or () if reason not in BENIGN_REASONS]
+    temperature = state.get("temperature_c")
+    if temperature is not None and temperature > temperature_limit_c:
+        events.append("hot")
+    return events

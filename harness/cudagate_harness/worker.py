@@ -25,7 +25,8 @@ from .compiler import CompileLimits, CompileOptionError, compile_kernel, nvrtc_v
 from .driver import CudaError, Device
 from .protocol import (EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds,
                        request_problems, request_timeout_s, worker_checks)
-from .runner import DEFAULT_PAD_MAX, CaseInputError, CaseRun, Launchable, error_body, rotation_copies, run_case
+from .runner import (DEFAULT_PAD_MAX, SIGNED, CaseInputError, CaseRun, Launchable, error_body, load_fresh_inputs,
+                     rotation_copies, run_case)
 from .stopping import Settle
 
 PAD_SOURCE = 'extern "C" __global__ void cudagate_pad() {}'
@@ -46,6 +47,12 @@ ROLES = ("approved", "current")
 # at most RAMP_MEMORY_S ago, has ramped: its warm-up is the launch count alone.
 CLOCK_KEPT = 0.95
 RAMP_MEMORY_S = 2.0
+# A disturbed chunk's probe: each kernel alone for about this long (ms), at most this many launches a
+# burst (a few more than the driver queues before the host waits), at most this often a comparison.
+PROBE_MS = 100.0
+MAX_PROBE_LAUNCHES = 2000
+MAX_PROBES = 2
+PRIOR_IDLE_S = 0.5  # how long a comparison waits for the card's clock events to clear before its first launch
 
 
 class Worker:
@@ -247,7 +254,13 @@ class Worker:
             body.setdefault("notes", []).append(self.scrub_note)
 
     def compare(self, rid, request: dict) -> None:
-        """Validate both kernels, then time them interleaved, chunk by chunk, until told to stop."""
+        """Validate both kernels, then time them interleaved, chunk by chunk, until told to stop.
+
+        A share of each chunk's rounds (``timing.fresh_share``) runs on the case's fresh input sets
+        marked ``timed``, both kernels on the same set, so a kernel that recognises the signed inputs
+        is timed on inputs it cannot know too; the chunk says which rounds were fresh. A chunk that
+        NVML saw disturbed by the card's own state (a clock event, a clock change, heat) brings on a
+        probe (:meth:`_probe`): each kernel alone, to tell which of them causes it."""
         functions = {}
         for role in ROLES:
             functions[role] = self.compiled(rid, request["kernels"][role], request.get("arch"), role)
@@ -262,7 +275,10 @@ class Worker:
         base = Path(request.get("base_dir", "."))
         current = ROLES.index("current")
         baseline = self.library_for(request)
+        timed_sets = [spec for spec in case.get("fresh") or [] if spec.get("timed")]
+        share = float(timing.get("fresh_share", 0.0)) if timed_sets else 0.0
         start = time.perf_counter()
+        prior = self._prior()
         try:
             with CaseRun(self.device, request["signature"], case, base, self.flush_l2, self.pad(),
                          seed=int(timing.get("seed", 0)),
@@ -278,27 +294,76 @@ class Worker:
                         firsts.append(run.validation_launch(kernel, POISON_FIRST))
                         run.expect(kernel, index)
                     run.check_guards(f"validation launch 1 of the {ROLES[index]} kernel", who=index)
+                # What each kernel's timed launches must write on each input set: launch 1 on it.
+                references = {SIGNED: firsts}
+                for spec in timed_sets:
+                    label = str(spec["label"])
+                    run.add_inputs(label, load_fresh_inputs(request["signature"], case, spec, base))
+                    run.use_inputs(label)
+                    references[label] = []
+                    for index, kernel in enumerate(kernels):
+                        phase = f"validation launch of the {ROLES[index]} kernel on fresh inputs ({label})"
+                        with run.phase(phase):
+                            references[label].append(run.validation_launch(kernel, POISON_FIRST))
+                            run.expect(kernel, index)
+                        run.check_guards(phase, who=index)
+                    run.check_inputs(f"the validation launches on fresh inputs ({label})", who=None)
+                run.use_inputs(SIGNED)
                 with run.phase("the warm-up launches"):
                     floor = self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))
                     run.warm_up(kernels, int(timing["warmup"]), floor)
-                rounds = int(timing.get("chunk", 100))
+
+                def checked(what: str) -> None:
+                    """What the timed launches on the active input set wrote, and the guards."""
+                    run.timed_check_launch(current, kernels[current], cold=cold, pad_max=pad_max, batch=batch)
+                    for index in range(len(kernels)):
+                        run.check_timed(index, references[run.inputs][index])
+                    run.check_guards(what, who=None)
+
+                rounds, number, probes = int(timing.get("chunk", 100)), 0, 0
                 while rounds > 0:
+                    fresh_rounds = min(rounds - 1, max(1, round(rounds * share))) if share > 0 else 0
+                    parts = [(SIGNED, rounds - fresh_rounds)]
+                    if fresh_rounds:
+                        parts.append((str(timed_sets[number % len(timed_sets)]["label"]), fresh_rounds))
+                        if run.inputs != SIGNED:  # the set left in place goes first: one switch a chunk
+                            parts.reverse()
                     before = self.state()
                     t0 = time.perf_counter()
-                    samples, order = run.time_rounds(kernels, rounds, cold=cold, batch=batch, pad_max=pad_max)
+                    samples, order, fresh = [[], []], [], []
+                    for label, count in parts:
+                        if label != run.inputs:
+                            # Outside the measured wall time: the set's checks before its inputs go.
+                            wall = time.perf_counter()
+                            checked("the interleaved timed launches")
+                            run.check_inputs("the interleaved timed launches", who=None)
+                            run.use_inputs(label)
+                            t0 += time.perf_counter() - wall
+                        got, firsts_of = run.time_rounds(kernels, count, cold=cold, batch=batch, pad_max=pad_max)
+                        for kept, new in zip(samples, got):
+                            kept.extend(new)
+                        order += firsts_of
+                        fresh += [label != SIGNED] * count
                     wall = time.perf_counter() - t0
                     after = self.timed_state(floored=floor > 0)
                     # Outside the measured wall time: what the timed launches wrote, and the guards.
-                    run.timed_check_launch(current, kernels[current], cold=cold, pad_max=pad_max, batch=batch)
-                    for index in range(len(kernels)):
-                        run.check_timed(index, firsts[index])
-                    run.check_guards("the interleaved timed launches", who=None)
-                    self.emit({"type": "chunk", "id": rid, "approved": samples[0], "current": samples[1],
-                               "first": [ROLES[i] for i in order], "wall_s": wall, "state": after,
-                               "disturbances": telemetry.disturbances(before, after)})
+                    checked("the interleaved timed launches")
+                    chunk = {"type": "chunk", "id": rid, "approved": samples[0], "current": samples[1],
+                             "first": [ROLES[i] for i in order], "wall_s": wall, "state": after,
+                             "disturbances": telemetry.disturbances(before, after)}
+                    if fresh_rounds:
+                        chunk["fresh"] = fresh
+                    if number == 0:
+                        chunk["prior"] = prior
+                    if probes < MAX_PROBES and telemetry.card_reasons(chunk["disturbances"]):
+                        probes += 1
+                        chunk["probe"] = self._probe(run, kernels, samples)
+                    self.emit(chunk)
+                    number += 1
                     with run.clock("waiting"):  # the host's decision: its time, not the worker's
                         rounds = self._next_rounds()
                 run.check_inputs("the interleaved timed launches", who=None)
+                run.use_inputs(SIGNED)
                 # After the verdict's rounds, so the library changes neither their samples nor their budget.
                 library_entry = (run.time_library(kernels[current], baseline, timing, Path(request["output_dir"]))
                                  if baseline else None)
@@ -311,10 +376,10 @@ class Worker:
                 body = {"status": "ok", **run.outputs(firsts[current], seconds[current], output_dir)}
                 approved = ROLES.index("approved")
                 body["approved"] = run.outputs(firsts[approved], seconds[approved], output_dir, prefix="approved.")
-                fresh = [run.fresh_launch(kernels[current], spec, base, output_dir, index=current)
-                         for spec in case.get("fresh") or []]
-                if fresh:
-                    body["fresh"] = fresh
+                fresh_bodies = [run.fresh_launch(kernels[current], spec, base, output_dir, index=current)
+                                for spec in case.get("fresh") or []]
+                if fresh_bodies:
+                    body["fresh"] = fresh_bodies
                 body.update(run.findings(current, output_dir))
                 body["approved"].update(run.findings(approved, output_dir, prefix="approved."))
                 if library_entry is not None:
@@ -325,6 +390,34 @@ class Worker:
         body["case"] = case["name"]
         body["seconds"] = time.perf_counter() - start
         self.answer(rid, body)
+
+    def _prior(self) -> list[str]:
+        """What NVML finds wrong before either kernel runs, once the card has idled up to
+        :data:`PRIOR_IDLE_S` (a clock event a kernel left behind clears as the card idles; one that
+        stays comes from outside the comparison)."""
+        deadline = time.perf_counter() + PRIOR_IDLE_S
+        while True:
+            state = self.state()
+            reasons = telemetry.disturbances(state, state)
+            if not reasons or time.perf_counter() >= deadline:
+                return reasons
+            time.sleep(PRIOR_IDLE_S / 10)
+
+    def _probe(self, run: CaseRun, kernels: list[Launchable], samples: list[list[float]]) -> dict:
+        """Each kernel alone, back to back, for about :data:`PROBE_MS` twice, with the card's state read
+        while it runs: which of them brings on the clock events, clock drop or heat that disturbed a
+        chunk (``samples``: the chunk's latencies, to size the bursts). The host decides what it means."""
+        seen: dict[str, list[dict]] = {role: [] for role in ROLES}
+        with run.phase("the throttle probe"):
+            for index in (0, 1, 0, 1):
+                median = float(np.median(samples[index])) if samples[index] else 0.0
+                count = int(min(MAX_PROBE_LAUNCHES, max(1, PROBE_MS / max(median, 1e-3))))
+                run.burst(kernels[index], index, count)
+                seen[ROLES[index]].append(self.state())  # the last launches still run: the state they cause
+                self.device.synchronize()
+        return {role: {"events": sorted({event for state in states for event in telemetry.card_events(state)}),
+                       "sm_clock_mhz": min((state.get("sm_clock_mhz") or 0 for state in states), default=0) or None}
+                for role, states in seen.items()}
 
     def _next_rounds(self) -> int:
         """The client's decision after a chunk: more rounds, or 0 to stop (also when it is gone)."""

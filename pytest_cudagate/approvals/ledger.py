@@ -8,7 +8,8 @@ Baselines are keyed by hardware fingerprint: timings are only ever compared on l
 Format 2 is one document signed as a whole (see ``trust/ledger.py``): every kernel of the suite has
 an approval or is listed in ``pending`` (explicitly not yet approved), each approval's ``kernel``
 equals its key, the document names its suite, and ``sequence`` grows by one on every signing, so an
-older signed ledger can be told from the current one.
+older signed ledger can be told from the current one. ``chain`` names the signed ledgers this one
+replaced (trust/ledger.py), so a signature counts only against the base it was made over.
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ class Ledger:
     # SHA-256 of the suite's signed manifest (cudagate.sig.json) when the ledger was signed: binds the
     # oracle to the sequence-protected ledger, so an older signed oracle cannot come back alone.
     oracle_sha256: str | None = None
+    # The state ids (trust/ledger.py state_id) of the signed ledgers this one replaced, oldest first:
+    # under --trusted-ref a changed ledger must name the base's, so one signed over another base fails.
+    chain: list[str] = field(default_factory=list)
     signature: dict | None = None  # over the whole document (trust/ledger.py)
     format: int = FORMAT  # as read; 1 = entries signed one by one, no longer trusted
     exists: bool = True  # False: no file on disk
@@ -127,13 +131,14 @@ class Ledger:
             baselines = {key: Baseline(**b) for key, b in entry.pop("baselines", {}).items()}
             approvals[name] = Approval(**entry, baselines=baselines)
         return cls(path, raw["suite"], approvals, raw.get("history", []), raw.get("sequence", 0),
-                   list(raw.get("pending", [])), raw.get("oracle_sha256"), raw.get("signature"), raw["format"], True,
-                   kernels)
+                   list(raw.get("pending", [])), raw.get("oracle_sha256"), list(raw.get("chain", [])),
+                   raw.get("signature"), raw["format"], True, kernels)
 
     def signed_payload(self) -> dict:
-        """What the maintainer's signature covers: everything in the file but the signature."""
+        """What the maintainer's signature covers: everything in the file but the signature. ``chain``
+        only where it has a link, so ledgers signed before it existed keep their signatures."""
         return {"format": FORMAT, "suite": self.suite, "sequence": self.sequence, "pending": sorted(self.pending),
-                "oracle_sha256": self.oracle_sha256,
+                "oracle_sha256": self.oracle_sha256, **({"chain": list(self.chain)} if self.chain else {}),
                 "approvals": {name: a.signed_payload() for name, a in sorted(self.approvals.items())},
                 "history": self.history}
 

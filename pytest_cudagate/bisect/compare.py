@@ -1,6 +1,7 @@
 """``cudagate bisect``'s measurements: one version of a kernel read from git, timed interleaved against
 another on one case, in one worker, exactly as the gate times a pull request against its approved
-version (``Gate.interleaved``: the same request, sampler, interval and correctness check).
+version (the gate's :class:`~pytest_cudagate.gate.measure.Interleaved`: the same request, sampler,
+interval and correctness check).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pytest_cudagate.bisect.history import Version
-from pytest_cudagate.gate import Gate
+from pytest_cudagate.gate import CaseJob, Gate
+from pytest_cudagate.gate.measure import Interleaved
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import Latency, LatencyResult, incomparable
-from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.model import Case, Program, Suite
 
 # Verdicts that come from an interval, so that a search can act on them.
@@ -79,15 +80,14 @@ class Bench:
 
     def compare(self, reference: Version, version: Version) -> Comparison:
         suite, case = self.suite, self.case
-        outcome = CaseOutcome(suite.name, self.program.name, case.name, case.kind, shape_class=case.shape_class)
         out = self.output_dir / f"comparison-{len(self.done) + 1}"
-        body, compile_info, result = self.gate.interleaved(
-            outcome, suite, case, version.approval.version, reference.approval.version, self.threshold, out,
-            which=f"the version approved at {reference.short}")
-        result = self._checked(version, body, compile_info, result)
+        job = CaseJob.bare(suite, version.approval.version, case, out, self.threshold)
+        measured = Interleaved(self.gate.bench, reference.approval.version, self.gate.options.budget_s,
+                               which=f"the version approved at {reference.short}").measure(job)
+        result = self._checked(version, measured.body, measured.compile, measured.latency)
         if result.estimate is not None:  # named by what it was timed against, as the gate names "approved"
             result = replace(result, reason=reference.short)
-        done = Comparison(reference, version, result, outcome.worker_s)
+        done = Comparison(reference, version, result, job.outcome.worker_s)
         self.done.append(done)
         return done
 

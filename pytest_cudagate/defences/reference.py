@@ -111,8 +111,8 @@ class ReferenceRunner:
         """The reference's file and its source, read once; :class:`ReferenceFailure` where it lies
         outside the suite's folder, cannot be read, or is not the text its suite's signature signs."""
         # trust imports this module (through suite.generated): its helpers are imported here
+        from pytest_cudagate.suite.cases import case_data_fix
         from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
-        from pytest_cudagate.trust.manifest import sign_fix
 
         spelled = self.suite.reference.python
         root = self.suite.root
@@ -132,7 +132,7 @@ class ReferenceRunner:
         if signed is not None and sha256_bytes(source) != signed:
             raise ReferenceFailure(f"{path}: its sha256 {sha256_bytes(source)[:16]}… differs from the reference signed "
                                    f"in {display_path(signature)} ({signed[:16]}…), so it is not run; "
-                                   f"{sign_fix(self.suite)}")
+                                   f"{case_data_fix(self.suite)}")
         return path, source
 
     def python(self, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -39,14 +39,6 @@ def _failed(path: Path | str, what: str, exc: OSError) -> CudagateError:
     return CudagateError(f"{shown(path)}: cannot write the {what}: {exc.strerror or exc}; {fix}")
 
 
-def named(text: str, what: str) -> Path:
-    """The path a user gave for ``what`` (an argument or option, e.g. ``--out``): an empty one names
-    nothing, and is refused rather than taken for the current folder."""
-    if not text:
-        raise CudagateError(f"{what}: an empty path names nothing (not the current folder); give a path")
-    return Path(text)
-
-
 def _existing(path: Path, what: str) -> os.stat_result | None:
     try:
         return os.lstat(path)

@@ -16,11 +16,20 @@ import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 
+from cudagate_harness.telemetry import OTHER_PROCESS
+
 from pytest_cudagate.judge import stats
 from pytest_cudagate.config import DEFAULT_BUDGET_S
 
 FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
+# Rounds each input set needs before the fresh/signed comparison is made (and the sampler may stop).
+MIN_SET_ROUNDS = 10
+# A probe that finds one kernel's SM clock this much lower than the other's blames it for a clock drop.
+CLOCK_DROP = 0.05
+# Who a disturbance came from (LatencyResult.disturbed_by): shown to come from outside the comparison;
+# brought on by the current kernel alone, the approved one alone, or both; or not shown either way.
+OUTSIDE, CURRENT, APPROVED, BOTH, UNKNOWN = "outside", "current", "approved", "both", "unknown"
 # A stored baseline whose interval reaches past +25% cannot see most regressions worth gating (two
 # runs give a t quantile of 63.7): its line says so and how to narrow it.
 WEAK_ABOVE = 1.25
@@ -36,6 +45,12 @@ class Latency(str, Enum):
     INCONCLUSIVE = "inconclusive"
     INCOMPARABLE = "incomparable"
     UNSTABLE = "unstable"
+
+
+def _change(ratio: float) -> str:
+    """``3.1% slower`` or ``2.0% faster``, for a latency ratio."""
+    change = (ratio - 1) * 100
+    return f"{abs(change):.1f}% {'slower' if change >= 0 else 'faster'}"
 
 
 def classify(estimate: stats.RatioEstimate, threshold: float) -> Latency:
@@ -56,6 +71,75 @@ def classify(estimate: stats.RatioEstimate, threshold: float) -> Latency:
     if estimate.high <= upper:
         return Latency.PASS
     return Latency.INCONCLUSIVE
+
+
+@dataclass
+class InputsCheck:
+    """The comparison split by the inputs it ran on: ``signed`` and ``fresh`` (a set drawn this run)
+    ratios, and ``shift``, the fresh rounds' ratios against the signed rounds'. ``keyed``: the
+    current kernel is slower, against the approved one, on inputs it cannot know in advance than on
+    the signed ones, beyond the threshold: it recognises them."""
+
+    signed: stats.RatioEstimate
+    fresh: stats.RatioEstimate
+    shift: stats.RatioEstimate
+    keyed: bool
+
+    def to_json(self) -> dict:
+        return {"signed": self.signed.to_dict(), "fresh": self.fresh.to_dict(), "shift": self.shift.to_dict(),
+                "keyed": self.keyed}
+
+
+def inputs_check(current: list[float], approved: list[float], fresh: list[bool], threshold: float,
+                 confidence: float) -> InputsCheck | None:
+    """The fresh/signed split of interleaved rounds (None: too few rounds on either side)."""
+    signed_rounds = [i for i, f in enumerate(fresh) if not f]
+    fresh_rounds = [i for i, f in enumerate(fresh) if f]
+    if min(len(signed_rounds), len(fresh_rounds)) < MIN_SET_ROUNDS:
+        return None
+
+    def paired(rounds: list[int]) -> stats.RatioEstimate:
+        return stats.paired_ratio([current[i] for i in rounds], [approved[i] for i in rounds], confidence=confidence)
+
+    ratio = [c / a for c, a in zip(current, approved)]
+    shift = stats.unpaired_ratio([ratio[i] for i in fresh_rounds], [ratio[i] for i in signed_rounds],
+                                 confidence=confidence)
+    return InputsCheck(paired(signed_rounds), paired(fresh_rounds), shift,
+                       keyed=classify(shift, threshold) is Latency.REGRESSED)
+
+
+def blame(prior: list[str], disturbances: list[list[str]], probes: list[dict]) -> str:
+    """Who disturbed an interleaved comparison: :data:`OUTSIDE` where NVML saw another process, or
+    something wrong before either kernel ran (``prior``); else what the probes of each kernel alone
+    (harness worker._probe) found: clock events or a clock drop with one kernel and not the other."""
+    if prior or any(reason.startswith(OTHER_PROCESS) for reasons in disturbances for reason in reasons):
+        return OUTSIDE
+    found = set()
+    for probe in probes:
+        current, approved = probe.get("current") or {}, probe.get("approved") or {}
+        mine, theirs = set(current.get("events") or ()), set(approved.get("events") or ())
+        if mine - theirs:
+            found.add(CURRENT)
+        elif theirs - mine:
+            found.add(APPROVED)
+        elif mine:
+            found.add(BOTH)
+        else:
+            clock, other = current.get("sm_clock_mhz"), approved.get("sm_clock_mhz")
+            if clock and other and clock < other * (1 - CLOCK_DROP):
+                found.add(CURRENT)
+            elif clock and other and other < clock * (1 - CLOCK_DROP):
+                found.add(APPROVED)
+    return next((who for who in (CURRENT, BOTH, APPROVED) if who in found), UNKNOWN)
+
+
+BLAMED = {
+    OUTSIDE: "it came from outside the comparison (another process, or the GPU was disturbed before either kernel ran)",
+    CURRENT: "a probe of each kernel alone found it with the current kernel only: the current kernel brings it on",
+    APPROVED: "a probe of each kernel alone found it with the approved version only",
+    BOTH: "a probe of each kernel alone found it with both kernels",
+    UNKNOWN: "it was not shown to come from outside the comparison",
+}
 
 
 @dataclass
@@ -83,6 +167,9 @@ class LatencyResult:
     # Release mode: no release to compare with (a first release, a kernel new since it). The kernel's
     # `release` item says so once; its cases do not repeat it as a warning.
     said_by_kernel: bool = False
+    inputs: InputsCheck | None = None  # the comparison split by input set (interleaved, with fresh timing)
+    disturbed_by: str | None = None  # who disturbed chunks of an interleaved comparison (BLAMED), if any were
+    kept_disturbed: list[str] = field(default_factory=list)  # chunks the current kernel disturbed, kept
 
     def headline(self) -> str:
         if self.run_spread is not None:
@@ -90,6 +177,12 @@ class LatencyResult:
         est = self.estimate
         if est is None:
             return f"latency {self.verdict.value}: {self.reason}"
+        if self.inputs is not None and self.inputs.keyed:
+            fresh, signed, shift = self.inputs.fresh, self.inputs.signed, self.inputs.shift
+            return (f"latency {self.verdict.value}: current is {_change(fresh.ratio)} than {self.reason or 'approved'} "
+                    f"on inputs drawn in this run, and {_change(signed.ratio)} on the signed inputs (fresh/signed "
+                    f"{shift.ratio:.3f}, {shift.confidence:.0%} CI [{shift.low:.3f}, {shift.high:.3f}], threshold "
+                    f"±{self.threshold:.0%}): its speed depends on recognising the inputs it is timed on")
         change = (est.ratio - 1) * 100
         direction = "slower" if change >= 0 else "faster"
         return (f"latency {self.verdict.value}: current is {abs(change):.1f}% {direction} than {self.reason or 'approved'} "
@@ -106,8 +199,16 @@ class LatencyResult:
             label = "approved" if self.reason in ("", "approved") else self.reason
             lines.append(f"  {label} median {self.approved.median * 1000:.2f} µs, current median {self.current.median * 1000:.2f} µs")
             lines.append(f"  {self.pairs} interleaved rounds, {self.measurement_s:.2f} s of measurement")
+        if self.inputs is not None and not self.inputs.keyed:
+            lines.append(f"  on the signed inputs {_change(self.inputs.signed.ratio)}, on inputs drawn in this run "
+                         f"{_change(self.inputs.fresh.ratio)}")
         if self.discarded:
             lines.append(f"  {len(self.discarded)} chunk(s) discarded as disturbed: {'; '.join(self.discarded[:3])}")
+        if self.kept_disturbed:
+            lines.append(f"  {len(self.kept_disturbed)} chunk(s) disturbed by the current kernel itself kept: its "
+                         f"throttling counts in its latency ({'; '.join(self.kept_disturbed[:2])})")
+        if self.disturbed_by is not None and (self.discarded or self.kept_disturbed):
+            lines.append(f"  who disturbed the GPU: {BLAMED[self.disturbed_by]}")
         if self.note:
             lines.append(f"  {self.note}")
         return lines
@@ -131,23 +232,30 @@ class LatencyResult:
             "release": self.release.to_json() | {"headline": self.release.headline()} if self.release else None,
             "fingerprint": self.fingerprint, "advisory": self.advisory, "telemetry": self.telemetry,
             "run_spread": self.run_spread.to_dict() if self.run_spread else None, "note": self.note,
+            "inputs": self.inputs.to_json() if self.inputs else None, "disturbed_by": self.disturbed_by,
+            "kept_disturbed": self.kept_disturbed,
         }
 
 
-def blocks(result: LatencyResult, *, strict: bool, release: bool) -> bool:
+def blocks(result: LatencyResult, *, strict: bool, release: bool, trusted: bool = False) -> bool:
     """Whether ``result`` fails the case.
 
     regressed fails, except supplementary evidence outside release mode: a byte-identical kernel
     judged against its stored approval runs, whose interval rests on the between-card floor
     (:data:`stats.RUN_SPREAD_FLOOR`) rather than on an interleaved comparison, only warns in a PR
-    gate; inconclusive and unstable fail under --cuda-gate-strict; incomparable fails in release
-    mode unless it is supplementary (a kernel new since the release, an unchanged kernel without
-    stored runs), where the PR gate still judged it.
+    gate; inconclusive and unstable fail under --cuda-gate-strict; an interleaved comparison left
+    unstable also fails where the current kernel brought the disturbance on, and under a trust
+    root (``trusted``: `cudagate gate --trusted-ref`) unless it was shown to come from outside;
+    incomparable fails in release mode unless it is supplementary (a kernel new since the release,
+    an unchanged kernel without stored runs), where the PR gate still judged it.
     """
     verdict = result.verdict
     if verdict is Latency.REGRESSED:
         return not result.advisory or release
-    if verdict in (Latency.INCONCLUSIVE, Latency.UNSTABLE):
+    if verdict is Latency.UNSTABLE:
+        who = result.disturbed_by
+        return strict or who == CURRENT or (trusted and who is not None and who != OUTSIDE)
+    if verdict is Latency.INCONCLUSIVE:
         return strict
     return verdict is Latency.INCOMPARABLE and release and not result.advisory
 
@@ -162,8 +270,12 @@ class AdaptiveSampler:
 
     Chunks double the rounds so far (r, r, 2r, 4r, ... for r = ``rounds``, the suite's timing.repeat)
     within the time budget. A chunk during which the GPU throttled or another process ran is
-    discarded and measured again; after :data:`MAX_DISTURBED_CHUNKS` such chunks the comparison is
-    ``unstable``.
+    discarded and measured again, unless the worker's probe found the current kernel brings it on
+    (:func:`blame`): then its rounds count, throttled as they are. After
+    :data:`MAX_DISTURBED_CHUNKS` discarded chunks the comparison is ``unstable``. Rounds timed on a
+    fresh input set (the chunk's ``fresh`` flags) count in the estimate as any other, and are
+    compared with the signed rounds (:func:`inputs_check`); the sampler stops only once each set
+    has :data:`MIN_SET_ROUNDS`.
     """
 
     def __init__(self, threshold: float, budget_s: float = DEFAULT_BUDGET_S, confidence: float = 0.99,
@@ -174,7 +286,12 @@ class AdaptiveSampler:
         self.confidence = confidence
         self.approved: list[float] = []
         self.current: list[float] = []
+        self.fresh: list[bool] = []  # per kept round: timed on a fresh input set
         self.discarded: list[str] = []
+        self.kept_disturbed: list[str] = []
+        self.disturbances: list[list[str]] = []
+        self.prior: list[str] = []
+        self.probes: list[dict] = []
         self.spent = 0.0
         self.estimate: stats.RatioEstimate | None = None
         self.stopped_by = "budget"
@@ -183,17 +300,26 @@ class AdaptiveSampler:
     def decide(self, chunk: dict) -> int:
         self.spent += chunk["wall_s"]
         self.telemetry.append(chunk.get("state") or {})
-        if chunk.get("disturbances"):
-            self.discarded.append(", ".join(chunk["disturbances"]))
+        self.prior = self.prior or list(chunk.get("prior") or ())
+        if chunk.get("probe"):
+            self.probes.append(chunk["probe"])
+        disturbed = chunk.get("disturbances") or []
+        if disturbed:
+            self.disturbances.append(list(disturbed))
+        if disturbed and blame(self.prior, self.disturbances, self.probes) != CURRENT:
+            self.discarded.append(", ".join(disturbed))
             if len(self.discarded) > MAX_DISTURBED_CHUNKS:
                 self.stopped_by = "disturbed"
                 return 0
         else:
+            if disturbed:
+                self.kept_disturbed.append(", ".join(disturbed))
             self.approved.extend(chunk["approved"])
             self.current.extend(chunk["current"])
+            self.fresh.extend(chunk.get("fresh") or [False] * len(chunk["current"]))
         if len(self.current) >= stats.MIN_STOP_N:
             self.estimate = stats.paired_ratio(self.current, self.approved, confidence=self.confidence)
-            if stats.precise_enough(self.estimate, self.threshold):
+            if stats.precise_enough(self.estimate, self.threshold) and self._sets_seen():
                 self.stopped_by = "precise"
                 return 0
         remaining = self.budget_s - self.spent
@@ -203,19 +329,30 @@ class AdaptiveSampler:
         rate = max(done, 1) / max(self.spent, 1e-6)  # rounds per second, disturbed chunks included
         return max(1, min(max(len(self.current), self.rounds), int(rate * remaining)))
 
+    def _sets_seen(self) -> bool:
+        """Each input set timed (the signed one; a fresh one where the worker times one) has its rounds."""
+        fresh = sum(self.fresh)
+        return not fresh or min(fresh, len(self.fresh) - fresh) >= MIN_SET_ROUNDS
+
     def result(self, fingerprint: str = "") -> LatencyResult:
+        who = blame(self.prior, self.disturbances, self.probes) if self.disturbances else None
         if self.stopped_by == "disturbed" or not self.current:
             return LatencyResult(Latency.UNSTABLE, self.threshold,
                                  reason="the GPU was disturbed in every attempt (throttling or other processes); "
                                         "free the runner and re-run", discarded=self.discarded,
-                                 measurement_s=self.spent, fingerprint=fingerprint, telemetry=self.telemetry)
+                                 measurement_s=self.spent, fingerprint=fingerprint, telemetry=self.telemetry,
+                                 disturbed_by=who or UNKNOWN)
         estimate = self.estimate or stats.paired_ratio(self.current, self.approved, confidence=self.confidence)
+        inputs = inputs_check(self.current, self.approved, self.fresh, self.threshold, self.confidence)
         verdict = classify(estimate, self.threshold)
+        if inputs is not None and inputs.keyed:
+            verdict, estimate = Latency.REGRESSED, inputs.fresh
         return LatencyResult(
             verdict, self.threshold, reason="approved", estimate=estimate,
             approved=stats.summarize(self.approved), current=stats.summarize(self.current),
             pairs=len(self.current), measurement_s=self.spent, discarded=self.discarded, fingerprint=fingerprint,
             samples={"approved": self.approved, "current": self.current}, telemetry=self.telemetry,
+            inputs=inputs, disturbed_by=who, kept_disturbed=self.kept_disturbed,
         )
 
 

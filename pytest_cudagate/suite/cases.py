@@ -89,7 +89,9 @@ def stale_files(suite: Suite, case: Case) -> list[Path]:
 
 
 def case_data_fix(suite: Suite) -> str:
-    return f"fix: run `cudagate cases generate {display_path(suite.path)}`, review, then have a maintainer re-sign"
+    """The fix for case data that is missing, malformed or stale (written with another reference)."""
+    shown = display_path(suite.path)
+    return f"fix: run `cudagate cases generate {shown}`, review the data, then have a maintainer run `cudagate sign {shown}`"
 
 
 def check_case_data(suite: Suite, case: Case) -> list[str]:

@@ -226,18 +226,10 @@ def materialise(suite: Suite, case: Case, *, client, root: Path, notes: list[str
                              f"failed verification and were discarded; they were drawn again: {exc}")
     drawn = inputs is None
     if drawn:
-        inputs = draw_inputs(suite, case, seed)
-        where = display_path(record_path(suite, case))
-        for name, array in inputs.items():
-            signed, found = record.inputs[name].sha256, array_sha256(array)
-            if found != signed:
-                raise GeneratedCaseError(
-                    f"generated case {case.name}: input {name!r} drawn from seed {seed} has sha256 {found[:16]}…, "
-                    f"but {where} signs {signed[:16]}…: numpy's generator changed or the case was edited; "
-                    f"{fix(suite, case)}")
+        inputs = drawn_inputs(suite, case, record)
     expected = ReferenceRunner(suite, client, root).expected([case], {case.name: inputs})[case.name]
     for param in suite.outputs:
-        _check_sample(suite, case, param.name, seed, expected[param.name])
+        check_sample(suite, case, param.name, seed, expected[param.name])
     if drawn:
         shutil.rmtree(folder, ignore_errors=True)
         folder = write_case(suite, case, inputs, expected, root)
@@ -247,6 +239,22 @@ def materialise(suite: Suite, case: Case, *, client, root: Path, notes: list[str
         folder = write_case(suite, case, {}, expected, root)
     suite.use_arrays(case, folder)
     return folder
+
+
+def drawn_inputs(suite: Suite, case: Case, record: GeneratedRecord) -> dict[str, np.ndarray]:
+    """``case``'s inputs drawn from its seed, each checked against the sha256 ``record`` signs;
+    :class:`GeneratedCaseError` at the first that differs."""
+    seed = case_seed(suite, case)
+    inputs = draw_inputs(suite, case, seed)
+    where = display_path(record_path(suite, case))
+    for name, array in inputs.items():
+        signed, found = record.inputs[name].sha256, array_sha256(array)
+        if found != signed:
+            raise GeneratedCaseError(
+                f"generated case {case.name}: input {name!r} drawn from seed {seed} has sha256 {found[:16]}…, "
+                f"but {where} signs {signed[:16]}…: numpy's generator changed or the case was edited; "
+                f"{fix(suite, case)}")
+    return inputs
 
 
 def _cache_key(suite: Suite, case: Case) -> str | None:
@@ -278,7 +286,7 @@ def _cached_inputs(suite: Suite, case: Case, record: GeneratedRecord, folder: Pa
     return inputs
 
 
-def _check_sample(suite: Suite, case: Case, output: str, seed: int, computed: np.ndarray) -> None:
+def check_sample(suite: Suite, case: Case, output: str, seed: int, computed: np.ndarray) -> None:
     """The reference's ``computed`` output at the sample indices against the signed sample, within the
     output's element-wise tolerance (the sample file was header-checked by :func:`check_generated`)."""
     signed = np.load(sample_path(suite, case, output), allow_pickle=False)

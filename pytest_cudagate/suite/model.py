@@ -223,6 +223,7 @@ class Checks:
     guard_zones: bool = True  # canary zones around every buffer
     output_scale: bool = True  # a trivial output (zeros, a constant) must not pass a loose tolerance
     timed_outputs: bool = True  # what the timed launches wrote is checked
+    fresh_timing: bool = True  # a share of an interleaved comparison's rounds runs on a fresh input set
     scrub_shared: bool = True  # shared memory is scrubbed before each validation launch
     sanitizer: tuple[str, ...] = SANITIZER_TOOLS  # compute-sanitizer tools, run once per kernel
 
@@ -231,7 +232,7 @@ class Checks:
         default = Checks()
         out = {}
         for name in ("determinism", "fresh_inputs", "adversarial_inputs", "guard_zones", "output_scale",
-                     "timed_outputs", "scrub_shared", "sanitizer"):
+                     "timed_outputs", "fresh_timing", "scrub_shared", "sanitizer"):
             value = getattr(self, name)
             if value != getattr(default, name):
                 out[name] = list(value) if isinstance(value, tuple) else value
@@ -249,6 +250,8 @@ class Checks:
                 "guard_zones": "no guard zones: writes past a buffer are not detected",
                 "output_scale": "outputs are not judged against their own scale (zeros may pass a loose tolerance)",
                 "timed_outputs": "what the timed launches wrote is not checked",
+                "fresh_timing": "latency is timed on the signed inputs only: a kernel that recognises them is "
+                                "not timed on any other",
                 "scrub_shared": "shared memory is not scrubbed before validation launches",
                 "sanitizer": "compute-sanitizer does not run" if not self.sanitizer
                 else f"compute-sanitizer runs {', '.join(self.sanitizer)} only",

@@ -3,10 +3,10 @@
 Under ``cudagate gate --trusted-ref SHA`` the pull request's checkout is the working tree; what
 decides whom to trust comes from the base commit instead: the public keys under
 ``.cudagate/trusted_keys/`` and in ``[tool.cudagate] trusted_keys``, the ``[tool.cudagate]`` policy,
-each approvals ledger's sequence number, and each suite there: its path, its ``suite:`` name and its
-kernels' names. A pull request can then neither add a key nor loosen a setting by editing files, nor
-roll a ledger back, nor drop, move, rename or swap a suite (a copy of another signed suite put in its
-place), nor drop a kernel from one.
+each approvals ledger's sequence number and state id, and each suite there: its path, its ``suite:``
+name and its kernels' names. A pull request can then neither add a key nor loosen a setting by
+editing files, nor roll a ledger back or bring one signed over another base, nor drop, move, rename
+or swap a suite (a copy of another signed suite put in its place), nor drop a kernel from one.
 
 Everything is read from git objects with size and depth bounds (a hostile history must not make the
 gate read gigabytes or recurse forever); symlinks and submodules in the trusted tree are not followed.
@@ -33,13 +33,14 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.suite.loader import SUITE_FILENAME
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, TrustedKeys, add_key, filter_by_allowed_ids, public_key_from_bytes
+from pytest_cudagate.trust.ledger import BaseLedger, state_id
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-FORMAT = 2  # 2: each suite with its name and kernels
+FORMAT = 3  # 2: each suite with its name and kernels; 3: each ledger's state id
 MAX_KEY_BLOB = 1 << 20
 MAX_DEPTH = 32
 MAX_TREE_ENTRIES = 500_000
@@ -121,11 +122,11 @@ class TrustRoot:
     worktree: Path  # the checkout whose suites are judged
     keys: TrustedKeys
     policy: dict = field(default_factory=dict)  # [tool.cudagate] at the ref
-    ledgers: dict[str, int] = field(default_factory=dict)  # suite folder (posix, from the root) -> sequence
+    ledgers: dict[str, BaseLedger] = field(default_factory=dict)  # suite folder (posix, from the root) -> ledger
     suites: tuple[SuiteIdentity, ...] = ()  # suite files at the ref, by path
 
-    def ledger_sequence(self, suite: Suite) -> int | None:
-        """The sequence of ``suite``'s ledger at the trusted ref; None when it had none there."""
+    def ledger(self, suite: Suite) -> BaseLedger | None:
+        """``suite``'s ledger at the trusted ref; None when it had none there."""
         try:
             folder = suite.root.resolve().relative_to(self.worktree.resolve()).as_posix()
         except ValueError:
@@ -207,7 +208,9 @@ class TrustRoot:
         return {"format": FORMAT, "ref": self.ref, "worktree": str(self.worktree), "policy": self.policy,
                 "keys": {kid: {"pem": key.public_bytes(*raw).decode("ascii"), "sources": self.keys.sources.get(kid, [])}
                          for kid, key in sorted(self.keys.items())},
-                "searched": self.keys.searched, "ledgers": dict(sorted(self.ledgers.items())),
+                "searched": self.keys.searched,
+                "ledgers": {folder: {"sequence": ledger.sequence, "state": ledger.state}
+                            for folder, ledger in sorted(self.ledgers.items())},
                 "suites": [suite.to_json() for suite in self.suites]}
 
     def save(self, path: Path) -> None:
@@ -227,7 +230,9 @@ class TrustRoot:
             for source in entry["sources"] or [f"trust root {kid}"]:
                 add_key(keys, public_key_from_bytes(entry["pem"].encode("ascii"), path), source)
         suites = tuple(SuiteIdentity(s["path"], s["suite"], tuple(s["kernels"])) for s in raw["suites"])
-        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], dict(raw["ledgers"]), suites)
+        ledgers = {folder: BaseLedger(raw["ref"], entry["sequence"], entry["state"])
+                   for folder, entry in raw["ledgers"].items()}
+        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], ledgers, suites)
 
 
 class _Reader:
@@ -337,15 +342,17 @@ def _key_files(reader: _Reader, policy: dict) -> list[tuple[str, object]]:
     return files
 
 
-def _ledger_sequence(reader: _Reader, path: str, item) -> int:
+def _base_ledger(reader: _Reader, path: str, item) -> BaseLedger:
     where = reader.where(path)
     try:
         raw = boundary.parse_json(reader.blob(path, boundary.MAX_LEDGER_BYTES, item).decode("utf-8"), where,
                                   "approvals ledger")
     except (ValueError, UnicodeDecodeError) as exc:
         raise FileError(where, [f"not valid JSON: {exc}"]) from None
-    sequence = raw.get("sequence", 0) if isinstance(raw, dict) else 0
-    return sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
+    raw = raw if isinstance(raw, dict) else {}
+    sequence = raw.get("sequence", 0)
+    sequence = sequence if isinstance(sequence, int) and not isinstance(sequence, bool) else 0
+    return BaseLedger(reader.commit.hexsha, sequence, state_id(raw.get("signature")))
 
 
 def _suite_identity(reader: _Reader, path: str, item) -> SuiteIdentity:
@@ -381,7 +388,7 @@ def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
     for path, item in reader.walk(commit.tree, PurePosixPath(".")):
         name = PurePosixPath(path)
         if name.name == LEDGER_NAME:
-            ledgers[name.parent.as_posix()] = _ledger_sequence(reader, path, item)
+            ledgers[name.parent.as_posix()] = _base_ledger(reader, path, item)
         elif name.name == SUITE_FILENAME:
             if len(suites) == MAX_SUITES:
                 raise CudagateError(f"the trusted commit {reader.short} has more than {MAX_SUITES} {SUITE_FILENAME} "

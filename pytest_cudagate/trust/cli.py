@@ -12,7 +12,11 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.boundary.options import NAME, PATH, OneLineParser
+from pytest_cudagate.config import project_config
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
+from pytest_cudagate.worker.build import signature_refusals
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
@@ -102,10 +106,24 @@ def _signing_key(args):
     return load_private_key(path)
 
 
+def _refusals(suite, budget_s: float) -> list[str]:
+    """What stops ``cudagate sign`` from vouching for ``suite``: expected outputs its Python reference
+    no longer gives, and kernels that cannot take its signature. Says what it could not check."""
+    recheck = recheck_expected(suite, budget_s=budget_s, signed=False)  # as `cases generate` runs it
+    problems, notes = signature_refusals(suite, project_config(suite).arch)
+    for line in recheck.said(suite) + [f"note: {note}" for note in notes]:
+        print(f"{display_path(suite.path)}: {line}")
+    return recheck.problems + problems
+
+
 def cmd_sign(args) -> int:
     suites = _suites(args.suites)
     key = _signing_key(args)
     kid = key_id(key)
+    refused = [FileError(display_path(suite.path), found) for suite in suites
+               if (found := _refusals(suite, args.recheck_budget))]
+    if refused:  # checked before any is signed: a refusal leaves every file as it was
+        raise CudagateError("refused to sign:\n" + "\n".join(map(str, refused)))
     for suite in suites:
         root, settings = _project(suite)
         try:
@@ -149,21 +167,22 @@ def cmd_verify(args) -> int:
 def register(subparsers) -> None:
     """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
     keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer")
-    keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
-    keygen.add_argument("--out", metavar="DIR",
+    keygen.add_argument("--name", required=True, type=NAME, help="whose key (names NAME.key and NAME.pub)")
+    keygen.add_argument("--out", type=PATH, metavar="DIR",
                         help="write NAME.key and NAME.pub into DIR (default: the private key under "
                              "~/.config/cudagate/keys/, the public key in .cudagate/trusted_keys/ of the project)")
     keygen.set_defaults(func=cmd_keygen)
 
     sign = subparsers.add_parser("sign", help="sign a suite's cases, reference and tolerances (writes cudagate.sig.json)")
-    sign.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    sign.add_argument("--key", metavar="FILE",
+    sign.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    sign.add_argument("--key", type=PATH, metavar="FILE",
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
-    sign.add_argument("--signer", metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    sign.add_argument("--signer", type=NAME, metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    add_recheck_budget(sign)
     sign.set_defaults(func=cmd_sign)
 
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
-    verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    verify.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
 
     gate_command.register(subparsers)
@@ -171,7 +190,7 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pytest_cudagate.trust.cli``) until the main command wires these in."""
-    parser = argparse.ArgumentParser(prog="cudagate")
+    parser = OneLineParser(prog="cudagate")
     register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     try:

@@ -4,11 +4,18 @@ compared with, and cannot drop, swap or roll back what a maintainer approved.
 One signature covers the whole ledger (suite name, sequence, every approval and every explicitly
 pending kernel). What the signature alone cannot show is checked here: that the ledger is this
 suite's, that every kernel of the suite is accounted for, that each entry is filed under its own
-kernel, and (given the sequence at a trusted ref) that it is not older than the trusted one.
+kernel, and (given the ledger at a trusted ref) that it is the trusted one or was signed over it.
+
+A signed ledger is known by its state id (:func:`state_id`). Signing records the id of the ledger it
+replaces in ``chain``, so a ledger says which signed states it extends. Under ``cudagate gate
+--trusted-ref`` a ledger that differs from the base's must name the base's id in its chain: a
+signature made on a branch the base has moved past, or over a ledger the base has since replaced
+(re-created at a lower sequence, say), names another id and does not count against this base.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_cudagate import boundary
@@ -23,9 +30,32 @@ from pytest_cudagate.trust.documents import SignatureError, sign_document, verif
 from pytest_cudagate.trust.keys import find_project_root, load_trusted_keys
 
 PURPOSE = "approvals-ledger"
-
-
 SIGNATURE_NAME = "cudagate.sig.json"
+# Links a ledger keeps: a pull request signs a few times over its base, so the base's id is among the
+# last ones; older links only lengthen the file.
+CHAIN_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class BaseLedger:
+    """A suite's ledger at the trusted ref: what the pull request's ledger must equal or extend."""
+
+    ref: str  # the trusted commit
+    sequence: int
+    state: str | None  # its state id; None where it holds no signature record
+
+
+def state_id(record) -> str | None:
+    """The id of a signed ledger: the SHA-256 of its signature record's canonical JSON. The record's
+    value is an Ed25519 signature over the whole document, so a record that verifies names one document;
+    and it stays in the file when ``cudagate approve`` changes the entries unsigned, so the signing that
+    follows still knows which signed state it replaces. None for no record."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return sha256_bytes(canonical_bytes(record))
+    except (TypeError, ValueError):  # not plain JSON: no signed state
+        return None
 
 
 def oracle_digest(suite_root: Path) -> str | None:
@@ -40,11 +70,14 @@ def oracle_digest(suite_root: Path) -> str | None:
 
 def sign_ledger(ledger: Ledger, key, signer: str) -> list[str]:
     """Sign ``ledger`` as a whole with ``key``: every kernel of the suite without an approval is
-    recorded as pending, the suite's signed oracle is bound to it, and the sequence grows by one.
-    Returns the approved kernels; the caller saves."""
+    recorded as pending, the suite's signed oracle is bound to it, the signed ledger it replaces is
+    added to its chain, and the sequence grows by one. Returns the approved kernels; the caller saves."""
     ledger.pending = sorted(set(ledger.pending) | (set(ledger.kernels) - set(ledger.approvals)))
     ledger.pending = [k for k in ledger.pending if k not in ledger.approvals]
     ledger.oracle_sha256 = oracle_digest(ledger.root)
+    replaced = state_id(ledger.signature)
+    if replaced is not None:
+        ledger.chain = [*ledger.chain, replaced][-CHAIN_LENGTH:]
     ledger.sequence += 1
     ledger.signature = sign_document(ledger.signed_payload(), key, signer=signer, purpose=PURPOSE)
     return sorted(ledger.approvals)
@@ -54,16 +87,28 @@ def _fix(suite: Suite) -> str:
     return f"fix: a maintainer reviews the approvals and runs `cudagate sign {display_path(suite.path)}`"
 
 
-def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: int | None = None) -> list[str]:
+def _base_fix(suite: Suite, where: str, base: BaseLedger) -> str:
+    # re-signing the pull request's ledger would extend it, not the base's
+    return (f"fix: a maintainer starts from the trusted ref's ledger (`git checkout {base.ref[:12]} -- {where}`), "
+            f"re-approves the kernels this change approves, and runs `cudagate sign {display_path(suite.path)}`")
+
+
+def extends(ledger: Ledger, base: BaseLedger) -> bool:
+    """Whether ``ledger`` is the base's signed ledger or was signed over it (its chain names it)."""
+    return base.state is None or base.state == state_id(ledger.signature) or base.state in ledger.chain
+
+
+def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger | None = None) -> list[str]:
     """What stops the gate from trusting the approved versions and baselines; [] when all verify.
 
-    ``base_sequence``: the ledger's sequence at the trusted ref (None: not known, or no ledger there).
+    ``base``: the ledger at the trusted ref (None: no trusted ref, or no ledger there); the ledger must
+    not be older (sequence) and must be that one or extend it (chain).
     Each problem is one line naming the file, and the kernel where one is concerned.
     """
     where = display_path(ledger.path)
     if not ledger.exists:
-        if base_sequence is not None:
-            return [f"{where}: deleted; the trusted ref has a signed ledger (sequence {base_sequence}) for suite "
+        if base is not None:
+            return [f"{where}: deleted; the trusted ref has a signed ledger (sequence {base.sequence}) for suite "
                     f"{suite.name!r}", _fix(suite)]
         if not ledger.kernels:
             return []
@@ -87,9 +132,15 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: i
     if ledger.oracle_sha256 != oracle_digest(suite.root):
         problems.append(f"{where}: signed for another version of the suite's signed oracle ({SIGNATURE_NAME}): its "
                         "cases, tolerances or reference were rolled back, or re-signed without this ledger")
-    if base_sequence is not None and ledger.sequence < base_sequence:
-        problems.append(f"{where}: sequence {ledger.sequence} is lower than {base_sequence} at the trusted ref: an "
+    off_base = base is not None and (ledger.sequence < base.sequence
+                                     or (ledger.signature is not None and not extends(ledger, base)))
+    if base is not None and ledger.sequence < base.sequence:
+        problems.append(f"{where}: sequence {ledger.sequence} is lower than {base.sequence} at the trusted ref: an "
                         "older signed ledger (rollback)")
+    elif off_base:
+        problems.append(f"{where}: sequence {ledger.sequence} was not signed over the ledger at the trusted ref "
+                        f"(sequence {base.sequence}): a signature made on another branch, or over a ledger the base "
+                        "has since replaced, does not count against this base")
     if ledger.signature is None:
         problems.append(f"{where}: not signed")
     else:
@@ -103,7 +154,7 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base_sequence: i
         except CudagateError as exc:
             problems.append(f"{where}: approval of {name!r}: {exc}")
     if problems:
-        problems.append(_fix(suite))
+        problems.append(_base_fix(suite, where, base) if off_base else _fix(suite))
     return problems
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.host.paths import display_path, visible
+from pytest_cudagate.suite.cases import case_data_fix
 from pytest_cudagate.suite.generated import generated_files
 from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
@@ -39,6 +40,14 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
 def sign_fix(suite: Suite) -> str:
     return f"fix: a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`"
+
+
+def change_fix(suite: Suite, signed: dict, current: dict) -> str:
+    """The fix for a manifest that changed from ``signed`` to ``current``: after a reference change the
+    expected outputs are stale, so they are generated again before anyone signs."""
+    if _named(signed).get("reference") != _named(current).get("reference"):
+        return case_data_fix(suite)
+    return sign_fix(suite)
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -99,8 +108,8 @@ def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:
             continue
         for name in _INCLUDE.findall(body):
             candidate = current.parent / name.decode("utf-8", "replace")
-            if not candidate.is_file():
-                continue  # a system or toolkit header: not ours
+            if not os.path.isfile(candidate):  # (False, not OSError, for a name too long to look up)
+                continue  # a system or toolkit header: not ours; the compile names a bad one
             resolved = candidate.resolve()
             if resolved in seen:
                 continue

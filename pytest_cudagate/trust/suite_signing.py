@@ -20,7 +20,8 @@ from pytest_cudagate.trust.canonical import canonical_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
 from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
-from pytest_cudagate.trust.manifest import MANIFEST_FORMAT, collect_manifest, diff_manifests, sign_fix, suite_manifest
+from pytest_cudagate.trust.manifest import (MANIFEST_FORMAT, change_fix, collect_manifest, diff_manifests, sign_fix,
+                                            suite_manifest)
 from pytest_cudagate.suite.cases import check_case_data
 
 SIGNATURE_FILENAME = "cudagate.sig.json"
@@ -170,6 +171,8 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
         same = False
     if not same:
         result.problems.extend(p for p in diff_manifests(signed, current) if p not in result.problems)
+        if result.fix == sign_fix(suite):
+            result.fix = change_fix(suite, signed, current)
     result.ok = not result.problems
     if result.ok:
         result.fix = ""
@@ -182,8 +185,8 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
     ``allow_unsigned``; the caller then prints :data:`UNSIGNED_WARNING`). Otherwise the problems,
     each naming a file or field, with the fix as the last line.
 
-    ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger
-    sequence come from the trusted ref instead of the working tree, and unsigned is never allowed.
+    ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger to
+    equal or extend come from the trusted ref instead of the working tree, and unsigned is never allowed.
     ``ledger``: the suite's ledger as the caller read it (or why it could not), so that the ledger
     verified is the one used; None reads it here.
     """
@@ -213,7 +216,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
                 f"`cudagate sign {display_path(suite.path)}`"]
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
-    base_sequence = trust_root.ledger_sequence(suite) if trust_root is not None else None
+    base = trust_root.ledger(suite) if trust_root is not None else None
     if ledger is None:
         try:
             ledger = Ledger.for_suite(suite)
@@ -221,7 +224,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
             ledger = exc
     if isinstance(ledger, CudagateError):
         return problems + [str(ledger)]
-    return problems + ledger_problems(ledger, keys, suite, base_sequence)
+    return problems + ledger_problems(ledger, keys, suite, base)
 
 
 def signer_from_keys(key, trusted_keys: dict) -> str | None:

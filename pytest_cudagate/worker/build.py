@@ -14,10 +14,11 @@ from cudagate_harness.compiler import CompileLimits, CompileOptionError, Compile
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
 from pytest_cudagate.host.cpu import cores
+from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import KernelVersion, current_version, shown_log
-from pytest_cudagate.suite.model import Case, Param, Program
+from pytest_cudagate.suite.model import Case, Param, Program, Suite
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,
@@ -70,6 +71,30 @@ def parameter_problems(program: Program, result: CompileResult, signature: tuple
         problems += [f"step {number} ({step.entry}): {p}"
                      for p in _layout_problems(built, [named[a] for a in step.args], "the step")]
     return problems
+
+
+def suite_builds(suite: Suite) -> list[Program]:
+    """Each kernel's builds its cases run (one per class variant in use), then a CUDA reference."""
+    builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
+    return builds + ([suite.reference.program] if suite.reference.program else [])
+
+
+def signature_refusals(suite: Suite, arch: str) -> tuple[list[str], list[str]]:
+    """``cudagate sign``'s parameter check: one line per parameter of a build that cannot take the
+    suite's signature (the fix last), and notes on the builds that do not compile here (not checked)."""
+    problems, notes = [], []
+    for program in suite_builds(suite):
+        result = compile_program(program, arch)
+        if not result.ok:
+            notes.append(f"{program.build_name}: does not compile for {result.arch} here, so its parameters are not "
+                         f"checked against the signature (`cudagate check {display_path(suite.path)}` says why)")
+            continue
+        problems += [f"{program.build_name}: {mismatch_heading(program)}: {problem}"
+                     for problem in parameter_problems(program, result, suite.signature, arch)]
+    if problems:
+        problems.append("fix: make the kernel's parameters those the signature lists (in order, by type), or the "
+                        f"signature the kernel's, then run `cudagate sign {display_path(suite.path)}`")
+    return problems, notes
 
 
 def mismatch_heading(program: Program, *, loud: bool = False) -> str:

@@ -196,7 +196,7 @@ def test_a_1500_deep_tree_inside_a_suite_is_refused_in_one_clear_line(repo, deep
     code, log = gate_log(repo, "--cuda-gate-report", str(repo.path.parent / "report"), actions=False)
     assert code == 2, log[-3000:]
     assert "RecursionError" not in log and "Traceback" not in log
-    assert re.search(r"^cudagate: softmax/deep(/d){64}:\n  - more than 64 folders deep in the suite folder; cudagate "
+    assert re.search(r"^cudagate: softmax/deep(/d){64}: more than 64 folders deep in the gated folder; cudagate "
                      r"reads no deeper: flatten the tree, or remove it$", log, re.M), log[-3000:]
 
 

@@ -86,6 +86,7 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
             document = {**document, "runs": [*document["runs"][:-1], run]}  # the caller's document stays as it was
         check(document, out_dir / REPORT_JSON)
     with run_phase("report_requests"):
+        output.folder(out_dir, "report")  # a folder that cannot be made is named, not its requests/ inside
         if requests:
             output.folder(requests_dir, "report", inside=True)
         for name, request in requests.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import textwrap
@@ -37,7 +38,8 @@ from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
-from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
+from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
+from pytest_cudagate.trust.ledger import pull_request_number
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems, suite_builds
 
@@ -187,8 +189,12 @@ def cmd_approve(args) -> int:
     if args.runs < 1:
         raise CudagateError(f"--runs {args.runs}: at least one run; {DEFAULT_APPROVAL_RUNS} (the default) gives the "
                             "spread a stored baseline is judged by")
+    pull_request = pull_request_number(args.pull_request) if args.pull_request is not None else None
+    if pull_request is not None and not (args.key or os.environ.get(SIGNING_KEY_ENV)):
+        raise CudagateError(f"--pull-request {pull_request}: names what a signing is for, and without --key (or "
+                            f"${SIGNING_KEY_ENV}) approve signs nothing; pass it to `cudagate sign` after review")
     approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, runs=args.runs,
-                       out=sys.stdout)
+                       pull_request=pull_request, out=sys.stdout)
     return 0 if approved else EXIT_FAILED
 
 
@@ -232,6 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
+    approve.add_argument("--pull-request", metavar="N",
+                         help="with --key: sign the ledger for pull request N, as `cudagate sign --pull-request N` does")
     approve.set_defaults(func=cmd_approve)
 
     diff = sub.add_parser("diff", help="show what changed in a kernel since its approved version")

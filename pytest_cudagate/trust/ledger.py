@@ -183,9 +183,9 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger
     unchanged = base is not None and base.state is not None and base.state == state_id(ledger.signature)
     if pull_request is not None and not unchanged and ledger.pull_request != pull_request:
         signed_for = "no pull request" if ledger.pull_request is None else f"pull request {ledger.pull_request}"
-        return [f"{where}: signed for {signed_for}, not for this pull request "
-                f"({pull_request}): a changed signed state counts only in the pull request it was signed for; fix: a maintainer reviews this "
-                f"pull request and runs `{_sign_command(suite, pull_request)}`"]
+        return [f"{where}: signed for {signed_for}, not for this pull request ({pull_request}): a changed signed "
+                "state counts only in the pull request it was signed for; fix: a maintainer reviews this pull request "
+                f"and runs `{_sign_command(suite, pull_request)}`"]
     return problems
 
 

@@ -273,12 +273,15 @@ def gate_args(paths: list[Path], report: Path) -> list[str]:
             "-p", "no:cacheprovider", "-q"]
 
 
-def prepare(name: str, work: Path, env: dict[str, str]) -> Prepared:
+def prepare(name: str, work: Path, env: dict[str, str], case: str | None = None) -> Prepared:
+    """Example suite ``name`` reduced to one performance case (``case``, default its first that is no
+    holdout) and its first kernel, approved on this GPU."""
     root = work / name / "approved"
     shutil.copytree(ROOT / "examples" / name, root,
                     ignore=shutil.ignore_patterns("approved", "cudagate.approvals.json", "cudagate.sig.json"))
     raw = yaml.safe_load((root / "cudagate.yaml").read_text())
-    case = next(c for c in raw["cases"] if c["kind"] == "performance" and not c.get("holdout"))
+    case = next(c for c in raw["cases"] if c["name"] == case or (case is None and c["kind"] == "performance"
+                                                                and not c.get("holdout")))
     kernel = raw["kernels"][0]
     raw["kernels"], raw["cases"] = [kernel], [case]
     raw["checks"] = {"sanitizer": "off"}  # runs once per new kernel; says nothing about latency

@@ -32,6 +32,8 @@ from pytest_cudagate.history.cli import register as register_history
 from pytest_cudagate.bisect.search import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
 from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.boundary.options import (LOCK_TIMEOUT_S, NAME, PATH, PULL_REQUEST, TIMEOUT_S, OneLineParser, count,
+                                              nonempty)
 from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
@@ -39,12 +41,15 @@ from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
-from pytest_cudagate.trust.ledger import pull_request_number
 from pytest_cudagate.trust.cli import register as register_trust
-from pytest_cudagate.worker.build import compile_program, mismatch_heading, parameter_problems, suite_builds
+from pytest_cudagate.suite.includes import IncludeError
+from pytest_cudagate.worker.build import compile_version, mismatch_heading, parameter_problems, suite_builds
+from pytest_cudagate.worker.requests import current_version
 
 
 TIMEOUT_HELP = "watchdog per case in seconds (default: [tool.cudagate] timeout_s, else 60)"
+# Each run starts a fresh worker; at least one, and two or more for the spread a stored baseline is judged by.
+RUNS = count(1, 100, hint=f"{DEFAULT_APPROVAL_RUNS}, the default, gives the spread a stored baseline is judged by")
 
 
 def _suites(paths: list[str]) -> list[Path]:
@@ -82,9 +87,16 @@ def cmd_check(args) -> int:
             failed |= bool(recheck.problems)
             for line in recheck.problems + recheck.said(suite):
                 print(f"  {line}")
+        versions = []
+        for program in suite_builds(suite):
+            try:
+                versions.append((program, current_version(program)))
+            except IncludeError as exc:  # the headers it includes are bad input, as the suite file's are
+                bad_input = True
+                print(f"  {program.build_name}: {exc}")
         for arch in args.arch or [project_config(suite).arch]:
-            for program in suite_builds(suite):
-                result = compile_program(program, arch)
+            for program, version in versions:
+                result = compile_version(version, arch)
                 if result.ok:
                     res = result.resources
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
@@ -186,15 +198,11 @@ def cmd_approve(args) -> int:
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
-    if args.runs < 1:
-        raise CudagateError(f"--runs {args.runs}: at least one run; {DEFAULT_APPROVAL_RUNS} (the default) gives the "
-                            "spread a stored baseline is judged by")
-    pull_request = pull_request_number(args.pull_request) if args.pull_request is not None else None
-    if pull_request is not None and not (args.key or os.environ.get(SIGNING_KEY_ENV)):
-        raise CudagateError(f"--pull-request {pull_request}: names what a signing is for, and without --key (or "
+    if args.pull_request is not None and not (args.key or os.environ.get(SIGNING_KEY_ENV)):
+        raise CudagateError(f"--pull-request {args.pull_request}: names what a signing is for, and without --key (or "
                             f"${SIGNING_KEY_ENV}) approve signs nothing; pass it to `cudagate sign` after review")
     approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, runs=args.runs,
-                       pull_request=pull_request, out=sys.stdout)
+                       pull_request=args.pull_request, out=sys.stdout)
     return 0 if approved else EXIT_FAILED
 
 
@@ -205,13 +213,13 @@ def cmd_diff(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cudagate", description="CI regression gate for CUDA kernels.")
+    parser = OneLineParser(prog="cudagate", description="CI regression gate for CUDA kernels.")
     parser.add_argument("--version", action="version", version=f"cudagate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="validate suites, their case data, and compile every kernel (no GPU needed)")
-    check.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    check.add_argument("--arch", action="append", metavar="SM",
+    check.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    check.add_argument("--arch", action="append", type=nonempty("a compile target such as sm_90"), metavar="SM",
                        help=f"compile target, repeatable (default: `arch` of [tool.cudagate] in the pyproject.toml "
                             f"nearest above each suite, else {DEFAULT_ARCH}; never the GPU's, whether or not one is "
                             "present)")
@@ -221,31 +229,31 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
 
     run = sub.add_parser("run", help="replay one harness request file on the GPU and print per-case results as JSON")
-    run.add_argument("request", metavar="REQUEST.json")
-    run.add_argument("--output", metavar="DIR", help="where the kernel's outputs are written (default: a temp folder)")
-    run.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
-    run.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
+    run.add_argument("request", type=PATH, metavar="REQUEST.json")
+    run.add_argument("--output", type=PATH, metavar="DIR", help="where the kernel's outputs are written (default: a temp folder)")
+    run.add_argument("--timeout", type=TIMEOUT_S, default=None, metavar="S", help=TIMEOUT_HELP)
+    run.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     run.set_defaults(func=cmd_run)
 
     approve = sub.add_parser("approve", help="record the current kernel(s) as approved, with baselines measured on this GPU")
-    approve.add_argument("suite", metavar="SUITE")
-    approve.add_argument("kernel", nargs="?", metavar="KERNEL", help="only this kernel (default: all)")
-    approve.add_argument("--approved-by", metavar="NAME", help="reviewer's name (default: git user.name)")
-    approve.add_argument("--runs", type=int, default=DEFAULT_APPROVAL_RUNS, metavar="N",
+    approve.add_argument("suite", type=PATH, metavar="SUITE")
+    approve.add_argument("kernel", nargs="?", type=NAME, metavar="KERNEL", help="only this kernel (default: all)")
+    approve.add_argument("--approved-by", type=NAME, metavar="NAME", help="reviewer's name (default: git user.name)")
+    approve.add_argument("--runs", type=RUNS, default=DEFAULT_APPROVAL_RUNS, metavar="N",
                          help=f"independent runs, each in a fresh worker, whose medians a byte-identical kernel is "
                               f"later judged against (default {DEFAULT_APPROVAL_RUNS}; at least 2 for that)")
-    approve.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
-    approve.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
-    approve.add_argument("--key", metavar="FILE", help="sign the new entries with this private key "
+    approve.add_argument("--timeout", type=TIMEOUT_S, default=None, metavar="S", help=TIMEOUT_HELP)
+    approve.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
+    approve.add_argument("--key", type=PATH, metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
-    approve.add_argument("--pull-request", metavar="N",
+    approve.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
                          help="with --key: sign the ledger for pull request N, as `cudagate sign --pull-request N` does")
     approve.set_defaults(func=cmd_approve)
 
     diff = sub.add_parser("diff", help="show what changed in a kernel since its approved version")
-    diff.add_argument("suite", metavar="SUITE")
-    diff.add_argument("kernel", metavar="KERNEL")
-    diff.add_argument("--report", metavar="REPORT.json", help="add the latency change per case from a gate report")
+    diff.add_argument("suite", type=PATH, metavar="SUITE")
+    diff.add_argument("kernel", type=NAME, metavar="KERNEL")
+    diff.add_argument("--report", type=PATH, metavar="REPORT.json", help="add the latency change per case from a gate report")
     diff.set_defaults(func=cmd_diff)
 
     register_trust(sub)
@@ -257,10 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     cases_sub = cases.add_subparsers(dest="cases_command", required=True, metavar="ACTION")
     gen = cases_sub.add_parser("generate", help="draw seeded inputs and compute expected outputs with the reference "
                                                 "(a generated case: its input digests and output sample only)")
-    gen.add_argument("suites", nargs="+", metavar="SUITE")
-    gen.add_argument("--case", action="append", metavar="NAME", help="only this case (repeatable)")
-    gen.add_argument("--timeout", type=float, default=None, metavar="S", help=TIMEOUT_HELP)
-    gen.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
+    gen.add_argument("suites", nargs="+", type=PATH, metavar="SUITE")
+    gen.add_argument("--case", action="append", type=NAME, metavar="NAME", help="only this case (repeatable)")
+    gen.add_argument("--timeout", type=TIMEOUT_S, default=None, metavar="S", help=TIMEOUT_HELP)
+    gen.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     gen.set_defaults(func=cmd_cases_generate)
     return parser
 

@@ -131,27 +131,14 @@ class GateConfig:
     require_gpu: bool = False
 
 
-class OptionError(ValueError):
-    """An option value that cannot be used; the message names the option and the fix."""
-
-
-def check_threshold(value: float | None, option: str) -> float | None:
-    """A latency threshold is a fraction strictly between 0 and 1 (0.02 = 2%); refused otherwise,
-    never silently replaced by the suite's."""
-    if value is not None and not 0 < value < 1:
-        raise OptionError(f"{option} {value:g}: the latency threshold is a fraction strictly between 0 and 1 "
-                          f"(0.02 = 2%); leave it out to use each suite's gate.threshold")
-    return value
-
-
-def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | None = None,
-            threshold: float | None = None, threshold_option: str = "--threshold", **options) -> GateConfig:
-    """The run's configuration: command-line values (None when not given) over ``settings`` over
-    the defaults. ``options`` are the remaining :class:`GateConfig` fields, as given."""
+def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | None = None, **options) -> GateConfig:
+    """The run's configuration: command-line values (None when not given; each checked as the command
+    line was parsed, :mod:`pytest_cudagate.boundary.options`) over ``settings`` over the defaults.
+    ``options`` are the remaining :class:`GateConfig` fields, as given."""
     given = {k: v for k, v in options.items() if v is not None}
     return GateConfig(arch=arch or settings.arch or DEFAULT_ARCH, release_tags=settings.release_tags,
                       timeout_s=next(t for t in (timeout_s, settings.timeout_s, DEFAULT_TIMEOUT_S) if t is not None),
-                      threshold=check_threshold(threshold, threshold_option), **given)
+                      **given)
 
 
 def project_root(start: Path) -> Path:

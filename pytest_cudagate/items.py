@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 import threading
 import time
 import warnings
@@ -31,7 +32,7 @@ from pytest_cudagate.reports import pytest_hooks as reports
 from pytest_cudagate.reports.durations import render_durations, render_run_phases
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.session import GateRuntime
-from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
+from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite, refuse_folder_links
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
@@ -80,6 +81,26 @@ class GateSession:
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
                                        root=Path(config.rootpath), release_ref=gate.release_ref,
                                        release_tags=gate.release_tags, spawned=spawned))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Before collection, and so before the GPU's lock: a link to a folder in the gated paths is
+        refused (:func:`refuse_folder_links`) where pytest's collection would step into it."""
+        config = self.config
+        if xdist_hooks.is_worker(config):  # its controller has looked
+            return
+        paths = [Path(config.invocation_params.dir, arg.split("::", 1)[0]) for arg in config.args]
+        # The run's own --basetemp is pytest's, not the checkout's (pytester links NAME-current to it).
+        basetemp = config.option.basetemp and os.path.realpath(config.option.basetemp)
+
+        def enter(folder: Path) -> bool:
+            return (not config.hook.pytest_ignore_collect(collection_path=folder, config=config)
+                    and os.path.realpath(folder) != basetemp)
+
+        try:
+            refuse_folder_links(paths, Path(config.rootpath), enter)
+        except CudagateError as exc:
+            raise pytest.UsageError(str(exc)) from None
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector):
         if file_path.name == SUITE_FILENAME:
@@ -430,7 +451,12 @@ class CaseItem(GateItem):
             runtime.skipped.append(self.skipped_entry)
             pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
         waited = time.perf_counter() - waited
-        outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite), started=started)
+        try:
+            outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite), started=started)
+        except IncludeError as exc:  # the kernel's headers: its compile item says the same
+            self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                     message="bad include", shape_class=case.shape_class))
+            raise GateFailure(str(exc)) from None
         phases.add(outcome, "worker_start", waited)
         # its span: from a head start in the turn before, less what it lent the next case (Gate.expect)
         phases.finish(outcome, time.perf_counter() - started + outcome.head_start_s - outcome.lent_s)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Callable
 import pytest
 
 from pytest_cudagate import phases
-from pytest_cudagate.config import (DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, OptionError, load_settings,
-                                    resolve)
+from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, PATH, TIMEOUT_S, count, finite, nonempty,
+                                            ref_or_bare)
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, load_settings, resolve
 from pytest_cudagate.errors import FileError
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from pytest_cudagate.worker.client import Worker
 
 RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
+# A fraction, never silently replaced by the suite's: 0.02 = 2 %.
+THRESHOLD = finite(0, 1, above=True, below=True, hint="0.02 = 2%; leave it out to use each suite's gate.threshold")
 
 
 def add_gate_options(add: Callable[..., object]) -> None:
@@ -35,44 +38,45 @@ def add_gate_options(add: Callable[..., object]) -> None:
     add("--cuda-gate", action="store_true", help="collect cudagate.yaml suites and replay them on the GPU")
     add("--cuda-gate-require-gpu", action="store_true",
         help="fail (instead of skip) replay items when no CUDA device is present; for reserved GPU runners")
-    add("--cuda-gate-arch", default=None, metavar="SM",
+    add("--cuda-gate-arch", default=None, type=nonempty("a compile target such as sm_90"), metavar="SM",
         help="compile target when no GPU is present (default: [tool.cudagate] arch, else sm_90)")
-    add("--cuda-gate-timeout", type=float, default=None, metavar="S",
+    add("--cuda-gate-timeout", type=TIMEOUT_S, default=None, metavar="S",
         help="watchdog per case in seconds; a kernel silent for longer is killed "
              "(default: [tool.cudagate] timeout_s, else 60)")
     add("--cuda-gate-strict", action="store_true",
         help="fail on inconclusive or unstable latency verdicts instead of warning")
     # An optional value: bare, it must come last (or before another option) so that it cannot take a path.
-    add("--cuda-gate-release", nargs="?", const="", default=None, metavar="REF",
+    add("--cuda-gate-release", nargs="?", const="", default=None, type=ref_or_bare("a tag, branch or commit"),
+        metavar="REF",
         help="release mode: time each kernel interleaved against its version approved at REF (default: "
              "the newest tag matching [tool.cudagate] release_tags, else v*, before HEAD); a regression "
              "against it, or against the stored runs of an unchanged kernel, fails. Write "
              "--cuda-gate-release=REF, or the bare flag after the paths")
-    add("--cuda-gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+    add("--cuda-gate-budget", type=BUDGET_S, default=DEFAULT_BUDGET_S, metavar="S",
         help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
-    add("--cuda-gate-threshold", type=float, default=None, metavar="F",
+    add("--cuda-gate-threshold", type=THRESHOLD, default=None, metavar="F",
         help="latency drift tolerated, as a fraction strictly between 0 and 1 (overrides each suite's "
              "gate.threshold)")
-    add("--cuda-gate-fresh-seed", type=int, default=None, metavar="N",
+    add("--cuda-gate-fresh-seed", type=count(0, 2**64 - 1), default=None, metavar="N",
         help="seed of the fresh random inputs (default: $CUDAGATE_FRESH_SEED, else new each run; "
              "the report names the seed so a failure can be replayed)")
     add("--cuda-gate-allow-unsigned", action="store_true",
         help="judge suites whose cases or approvals are unsigned or altered (local experiments only)")
-    add("--cuda-gate-report", default=None, metavar="DIR",
+    add("--cuda-gate-report", default=None, type=PATH, metavar="DIR",
         help="write report.json, a self-contained report.html and replayable requests/ into DIR")
-    add("--cuda-gate-benchmark-json", default=None, metavar="FILE",
+    add("--cuda-gate-benchmark-json", default=None, type=PATH, metavar="FILE",
         help="write the timings in pytest-benchmark's JSON format (seconds), for its compare command "
              "and benchmark dashboards")
-    add("--cuda-gate-durations", type=int, default=None, metavar="N",
+    add("--cuda-gate-durations", type=count(0, 1_000_000), default=None, metavar="N",
         help="list the N slowest cases with their time split by phase (compile, worker start, checks, "
              "fresh inputs, warm-up, timing, sanitizer, statistics, IPC); 0 lists all")
-    add("--cuda-gate-class", action="append", default=None, metavar="NAME",
+    add("--cuda-gate-class", action="append", default=None, type=nonempty("a shape class"), metavar="NAME",
         help="run only the performance cases of shape class NAME (a case's `class:`), repeatable; "
              "compile items and correctness cases always run")
-    add("--cuda-gate-lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+    add("--cuda-gate-lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S",
         help=f"how long to wait for another gate run to release the GPU (default {DEFAULT_LOCK_TIMEOUT_S:g})")
     # Set by `cudagate gate --trusted-ref` only: keys, policy and ledger sequences of the base commit.
-    add("--cuda-gate-trust-root", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    add("--cuda-gate-trust-root", default=None, type=PATH, metavar="FILE", help=argparse.SUPPRESS)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -133,14 +137,14 @@ def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
         settings = trust_root.settings() if trust_root else load_settings(Path(config.rootpath))
         gate_config = resolve(
             settings, arch=config.getoption("cuda_gate_arch"), timeout_s=config.getoption("cuda_gate_timeout"),
-            threshold=config.getoption("cuda_gate_threshold"), threshold_option="--cuda-gate-threshold",
+            threshold=config.getoption("cuda_gate_threshold"),
             budget_s=config.getoption("cuda_gate_budget"), lock_timeout_s=config.getoption("cuda_gate_lock_timeout"),
             strict=config.getoption("cuda_gate_strict"), release=config.getoption("cuda_gate_release") is not None,
             release_ref=config.getoption("cuda_gate_release") or None,
             fresh_seed=config.getoption("cuda_gate_fresh_seed"),
             allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
             require_gpu=config.getoption("cuda_gate_require_gpu"))
-    except (OptionError, FileError) as exc:  # one clear error, not INTERNALERROR
+    except FileError as exc:  # one clear error, not INTERNALERROR
         raise pytest.UsageError(str(exc)) from None
     session = GateSession.start(config, gate_config, trust_root, spawned)
     config.stash[RUNTIME] = session.runtime

@@ -24,6 +24,7 @@ import os
 import re
 import resource
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa:
 from optimize_fakes import opt_suite, write_proposals  # noqa: E402
 from report_fixtures import build_scenario, built_report  # noqa: E402
 from test_attacks import Repo  # noqa: E402
+from trust_project import make_project  # noqa: E402
 
 MEMORY_LIMIT = 512 * 1024 * 1024
 SECONDS = 2.0  # CPU seconds an input may take
@@ -666,6 +668,162 @@ bad("tunables", "17 tunables of 64 values (cudagate check)")(lambda d: check(wit
 def _(d):
     return "cudagate", ["optimize", str(with_tunables(d, 3000, 2)), "scale2", "--allow-unsigned", "--quiet",
                         "--results", str(d / "results"), "--proposer", "autotune"]
+
+
+# -- cudagate history -------------------------------------------------------------------------------
+
+def timed_report(d: Path, edit=None) -> Path:
+    """A report with timed cases at a commit of its own (no repository needed); ``edit(document)`` applied."""
+    folder = d / "report"
+    built = built_report(build_scenario(d / "scale"), folder)
+    built.document["runs"][0]["github"] = {"sha": "ab" * 20, "ref": "refs/heads/main"}
+    if edit:
+        edit(built.document)
+    write_report(folder, built)
+    return folder
+
+
+def record(d: Path, *args: str, edit=None) -> tuple[str, list[str]]:
+    return "cudagate", ["history", "record", str(timed_report(d, edit)), "--repo", str(d), *args]
+
+
+def first_latency(key: str, value):
+    def edit(document):
+        next(item for item in document["items"] if item.get("latency"))["latency"]["current"][key] = value
+    return edit
+
+
+def damaged_history(d: Path, query: str) -> tuple[str, list[str]]:
+    """A history recorded from a sound report, then ``query`` run on it: every result it shows is damaged."""
+    db = d / "history.sqlite"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["history", "record", str(timed_report(d)), "--repo", str(d), "--db", str(db)]) == 0
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(query)
+    return "cudagate", ["history", "show", "--db", str(db), "--out", str(d / "page")]
+
+
+bad("history", "--db :memory:")(lambda d: record(d, "--db", ":memory:"))
+bad("history", "--db file:x?mode=memory")(lambda d: record(d, "--db", "file:x?mode=memory"))
+bad("history", "a current median of 1e308 ms")(lambda d: record(d, "--db", str(d / "h.sqlite"),
+                                                                edit=first_latency("median", 1e308)))
+bad("history", "a current median of 1e-300 ms")(lambda d: record(d, "--db", str(d / "h.sqlite"),
+                                                                 edit=first_latency("median", 1e-300)))
+for _name, _query in [
+    ("a text latency in every result", "UPDATE results SET current_us = 'fast'"),
+    ("a latency of 1e308 in every result", "UPDATE results SET current_us = 1e308"),
+    ("a latency of -1 in every result", "UPDATE results SET current_us = -1"),
+    ("an infinite ratio in every result", "UPDATE results SET ratio = 9e999"),
+    ("a verdict of 7 in every result", "UPDATE results SET verdict = 7"),
+    ("every result of a run not recorded", "UPDATE results SET run = 'gone'"),
+    ("a run's release flag of 'yes'", "UPDATE runs SET release = 'yes'"),
+    ("a commit sha a blob", "UPDATE commits SET sha = x'00'"),
+    ("no table runs", "DROP TABLE runs"),
+    ("no column current_us", "ALTER TABLE results DROP COLUMN current_us"),
+]:
+    bad("history", _name)(lambda d, q=_query: damaged_history(d, q))
+
+
+# -- numbers and paths on the command line ------------------------------------------------------------
+
+for _args in [["bisect", "v1", "HEAD", "s", "--budget", "nan"], ["bisect", "v1", "HEAD", "s", "--budget", "inf"],
+              ["bisect", "v1", "HEAD", "s", "--budget", "1e308"], ["bisect", "v1", "HEAD", "s", "--timeout", "nan"],
+              ["bisect", "v1", "HEAD", "s", "--lock-timeout", "nan"], ["bisect", "v1", "HEAD", "s", "--threshold", "nan"],
+              ["history", "show", "--out", "o", "--last", "0"], ["history", "show", "--out", "o", "--last", str(10**30)],
+              ["history", "show", "--db", "", "--out", "o"], ["history", "show", "--out", ""],
+              ["report", "merge", "o", ""], ["approve", "s", "--runs", "-1"],
+              ["run", "r.json", "--timeout", "-inf"], ["optimize", "s", "k", "--max-gpu-minutes", "nan"],
+              ["optimize", "s", "k", "--batch", str(10**30)], ["optimize", "s", "k", "--results", ""],
+              ["cases", "generate", "s", "--lock-timeout", "1e308"], ["check", ""], ["gate", "--repo", ""]]:
+    bad("options", "cudagate " + " ".join(repr(a) if not a else a for a in _args))(lambda d, a=_args: ("cudagate", a))
+# Each of these a sound report: only the option is wrong.
+bad("options", "cudagate history record REPORT --db ''")(lambda d: record(d, "--db", ""))
+bad("options", "cudagate history record REPORT --lock-timeout nan")(lambda d: record(
+    d, "--db", str(d / "h.sqlite"), "--lock-timeout", "nan"))
+bad("options", "cudagate report merge '' REPORT")(lambda d: ("cudagate", ["report", "merge", "", str(timed_report(d))]))
+# A suite with its case data: without a GPU, a run of it passes; only the option is wrong.
+for _option in ["--cuda-gate-budget=nan", "--cuda-gate-timeout=inf", "--cuda-gate-lock-timeout=-1",
+                "--cuda-gate-threshold=nan", "--cuda-gate-durations=-1", "--cuda-gate-fresh-seed=1e308",
+                "--cuda-gate-report=", "--cuda-gate-benchmark-json="]:
+    bad("options", f"pytest {_option}")(lambda d, o=_option: ("pytest", [str(suite_with(d)), "--cuda-gate",
+                                                                         "--cuda-gate-allow-unsigned", o]))
+# -- a kernel's headers (issue 41: items 8, fuzz 9) -----------------------------------------------------------------
+
+def including(d: Path, include: str, make=None, *, entry: str = "cudagate") -> tuple[str, list[str]]:
+    """The suite with its case data, its kernel including ``include``; ``make(folder)`` writes the header."""
+    path = suite_with(d)
+    source = path.parent / "scale.cu"
+    source.write_text(f'#include "{include}"\n' + source.read_text())
+    if make:
+        make(path.parent)
+    if entry == "pytest":
+        return "pytest", [str(path), "--cuda-gate", "--cuda-gate-allow-unsigned"]
+    return check(path)
+
+
+def links_to_one_header(folder: Path, count: int = 20, size: int = 4 * 1024 * 1024 - 16) -> None:
+    (folder / "big.cuh").write_text("// " + "x" * size + "\n")
+    for i in range(count):
+        (folder / f"l{i}.cuh").symlink_to("big.cuh")
+    source = folder / "scale.cu"
+    source.write_text("".join(f'#include "l{i}.cuh"\n' for i in range(count)) + source.read_text())
+
+
+_HEADERS = [
+    ("a 5,000-character include name", "a" * 5000 + ".cuh", None),
+    ("a header over 4 MiB", "big.cuh", lambda f: (f / "big.cuh").write_bytes(b"/" * (5 << 20))),
+    ("a non-UTF-8 header", "latin1.cuh", lambda f: (f / "latin1.cuh").write_bytes(b"// caf\xe9\n")),
+    ("an .npy include", "cases/small/x.npy", None),
+    ("a header that links to itself", "loop.cuh", lambda f: (f / "loop.cuh").symlink_to("loop.cuh")),
+    ("a header that is a FIFO", "fifo.cuh", lambda f: os.mkfifo(f / "fifo.cuh")),
+    ("20 links to one 4 MiB header", "l0.cuh", lambda f: links_to_one_header(f)),
+    ("300 links to one header", "l0.cuh", lambda f: links_to_one_header(f, 300, 10)),
+]
+for _name, _include, _make in _HEADERS:
+    for _entry in ("cudagate", "pytest"):
+        bad("includes", f"{_name} ({'check' if _entry == 'cudagate' else 'pytest'})")(
+            lambda d, i=_include, m=_make, e=_entry: including(d, i, m, entry=e))
+
+
+@bad("includes", "a CUDA reference including a 5,000-character name (verify)")
+def _(d):
+    project = make_project(d, cuda_reference=True)
+    reference = project.suite_dir / "reference.cu"
+    reference.write_text('#include "' + "a" * 5000 + '.cuh"\n' + reference.read_text())
+    return "verify", ["verify", str(project.suite_file)]
+
+
+@bad("includes", "a kernel source that links to itself (check)")
+def _(d):
+    path = suite_with(d)
+    (path.parent / "scale.cu").unlink()
+    (path.parent / "scale.cu").symlink_to("scale.cu")
+    return check(path)
+
+
+# -- links to folders in the gated paths (issue 41, item 6) ----------------------------------------------------------
+
+def folder_links(d: Path, links: dict[str, str], entry: str) -> tuple[str, list[str]]:
+    path = suite_with(d)
+    for name, target in links.items():
+        (path.parent / name).symlink_to(target)
+    if entry == "pytest":
+        return "pytest", [str(path.parent), "--cuda-gate", "--cuda-gate-allow-unsigned"]
+    return "cudagate", ["check", "--allow-unsigned", str(path.parent)]
+
+
+for _name, _links in [("loop -> .", {"loop": "."}), ("two links to . and ..", {"a": ".", "b": ".."}),
+                      ("a link to /", {"root": "/"})]:
+    for _entry in ("cudagate", "pytest"):
+        bad("links", f"{_name} ({'check' if _entry == 'cudagate' else 'pytest'})")(
+            lambda d, k=_links, e=_entry: folder_links(d, k, e))
+
+
+@bad("links", "a link to / in the trusted suites (cudagate gate)", cpu_s=GATE_SECONDS)
+def _(d):
+    repo = Repo(d)
+    (repo.suite_dir / "root").symlink_to("/")
+    return gate(repo)
 
 
 # -- the driver -------------------------------------------------------------------------------------

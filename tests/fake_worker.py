@@ -412,3 +412,22 @@ def install(monkeypatch, tmp_path: Path, kernels: Kernels) -> list[FakeWorker]:
     monkeypatch.setattr(session, "HarnessClient", start)
     monkeypatch.setenv("CUDAGATE_LOCK_DIR", str(tmp_path / "locks"))
     return started
+
+
+def fake_gpu_project(folder: Path) -> Path:
+    """A ``conftest.py`` in ``folder`` (a pytester project) that makes every worker its ``pytest
+    --cuda-gate`` starts :class:`FakeWorker` on the scale kernel, with its GPU locks in ``folder/.locks``
+    (made when a lock is first taken); returns that lock folder."""
+    (folder / "conftest.py").write_text(f"""
+import os
+import sys
+
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from fake_worker import FakeWorker, scale_kernels  # noqa: E402
+
+import pytest_cudagate.session as gate_session  # noqa: E402
+
+gate_session.HarnessClient = lambda **options: FakeWorker(scale_kernels(), **options)
+os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".locks")
+""")
+    return folder / ".locks"

@@ -48,7 +48,7 @@ def test_the_limits_tell_a_loaded_host_from_a_hang(cpu_s, seconds, expected):
 
 def test_the_generator_covers_every_family_of_the_issue():
     assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references",
-                             "gate", "merge", "replay", "tunables"}
+                             "gate", "merge", "replay", "tunables", "history", "options", "includes", "links"}
     assert len(INPUTS) >= 140
 
 

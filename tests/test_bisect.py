@@ -10,11 +10,13 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import yaml
 
 import cudagate_schemas
 from fake_worker import FakeKernel, SCALE_PARAMS, honest, install
 from helpers import KERNEL_CU
 from pytest_cudagate.cli import main
+from pytest_cudagate.trust import generate_key_pair
 from test_release_gate import Project, commit, git
 
 BASE_MS = 0.01  # the fake device's time per launch
@@ -203,6 +205,8 @@ def shallow_clone(history: History, tmp_path: Path) -> list[str]:
 BAD_INPUT = {
     "unknown ref": (lambda h, t: [h.good, "no-such-branch", str(h.suite)],
                     "BAD 'no-such-branch': not a commit of the repository at"),
+    "unknown trusted ref": (lambda h, t: [h.good, "HEAD", str(h.suite), "--trusted-ref", "no-such-branch"],
+                            "--trusted-ref 'no-such-branch': not a commit of the repository at"),
     "shallow clone": (shallow_clone, "is a shallow clone: bisect reads every commit from GOOD to BAD; fetch the "
                                      "history: `git fetch --unshallow`"),
     "GOOD after BAD": (lambda h, t: ["HEAD", h.good, str(h.suite)], "is not an ancestor of BAD"),
@@ -214,8 +218,6 @@ BAD_INPUT = {
     "unknown case": (lambda h, t: [h.good, "HEAD", str(h.suite), "--case", "huge"],
                      "--case 'huge': suite 'scale' has no case of that name; its performance cases: perf"),
     "correctness case": (lambda h, t: [h.good, "HEAD", str(h.suite), "--case", "small"], "a correctness case"),
-    "threshold": (lambda h, t: [h.good, "HEAD", str(h.suite), "--threshold", "200"],
-                  "--threshold 200: a percent strictly between 0 and 100"),
     "not a repository": (lambda h, t: [h.good, "HEAD", str(h.suite), "--repo", str(t)],
                          "is not inside a git repository"),
 }
@@ -232,3 +234,68 @@ def test_bad_input_is_one_line_and_costs_no_gpu_time(history, workers, capsys, t
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert workers == []
+
+
+# -------------------------------------------------------------------------------- --trusted-ref (issue 41)
+
+
+def mallory(history: History) -> Path:
+    """A key of someone no maintainer trusts, added to the working tree's trusted keys; its private half."""
+    private = history.project.root.parent / "keys" / "mallory.key"
+    generate_key_pair("mallory", private_path=private,
+                      public_path=history.project.root / ".cudagate" / "trusted_keys" / "mallory.pub")
+    return private
+
+
+def test_under_a_trusted_ref_the_working_trees_key_and_reference_are_not_trusted(history, workers, capsys,
+                                                                                 tmp_path):
+    """The working tree adds its own key and re-signs the suite with a Python reference of its own, which
+    bisect runs to draw a generated case: bisect alone trusts the working tree's keys and runs it; with
+    --trusted-ref it is refused before any GPU time, and the reference never runs."""
+    history.version("slow", slower_pct=5.0)
+    trusted = history.head()
+    ran = tmp_path / "reference-ran"
+    reference = history.suite.parent / "reference.py"
+    reference.write_text(f"open({str(ran)!r}, 'w').close()\n" + reference.read_text())
+    raw = yaml.safe_load(history.suite.read_text())
+    raw["cases"][1]["generated"] = True
+    history.suite.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert main(["cases", "generate", str(history.suite)]) == 0
+    assert main(["sign", str(history.suite), "--key", str(mallory(history))]) == 0  # sign rechecks: it runs it too
+    ran.unlink()
+    capsys.readouterr()
+
+    assert bisect(history, "--trusted-ref", trusted) == 2
+    err = capsys.readouterr().err
+    assert "its cases cannot be trusted to judge anything" in err and "mallory" in err and err.count("\n") == 1, err
+    assert workers == [] and not ran.exists()
+
+    assert bisect(history) == 0  # today's behaviour without it: the working tree's keys are trusted
+    assert ran.exists()
+
+
+def test_under_a_trusted_ref_a_ledger_signed_by_a_key_added_in_the_range_is_refused(history, workers, capsys):
+    """A commit in the range adds a key and re-approves the kernel with it; later commits sign with the
+    maintainer's key again. The working tree trusts the added key; the trusted ref does not."""
+    history.version("fast")
+    key = mallory(history)
+    (history.suite.parent / "scale.cu").write_text(f"{KERNEL_CU}// version forged\n")
+    history.project.approve("scale")
+    assert main(["sign", str(history.suite), "--key", str(key)]) == 0
+    commit(history.project.root, "re-approved with a key of its own")
+    forged = history.head()
+    history.version("slow", slower_pct=5.0)
+    capsys.readouterr()
+
+    assert bisect(history, "--trusted-ref", history.good) == 2
+    err = capsys.readouterr().err
+    assert f"at {forged[:12]}" in err and f"pass a GOOD after {forged[:12]}" in err and err.count("\n") == 1, err
+    assert workers == []
+    assert bisect(history) == 0  # without it, the working tree's keys vouch for the forged ledger
+
+
+def test_under_a_trusted_ref_an_honest_history_is_bisected(history, workers, capsys):
+    for number in range(1, 5):
+        history.version(f"kernel edit {number}", slower_pct=5.0 if number >= 3 else 0.0)
+    assert bisect(history, "--trusted-ref", "HEAD") == 0
+    assert f"first regressing commit: {history.kernel_commits[2][:12]} 'kernel edit 3'" in capsys.readouterr().out

@@ -5,6 +5,7 @@ Real NVRTC: the PyPI NVRTC compiles on the CPU."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,10 @@ import pytest
 
 from cudagate_harness import compiler
 from cudagate_harness.protocol import request_problems
+from fake_worker import fake_gpu_project
 from helpers import BROKEN_CU, KERNEL_CU, write_suite
+from pytest_cudagate.cli import main
+from pytest_cudagate.errors import EXIT_INPUT
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import compile_program
@@ -23,6 +27,7 @@ from test_attacks import Repo
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TESTS = Path(__file__).resolve().parent
 TAIL = "a source that expands this much is refused"
+pytest_plugins = ["pytester"]
 
 
 def bomb(entry: str, params: str, tag: str) -> str:
@@ -162,3 +167,55 @@ def test_the_gate_stops_a_bomb_in_its_compile_item_within_the_case_timeout(tmp_p
     assert any(line in out for line in stopped) and TAIL in out, out
     assert "1 failed, 1 passed" in out, out  # the honest kernel's compile item still passes
     assert took < 30, took  # one bounded compile (compile_ahead's), which the compile item reads back
+
+
+# -- a header the host cannot carry: one line in the compile item, as in `cudagate check` (issue 41, fuzz 9) ---------
+BAD_HEADERS = {  # suite -> (include, the one line after `scale.cu:1: #include "...": `)
+    "long": ("a" * 5000 + ".cuh", "cannot be looked up (File name too long); name a header of the suite folder that "
+                                  "the file system can open"),
+    "big": ("big.cuh", f"the CUDA header is {5 << 20} bytes, over the 4194304-byte limit; is it the right file?"),
+    "latin1": ("latin1.cuh", "line 1 (byte 6): not UTF-8 text; save the CUDA header as UTF-8"),
+    "npy": ("cases/small/x.npy", "line 1 (byte 0): not UTF-8 text; save the CUDA header as UTF-8"),
+    "loop": ("loop.cuh", "a link that leads to no file (a loop of links, or a missing target); replace it with the "
+                         "header itself"),
+}
+
+
+def bad_header_suites(root: Path) -> dict[str, str]:
+    """One scale suite per entry of BAD_HEADERS under ``root``; each line its compile item must show."""
+    lines = {}
+    for name, (include, problem) in BAD_HEADERS.items():
+        folder = write_suite(root / name).parent
+        (folder / "scale.cu").write_text(f'#include "{include}"\n' + KERNEL_CU)
+        if name == "big":
+            (folder / include).write_bytes(b"/" * (5 << 20))
+        elif name == "latin1":
+            (folder / include).write_bytes(b"// caf\xe9\n")
+        elif name == "loop":
+            (folder / include).symlink_to(include)
+        shown = include if len(include) < 160 else f"{include[:80]}…{include[-80:]}"
+        lines[name] = f'scale.cu:1: #include "{shown}": {problem}'
+    return lines
+
+
+def test_a_header_the_host_cannot_carry_fails_its_items_in_one_line(pytester):
+    """Its compile item, and its case items on a (simulated) GPU, which meet the same headers."""
+    lines = bad_header_suites(pytester.path)
+    fake_gpu_project(pytester.path)
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                           *BAD_HEADERS, timeout=120)
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert "Traceback" not in out and not re.search(r"^E\s", out, re.MULTILINE), out
+    result.stdout.fnmatch_lines(["*15 failed*"])
+    for name, line in lines.items():
+        assert f"{name}/scale.cu does not compile for sm_90:\n{line}\n" in out, (name, out)
+        assert out.count(f"\n{line}\n") == 3, (name, out)  # the compile item and both cases
+
+
+def test_cudagate_check_refuses_the_same_headers_as_bad_input(tmp_path, capsys):
+    lines = bad_header_suites(tmp_path)
+    for name, line in lines.items():
+        code = main(["check", "--allow-unsigned", str(tmp_path / name)])
+        out = capsys.readouterr().out
+        assert code == EXIT_INPUT and f"  scale2: {line}\n" in out, (name, out)

@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from pytest_cudagate.errors import EXIT_INPUT, EXIT_NO_GPU
 from pytest_cudagate.optimize.proposers import RoundContext
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.reports.writer import write_report
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES
+from pytest_cudagate.suite.includes import MAX_HEADER_BYTES, MAX_HEADERS
 from pytest_cudagate.suite.loader import MAX_TUNABLE_VALUES, MAX_TUNABLES, load_suite
 
 CHILD_MEMORY = 2 * 1024**3
@@ -279,3 +282,50 @@ def test_autotune_plans_a_round_of_the_largest_space_allowed_in_bounded_time(tmp
         for candidate in proposer.propose(RoundContext(number, 7, None, None, list(history))):
             history.append(_Measured(candidate, 1.0 + sum(candidate.defines.values()) / 1000))
     assert len(history) == 64 and time.process_time() - start < 6
+
+
+# -- a kernel's headers (issue 41, item 8) --------------------------------------------------------
+
+
+def with_includes(folder: Path, names: list[str]) -> Path:
+    """The scale suite with its case data, its kernel including ``names`` (quoted)."""
+    path = write_suite(folder)
+    source = path.parent / "scale.cu"
+    source.write_text("".join(f'#include "{name}"\n' for name in names) + source.read_text())
+    return path
+
+
+def test_links_to_one_large_header_are_counted_as_carried_and_stop_at_the_byte_cap(tmp_path, capsys):
+    """20 links to one 4 MiB header were each read and carried: 80 MiB in every request, 370 MB of RSS
+    for `cudagate check`. Each name counts, so the third stops the build: read before the refusal is
+    at most the cap and one header."""
+    path = with_includes(tmp_path / "s", [f"l{i}.cuh" for i in range(20)])
+    header = path.parent / "big.cuh"
+    header.write_text("// " + "x" * (MAX_SOURCE_BYTES - 8) + "\n")
+    for i in range(20):
+        (path.parent / f"l{i}.cuh").symlink_to("big.cuh")
+    tracemalloc.start()
+    try:
+        out = refused(cli(capsys, "check", "--allow-unsigned", path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (f'  scale2: scale.cu:3: #include "l2.cuh": the kernel\'s headers pass {MAX_HEADER_BYTES} bytes in all '
+            "(each name a file is included under counts, links included); include less\n") in out, out
+    assert peak < MAX_HEADER_BYTES + 4 * MAX_SOURCE_BYTES, peak  # the cap, one header being read, and their copies
+
+
+def test_more_headers_than_the_count_cap_are_refused_and_the_cap_itself_compiles(tmp_path, capsys):
+    names = [f"h{i}.cuh" for i in range(MAX_HEADERS + 1)]
+    path = with_includes(tmp_path / "s", names)
+    (path.parent / "one.cuh").write_text("#pragma once\n")
+    for name in names:
+        (path.parent / name).symlink_to("one.cuh")
+    out = refused(cli(capsys, "check", "--allow-unsigned", path))
+    assert (f'  scale2: scale.cu:{MAX_HEADERS + 1}: #include "h{MAX_HEADERS}.cuh": more than {MAX_HEADERS} headers for '
+            "one kernel build (each name a file is included under counts, links included); include fewer headers\n"
+            ) in out, out
+    source = path.parent / "scale.cu"
+    source.write_text(source.read_text().replace(f'#include "h{MAX_HEADERS}.cuh"\n', ""))
+    code, out = cli(capsys, "check", "--allow-unsigned", path)
+    assert code == 0 and "scale2: compiles for" in out, out

@@ -253,7 +253,9 @@ def test_no_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as excinfo:
         main([])
     assert excinfo.value.code == 2
-    assert "usage: cudagate" in capsys.readouterr().err
+    # one line, as every refusal of the command (tests/test_options.py)
+    assert capsys.readouterr().err == ("cudagate: the following arguments are required: COMMAND; see `cudagate "
+                                       "--help`\n")
 
 
 def test_the_console_script(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,35 @@ def test_a_header_reached_by_two_spellings_is_included_once(tmp_path, cache):
     result = compile_kernel(text, entry="k", arch="sm_90", source_name="main.cu",
                             headers=quoted_includes(tmp_path / "main.cu"))
     assert result.ok, result.log
+
+
+def test_a_name_through_a_folder_and_back_compiles_as_the_file_system_opens_it(tmp_path, cache):
+    """#include "sub/../ok.h" opens sub first: the header tree holds that folder (issue 41, fuzz 10); a
+    name spelled through folders the tree has anyway keeps its one entry (the kernel's identity)."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "ok.h").write_text("#pragma once\n__device__ float one() { return 1.0f; }\n")
+    (tmp_path / "inc" / "two.h").write_text('#pragma once\n#include "../sub/../ok.h"\n'
+                                            "__device__ float two() { return one() + one(); }\n")
+    text = ('#include "sub/../ok.h"\n#include "ok.h"\n#include "inc/../inc/two.h"\n'
+            'extern "C" __global__ void k(float* y) { y[threadIdx.x] = two(); }\n')
+    (tmp_path / "main.cu").write_text(text)
+    headers = quoted_includes(tmp_path / "main.cu")
+    assert sorted(headers) == ["inc/../sub/../ok.h", "inc/two.h", "ok.h", "sub/../ok.h"]
+    result = compile_kernel(text, entry="k", arch="sm_90", source_name="main.cu", headers=headers)
+    assert result.ok, result.log
+    # a folder that is not there is not made up: the compiler says so, as it would on the suite's own disk
+    (tmp_path / "main.cu").write_text(text.replace("sub/../ok.h", "nowhere/../ok.h"))
+    assert "nowhere/../ok.h" not in quoted_includes(tmp_path / "main.cu")
+
+
+@pytest.mark.parametrize("headers, refusal", [
+    ({"sub/..": ""}, "'sub/..' lies outside the request's header tree"),
+    ({"x.h": "", "x.h/../y.h": ""}, "'x.h/../y.h': 'x.h' is a file and a folder of the header tree"),
+], ids=["a folder", "through a file"])
+def test_a_header_name_the_tree_cannot_hold_is_refused_by_the_compiler(headers, refusal, cache):
+    with pytest.raises(CompileOptionError, match=re.escape(refusal)):
+        compile_kernel('extern "C" __global__ void k() {}', entry="k", arch="sm_90", source_name="k.cu", headers=headers)
 
 
 def test_a_float16_kernel_including_cuda_fp16_compiles(cache):

@@ -15,7 +15,8 @@ SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity",
              "optimize-summary-": "optimize-summary", "digest-cost-": "digest-cost", "bisect-power": "bisect-power",
              "card-floor-": "card-floor", "card-floor-derived-": "card-floor-derived", "gate-speed-": "gate-speed",
              "release-drift-": "release-drift", "run-level-rounds-": "run-level-rounds", "history-speed-": "history-speed",
-             "hang-cost-": "hang-cost", "report-equality-": "report-equality"}
+             "hang-cost-": "hang-cost", "report-equality-": "report-equality",
+             "hostile-kernels-": "hostile-kernels"}
 
 
 def kept() -> list[Path]:

@@ -35,8 +35,9 @@ class Project:
         self.db = root / "history.sqlite"
         self.count = 0
 
-    def report(self, factor: float = 1.0, *, fingerprint=None, github: dict | None = None) -> Path:
-        """A report of the scenario with the current kernel's latencies × ``factor``."""
+    def report(self, factor: float = 1.0, *, fingerprint=None, github: dict | None = None, edit=None) -> Path:
+        """A report of the scenario with the current kernel's latencies × ``factor`` (``edit``: changes its
+        document before it is written)."""
         scenario = scenario_for(self.scenario.suite, fingerprint=fingerprint) if fingerprint else self.scenario
         built = built_report(scenario, root=self.root)
         for item in built.document["items"]:
@@ -47,6 +48,8 @@ class Project:
                 item["correctness"]["median_ms"] *= factor
         if github:
             built.document["runs"][0]["github"] = github
+        if edit:
+            edit(built.document)
         self.count += 1
         folder = self.reports / f"r{self.count}"
         write_report(folder, built)
@@ -232,6 +235,117 @@ def test_a_report_that_fails_its_schema_is_one_line_naming_the_file_and_field(pr
     line = one_line(capsys.readouterr().err)
     assert str(path) in line and "items[0].status" in line
     assert not project.db.exists()
+
+
+@pytest.mark.parametrize("db", [":memory:", "file:x?mode=memory"])
+def test_an_in_memory_database_is_refused_at_once(project, tmp_path, db):
+    """SQLite keeps nothing of these, and answers the switch to WAL with "memory" for ever."""
+    commit(project.root, "one")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    done = subprocess.run([sys.executable, "-m", "pytest_cudagate.cli", "history", "record", str(project.report()),
+                           "--db", db, "--repo", str(project.root)], cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == EXIT_INPUT
+    assert (f"cudagate: {db}: SQLite reads this name as an in-memory database or a URI, not a file, and a history "
+            "must outlive the command; pass --db with the history file's path") == one_line(done.stderr)
+    assert list(cwd.iterdir()) == []
+
+
+def _set(where: str, value):
+    def edit(document):
+        *path, key = where.split(".")
+        node = document["items"][0]
+        for part in path:
+            node = node[part]
+        node[key] = value
+    return edit
+
+
+@pytest.mark.parametrize("where, value, message", [
+    ("latency.current.median", 1e308, "items[0].latency.current.median: 1e+308 is not a latency in ms (from 1e-06 to "
+                                      "8.64e+07)"),
+    ("latency.current.median", 1e-12, "items[0].latency.current.median: 1e-12 is not a latency in ms"),
+    ("latency.approved.median", 1e300, "items[0].latency.approved.median: 1e+300 is not a latency in ms"),
+    ("latency.estimate.ratio", 1e300, "items[0].latency.estimate.ratio: 1e+300 is not a latency ratio (from 1e-09 to "
+                                      "1e+09)"),
+    ("latency.estimate.high", 1e-300, "items[0].latency.estimate.high: 1e-300 is not a latency ratio"),
+    ("latency.threshold", 50, "items[0].latency.threshold: 50 is not a fraction (strictly between 0 and 1)"),
+    ("samples_ms.current", [1e308] * 9, "items[0].samples_ms.current (their 10th percentile): "),
+], ids=["current 1e308", "current 1e-12", "approved 1e300", "ratio 1e300", "high 1e-300",
+        "threshold 50", "samples 1e308"])
+def test_a_report_with_an_absurd_number_is_refused_and_records_nothing(project, capsys, where, value, message):
+    """Such a value, once stored, broke every later `history show` (json refuses inf, the chart overflows)."""
+    commit(project.root, "one")
+    report = project.report(edit=_set(where, value))
+    assert project.record(report) == EXIT_INPUT
+    line = one_line(capsys.readouterr().err)
+    assert f"cudagate: {report / 'report.json'}: {message}" in line, line
+    assert line.endswith("; record the report.json the gate wrote")
+    assert not project.db.exists()
+
+
+DAMAGE = {  # SQL that damages one row of a recorded history, the warning it gets, results left of the 3
+    "text latency": ("UPDATE results SET current_us = 'fast' WHERE rowid = 1",
+                     "table results, row 1, column current_us: 'fast' is not a latency in µs from 0.001 to 8.64e+10",
+                     2),
+    "negative latency": ("UPDATE results SET current_us = -1 WHERE rowid = 1", "column current_us: -1.0 is not", 2),
+    "1e308 latency": ("UPDATE results SET approved_us = 1e308 WHERE rowid = 2", "column approved_us: 1e+308 is not", 2),
+    "infinite ratio": ("UPDATE results SET ratio = 9e999 WHERE rowid = 3", "column ratio: inf is not a ratio", 2),
+    "verdict": ("UPDATE results SET verdict = 'great' WHERE rowid = 1", "column verdict: 'great' is not one of pass,", 2),
+    "advisory": ("UPDATE results SET advisory = 'yes' WHERE rowid = 1", "column advisory: 'yes' is not 0 or 1", 2),
+    "blob case": ("UPDATE results SET \"case\" = x'00ff' WHERE rowid = 1", "column case: b'\\x00\\xff' is not text", 2),
+    "orphan result": ("UPDATE results SET run = 'gone' WHERE rowid = 1",
+                      "table results, row 1, column run: 'gone' is not a run of table runs", 2),
+    "run release": ("UPDATE runs SET release = 2", "table runs, row 1, column release: 2 is not 0 or 1; skipped with "
+                                                   "its results", 0),
+    "orphan run": ("UPDATE runs SET sha = '" + "ab" * 20 + "'", "table runs, row 1, column sha: 'abababab", 0),
+    "commit subject": ("UPDATE commits SET subject = x'00'", "table commits, row 1, column subject: b'\\x00' is not "
+                                                             "text or NULL; skipped with the runs recorded at it", 0),
+    "blob tag": ("UPDATE tags SET tag = x'7631'", "table tags, row 1, column tag: b'v1' is not text", 3),
+}
+
+
+@pytest.mark.parametrize("name", DAMAGE)
+def test_a_damaged_row_of_a_history_is_skipped_with_one_warning_naming_it(project, tmp_path, capsys, name):
+    """The history is read as untrusted: each value read back is checked; a bad row is skipped, named
+    (file, table, row, column) with how to delete it, and the rest is shown."""
+    query, warning, left = DAMAGE[name]
+    approve(project.root, "scale2", "// v1\n")
+    commit(project.root, "one", "v1.0.0")
+    assert project.record(project.report()) == 0
+    with sqlite3.connect(project.db) as conn:
+        conn.execute(query)
+    capsys.readouterr()
+    code = project.show(tmp_path / "page")
+    err = capsys.readouterr().err
+    assert code == (0 if left else EXIT_INPUT), err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith(f"warning: {project.db}: ") and warning in lines[0], err
+    table, row = lines[0].split("table ")[1].split(", column")[0].split(", row ")
+    assert lines[0].endswith(f"; delete the row: sqlite3 {project.db} 'DELETE FROM {table} WHERE rowid = {row}'")
+    assert len(lines) == (1 if left else 2), err  # with nothing left: the one line that says so
+    if left:
+        document = json.loads((tmp_path / "page" / "history.json").read_text())
+        assert problems(document, "history-export") == [] and len(document["results"]) == left
+        assert "Traceback" not in err
+
+
+def test_a_damaged_ledger_cache_is_read_again_from_git_and_replaced(project, capsys):
+    approve(project.root, "scale2", "// v1\n")
+    commit(project.root, "one")
+    assert project.record(project.report()) == 0
+    with sqlite3.connect(project.db) as conn:
+        conn.execute("UPDATE ledgers SET approvals = '{broken'")
+    (project.root / "notes.txt").write_text("2")
+    commit(project.root, "two")  # the same ledger blob: the cache is asked first
+    capsys.readouterr()
+    assert project.record(project.report(1.1)) == 0
+    out = capsys.readouterr().out
+    assert f"note: {project.db}: table ledgers, blob " in out and "read again from git, and the row replaced" in out
+    (approvals,), = project.rows("SELECT approvals FROM ledgers")
+    assert list(json.loads(approvals)) == ["scale2"]
+    assert len(project.rows("SELECT DISTINCT approved_sha256 FROM results WHERE approved_sha256 IS NOT NULL")) == 1
 
 
 def test_many_reports_are_recorded_in_one_command_each_at_its_own_commit(project, capsys):

@@ -154,8 +154,7 @@ def test_the_report_link_and_the_marker(base, tmp_path, capsys):
     (["--report-url", "https://x.example/a) [evil](https://evil.example"], "--report-url"),
     (["--report-url", "javascript:alert(1)"], "--report-url"),
     (["--id", "a --> <script>"], "--id"),
-    (["--id", ""], "--id"),
-])
+])  # an empty --id: refused as the command line is read, as every empty value (tests/test_options.py)
 def test_a_bad_link_or_id_is_one_line_and_writes_nothing(base, tmp_path, capsys, args, named):
     folder = write(base, tmp_path / "r")
     out = tmp_path / "comment.md"
@@ -350,7 +349,7 @@ def gh(tmp_path):
         state.write_text(json.dumps({"pages": pages, "calls": []}))
         environ = {"PATH": os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]]),
                    "FAKE_GH_STATE": str(state), "GITHUB_ACTION_PATH": str(action_path), "GH_TOKEN": "t0ken-for-test",
-                   "REPO": "octo/kernels", "PR_NUMBER": "7", "HOME": str(tmp_path), **env}
+                   "REPO": "octo/kernels", "PR_NUMBER": "7", "HOME": str(tmp_path), "PYTHON": sys.executable, **env}
         result = subprocess.run(["bash", "-c", step["run"]], capture_output=True, text=True, env=environ, timeout=120)
         return result, json.loads(state.read_text())["calls"]
     return run

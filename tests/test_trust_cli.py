@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.trust import SIGNING_KEY_ENV, generate_key_pair, key_id, load_private_key, load_public_key
@@ -112,9 +113,10 @@ def test_cli_sign_records_the_pull_request_it_is_signed_for(project, capsys):
 
 def test_cli_sign_refuses_a_bad_pull_request_number_in_one_line_and_writes_nothing(project, capsys):
     before = {p.name: p.read_bytes() for p in project.suite_dir.glob("cudagate.*")}
-    assert trust_main(["sign", str(project.suite_file), "--key", str(project.alice.private_path),
-                       "--pull-request", "12a"]) == 2
-    assert capsys.readouterr().err == ("cudagate: --pull-request '12a': not a pull request number; give the pull "
-                                       "request's number, a positive integer (in a workflow: "
-                                       "github.event.pull_request.number)\n")
+    with pytest.raises(SystemExit) as exited:
+        trust_main(["sign", str(project.suite_file), "--key", str(project.alice.private_path), "--pull-request", "12a"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == ("cudagate sign: --pull-request: '12a' is not a whole number from 1 to "
+                                       "1,000,000,000 (the pull request's number; in a workflow "
+                                       "github.event.pull_request.number); see `cudagate sign --help`\n")
     assert {p.name: p.read_bytes() for p in project.suite_dir.glob("cudagate.*")} == before

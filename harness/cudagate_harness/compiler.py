@@ -298,18 +298,42 @@ def _header_tree(tree: Path, headers: dict[str, str]) -> Path:
     """Write ``headers`` (paths relative to the source's folder) as real files; the source's folder.
 
     Real files, not NVRTC's in-memory headers: a header's own quoted includes then resolve from
-    its folder, and one file reached under two spellings stays one file for #pragma once.
+    its folder, and one file reached under two spellings stays one file for #pragma once. A name
+    that passes through a folder ("sub/../ok.h") makes that folder too, since the file system opens
+    the name through it. The tree is laid out by name alone (it holds no links), and no step of a
+    name may leave it.
     """
     depth = max((Path(name).parts.count("..") for name in headers), default=0)
-    source_dir = tree.joinpath(*(["d"] * depth)) if depth else tree
+    base = ["d"] * depth
+    source_dir = tree.joinpath(*base)
     source_dir.mkdir(parents=True, exist_ok=True)
     for name, text in headers.items():
-        target = (source_dir / name).resolve()
-        if Path(name).is_absolute() or tree.resolve() not in target.parents:
+        parts = Path(name).parts
+        if Path(name).is_absolute() or not parts or parts[-1] in (".", ".."):
             raise CompileOptionError(f"header {name!r} lies outside the request's header tree")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        place = list(base)
+        for number, part in enumerate(parts, 1):
+            if part == ".." and not place:
+                raise CompileOptionError(f"header {name!r} lies outside the request's header tree")
+            if part == "..":
+                place.pop()
+            elif part != ".":
+                place.append(part)
+                if number < len(parts):
+                    _make_folder(tree.joinpath(*place), name)
+        try:
+            tree.joinpath(*place).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CompileOptionError(f"header {name!r} cannot be written to the header tree: {exc.strerror}") from None
     return source_dir
+
+
+def _make_folder(folder: Path, name: str) -> None:
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError as exc:  # a header of that name is a file there
+        raise CompileOptionError(f"header {name!r}: {folder.name!r} is a file and a folder of the header tree "
+                                 f"({exc.strerror})") from None
 
 
 def _child_env() -> dict[str, str]:

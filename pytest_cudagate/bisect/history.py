@@ -16,7 +16,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.approvals.release import (LEDGER_NAME, AbsentAtRef, ReleasedApproval, ReleaseRef, is_shallow,
                                      released_approvals)
 from pytest_cudagate.suite.model import Suite
-from pytest_cudagate.trust.base_ref import resolve_commit
+from pytest_cudagate.trust.base_ref import TrustRoot, resolve_commit
 from pytest_cudagate.trust.ledger import release_verifier
 
 SHALLOW_FIX = "fetch the history: `git fetch --unshallow` (in GitHub Actions, actions/checkout with fetch-depth: 0)"
@@ -60,9 +60,11 @@ class KernelHistory:
         return self.commits - len(self.candidates)
 
 
-def kernel_history(repo_root: Path, good: str, bad: str, suite: Suite, kernel: str) -> KernelHistory:
+def kernel_history(repo_root: Path, good: str, bad: str, suite: Suite, kernel: str,
+                   trust_root: TrustRoot | None = None) -> KernelHistory:
     """``kernel`` of ``suite`` as approved at GOOD and at each commit after it, on BAD's first-parent
-    path, that changes its pinned identity. Raises :class:`BisectError` (one line) for a path
+    path, that changes its pinned identity; each ledger verified against the keys of ``trust_root``
+    (``--trusted-ref``), else the working tree's. Raises :class:`BisectError` (one line) for a path
     outside a repository, a shallow clone, a ref that is not a commit, GOOD not an ancestor of BAD,
     a commit where the kernel has no approval, and a range in which the kernel never changes."""
     import git  # gitpython (~35 ms): only here, as in release mode
@@ -87,7 +89,7 @@ def kernel_history(repo_root: Path, good: str, bad: str, suite: Suite, kernel: s
                           "the older one)")
     folder = _suite_folder(repo, suite)
     ledger = str(PurePosixPath(folder) / LEDGER_NAME)
-    verify = release_verifier()(suite)
+    verify = release_verifier(trust_root)(suite)
     path = repo.git.rev_list("--first-parent", "--reverse", f"{good_commit.hexsha}..{bad_commit.hexsha}").split()
 
     def version(sha: str) -> Version:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -28,9 +27,10 @@ from pathlib import Path
 from pytest_cudagate import __version__
 
 from pytest_cudagate.boundary import schema
+from pytest_cudagate.boundary.options import BUDGET_S, LOCK_TIMEOUT_S, NAME, PATH, TIMEOUT_S, finite, nonempty
 from pytest_cudagate.bisect.compare import Bench, Comparison, ratio_text, step_estimate
 from pytest_cudagate.bisect.history import KernelHistory, Version, kernel_history
-from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
+from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config, resolve
 from pytest_cudagate.errors import EXIT_FAILED, CudagateError
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge import stats
@@ -40,6 +40,8 @@ from pytest_cudagate.suite.generated import materialise
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.trust import gate_problems
+from pytest_cudagate.trust.base_ref import TrustRoot, read_trust_root
+from pytest_cudagate.trust.gate_command import checkout_root, without_checkout
 
 
 @dataclass(frozen=True)
@@ -118,14 +120,21 @@ def search(history: KernelHistory, compare: Callable[[Version, Version], Compari
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
+    if args.trusted_ref is None:
+        return _bisect(args, None)
+    # As `cudagate gate --trusted-ref`: the keys and [tool.cudagate] of that commit, read from git objects, and
+    # no folder of the working tree on sys.path, PATH or PYTHONPATH.
+    worktree = checkout_root(args.repo or _suite_file(args.suite).parent)
+    with without_checkout(worktree):
+        return _bisect(args, read_trust_root(worktree, args.trusted_ref))
+
+
+def _bisect(args: argparse.Namespace, root: TrustRoot | None) -> int:
     suite = _suite(args.suite)
     program = suite.kernel(args.kernel) if args.kernel else _only_kernel(suite)
     case = _case(suite, args.case)
     threshold = _threshold(args.threshold, suite)
-    if args.budget <= 0:
-        raise CudagateError(f"--budget {args.budget:g}: measurement seconds per comparison must be above 0 "
-                            f"(default {DEFAULT_BUDGET_S:g})")
-    problems = gate_problems(suite, None, None)
+    problems = gate_problems(suite, None, None, trust_root=root)
     if problems:
         raise CudagateError(f"{display_path(suite.path)}: its cases cannot be trusted to judge anything: "
                             + "; ".join(dict.fromkeys([problems[0], problems[-1]])))  # the first problem, the fix
@@ -134,11 +143,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise CudagateError(f"{display_path(suite.path)}: case {case.name}: "
                             + "; ".join(line.strip(" -") for line in problem.splitlines()))
     repo = Path(args.repo) if args.repo else suite.root
-    history = kernel_history(repo, args.good, args.bad, suite, program.name)
+    history = kernel_history(repo, args.good, args.bad, suite, program.name, root)
     print(f"bisect {program.name} · {case.name} (suite {suite.name}) from GOOD {_named(args.good, history.good.commit)} "
           f"to BAD {_named(args.bad, history.bad)}, threshold ±{_percent(threshold)}: {history.commits} commit(s), "
           f"{len(history.candidates)} change the kernel's approved version ({history.skipped} skipped without GPU time)")
-    config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
+    given = {"timeout_s": args.timeout, "lock_timeout_s": args.lock_timeout}
+    config = resolve(root.settings(), **given) if root is not None else project_config(suite, **given)
     with tempfile.TemporaryDirectory(prefix="cudagate-bisect-") as work, \
             open_worker(timeout_s=config.timeout_s, lock_timeout_s=config.lock_timeout_s) as worker:
         gate = Gate(worker.client, worker.fingerprint, GateOptions(budget_s=args.budget, threshold=threshold), Path(work))
@@ -167,12 +177,16 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     return EXIT_FAILED if stopped else 0
 
 
-def _suite(given: str) -> Suite:
+def _suite_file(given: str) -> Path:
     path = Path(given)
     path = path / SUITE_FILENAME if path.is_dir() else path
     if not path.is_file():
         raise CudagateError(f"{given}: no suite there (no {SUITE_FILENAME}); pass a suite file or the folder holding it")
-    return load_suite(path)
+    return path
+
+
+def _suite(given: str) -> Suite:
+    return load_suite(_suite_file(given))
 
 
 def _only_kernel(suite: Suite):
@@ -198,12 +212,7 @@ def _case(suite: Suite, name: str | None) -> Case:
 
 
 def _threshold(percent: float | None, suite: Suite) -> float:
-    if percent is None:
-        return suite.threshold
-    if not (math.isfinite(percent) and 0 < percent < 100):
-        raise CudagateError(f"--threshold {percent:g}: a percent strictly between 0 and 100 (2 = 2%); leave it out to "
-                            f"use the suite's gate.threshold ({_percent(suite.threshold)})")
-    return percent / 100
+    return suite.threshold if percent is None else percent / 100
 
 
 def _named(ref: str, sha: str) -> str:
@@ -273,22 +282,31 @@ def _write_json(path: Path, document: dict) -> None:
     os.replace(tmp, path)
 
 
+REF = nonempty("a commit, tag or branch")
+THRESHOLD_PCT = finite(0, 100, above=True, below=True,
+                       hint="in percent: 2 = 2%; leave it out to use the suite's gate.threshold")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     bisect = subparsers.add_parser("bisect", help="find the first commit from GOOD to BAD where a case got slower than "
                                                   "at GOOD, timing the kernel's approved versions read from git")
-    bisect.add_argument("good", metavar="GOOD", help="a commit, tag or branch where the case was fast")
-    bisect.add_argument("bad", metavar="BAD", help="a later commit, tag or branch (GOOD must be an ancestor of it)")
-    bisect.add_argument("suite", metavar="SUITE", help="the suite (cudagate.yaml or its folder) as it is now: its "
+    bisect.add_argument("good", type=REF, metavar="GOOD", help="a commit, tag or branch where the case was fast")
+    bisect.add_argument("bad", type=REF, metavar="BAD", help="a later commit, tag or branch (GOOD must be an ancestor of it)")
+    bisect.add_argument("suite", type=PATH, metavar="SUITE", help="the suite (cudagate.yaml or its folder) as it is now: its "
                                                        "signed cases and reference judge every version")
-    bisect.add_argument("kernel", nargs="?", metavar="KERNEL", help="the kernel (default: the suite's only one)")
-    bisect.add_argument("--case", metavar="NAME", help="the performance case to time (default: the suite's first)")
-    bisect.add_argument("--threshold", type=float, metavar="PCT",
+    bisect.add_argument("kernel", nargs="?", type=NAME, metavar="KERNEL", help="the kernel (default: the suite's only one)")
+    bisect.add_argument("--case", type=NAME, metavar="NAME", help="the performance case to time (default: the suite's first)")
+    bisect.add_argument("--threshold", type=THRESHOLD_PCT, metavar="PCT",
                         help="slower than GOOD by more than PCT percent (default: the suite's gate.threshold)")
-    bisect.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="S",
+    bisect.add_argument("--budget", type=BUDGET_S, default=DEFAULT_BUDGET_S, metavar="S",
                         help=f"measurement seconds per comparison at most, as --cuda-gate-budget (default {DEFAULT_BUDGET_S:g})")
-    bisect.add_argument("--repo", metavar="DIR", help="the git repository to read (default: the one holding SUITE)")
-    bisect.add_argument("--timeout", type=float, default=None, metavar="S",
+    bisect.add_argument("--repo", type=PATH, metavar="DIR", help="the git repository to read (default: the one holding SUITE)")
+    bisect.add_argument("--trusted-ref", type=nonempty("a commit you trust"), metavar="REF",
+                        help="a commit you trust (CI: the default branch's): the trusted keys and [tool.cudagate] "
+                             "come from its git objects, never the working tree; the suite, its Python reference "
+                             "and each commit's ledger are used only where they verify against those keys")
+    bisect.add_argument("--timeout", type=TIMEOUT_S, default=None, metavar="S",
                         help="watchdog per request in seconds (default: [tool.cudagate] timeout_s, else 60)")
-    bisect.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
-    bisect.add_argument("--json", metavar="OUT", help="also write the result here (schemas/bisect.schema.json)")
+    bisect.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
+    bisect.add_argument("--json", type=PATH, metavar="OUT", help="also write the result here (schemas/bisect.schema.json)")
     bisect.set_defaults(func=cmd_bisect)

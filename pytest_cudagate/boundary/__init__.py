@@ -22,7 +22,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -121,8 +121,16 @@ def walk(root: str | Path, what: str, *, skip: Collection[str] = (), max_depth: 
     cannot be listed is passed over, as pathlib's glob does. A folder more than ``max_depth`` below
     ``root``, or more than ``max_entries`` entries in all, is a :class:`FileError` naming it; ``what``
     says what the folder is (``"checkout"``, ``"case folder"``)."""
+    return walk_tree(root, what, skip=skip, max_depth=max_depth, max_entries=max_entries)[0]
+
+
+def walk_tree(root: str | Path, what: str, *, skip: Collection[str] = (), enter: Callable[[Path], bool] | None = None,
+              max_depth: int = MAX_WALK_DEPTH, max_entries: int = MAX_WALK_ENTRIES) -> tuple[list[Path], list[Path]]:
+    """:func:`walk`'s entries, and among them the links to folders (each sorted: the one stat of its
+    target each link costs, never a step into it); a folder ``enter`` returns False for is not entered."""
     root = Path(root)
     found: list[Path] = []
+    linked: list[Path] = []
     entries = 0
     todo = [(os.fspath(root), 0)]
     while todo:
@@ -143,18 +151,21 @@ def walk(root: str | Path, what: str, *, skip: Collection[str] = (), max_depth: 
                     is_folder = False
                 if not is_folder:
                     found.append(Path(entry.path))
-                elif entry.name in skip:
+                    if entry.is_symlink() and os.path.isdir(entry.path):
+                        linked.append(found[-1])
+                elif entry.name in skip or (enter is not None and not enter(Path(entry.path))):
                     continue
                 elif depth == max_depth:
-                    raise refuse(_clipped(display_path(entry.path)), f"more than {max_depth} folders deep in the "
+                    raise refuse(clipped(display_path(entry.path)), f"more than {max_depth} folders deep in the "
                                                                      f"{what}; cudagate reads no deeper: flatten the "
                                                                      "tree, or remove it")
                 else:
                     todo.append((entry.path, depth + 1))
-    return sorted(found)
+    return sorted(found), sorted(linked)
 
 
-def _clipped(name: str) -> str:
+def clipped(name: str) -> str:
+    """``name`` cut in its middle to at most 161 characters, for a one-line message."""
     half = _MAX_SHOWN // 2
     return name if len(name) <= _MAX_SHOWN else f"{name[:half]}…{name[-half:]}"
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
+from pytest_cudagate.boundary.options import LOCK_TIMEOUT_S, NAME, PATH, count
 from pytest_cudagate.config import project_root
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.history import store
@@ -16,12 +18,11 @@ from pytest_cudagate.history.record import read_measured, with_approvals
 from pytest_cudagate.host.paths import display_path, log_lines
 
 DEFAULT_DB = Path(".cudagate") / "history.sqlite"  # under the project root, beside .cudagate/trusted_keys
+MAX_WARNINGS = 10
 
 
 def _db(args: argparse.Namespace, start: Path) -> Path:
-    if args.lock_timeout < 0:
-        raise CudagateError(f"--lock-timeout {args.lock_timeout:g}: give seconds, 0 or more")
-    return Path(args.db) if args.db else project_root(start) / DEFAULT_DB
+    return Path(args.db) if args.db is not None else project_root(start) / DEFAULT_DB
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -39,6 +40,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     with store.writing(db, args.lock_timeout) as history, GitFacts(repo) as git:
         for folder, measured in timed:
             _record_one(history, git, folder, measured, db)
+        for note in history.notes:
+            print(log_lines(f"note: {note}"))
     return 0
 
 
@@ -61,12 +64,20 @@ def _record_one(history: store.Store, git: GitFacts, folder: Path, measured, db:
                         f"{where}; nothing added to {display_path(db)}"))
 
 
+def _warn(skipped: tuple[str, ...]) -> None:
+    """One line per row skipped (the first few of them: a history damaged throughout is not a log)."""
+    for line in skipped[:MAX_WARNINGS]:
+        print(log_lines(f"warning: {line}"), file=sys.stderr)
+    if len(skipped) > MAX_WARNINGS:
+        print(f"warning: and {len(skipped) - MAX_WARNINGS} more row(s) of the history skipped as above",
+              file=sys.stderr)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    if args.last is not None and args.last < 1:
-        raise CudagateError(f"--last {args.last}: give a number of commits, at least 1")
     db = _db(args, Path.cwd())
     with store.reading(db, args.lock_timeout) as history:
         shown = history.history(args.suite, args.kernel, args.last)
+    _warn(shown.skipped)
     filters = {"suite": args.suite, "kernel": args.kernel, "last": args.last}
     if not shown.entries:
         asked = ", ".join(f"--{k} {v}" for k, v in filters.items() if v is not None)
@@ -100,23 +111,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     record = actions.add_parser("record", help="store every timed case of a report with its commit, branch, commit "
                                                "time, release tags and approvals (the same report twice: stored once)")
-    record.add_argument("report_dir", metavar="REPORT_DIR", nargs="+",
+    record.add_argument("report_dir", metavar="REPORT_DIR", nargs="+", type=PATH,
                         help="report folders (or their report.json): one run's, or many at once to fill a history "
                              "from kept artifacts; each is checked before any is stored")
-    record.add_argument("--db", metavar="PATH", help=db_help)
-    record.add_argument("--repo", metavar="DIR", help="the git checkout the report measured (default: the working "
+    record.add_argument("--db", type=PATH, metavar="PATH", help=db_help)
+    record.add_argument("--repo", type=PATH, metavar="DIR", help="the git checkout the report measured (default: the working "
                                                       "directory); its commit is the report's (GitHub Actions), else HEAD")
-    record.add_argument("--lock-timeout", type=float, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+    record.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
                         help=timeout_help)
     record.set_defaults(func=cmd_record)
 
     show = actions.add_parser("show", help="write history.html (a trend chart per case, the largest moves since the "
                                            "last release) with history.csv and history.json beside it")
-    show.add_argument("--db", metavar="PATH", help=db_help)
-    show.add_argument("--out", required=True, metavar="DIR", help="folder to write the page and its exports into")
-    show.add_argument("--suite", metavar="S", help="only this suite (its name)")
-    show.add_argument("--kernel", metavar="K", help="only this kernel")
-    show.add_argument("--last", type=int, metavar="N", help="only the last N commits that have results")
-    show.add_argument("--lock-timeout", type=float, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
+    show.add_argument("--db", type=PATH, metavar="PATH", help=db_help)
+    show.add_argument("--out", required=True, type=PATH, metavar="DIR", help="folder to write the page and its exports into")
+    show.add_argument("--suite", type=NAME, metavar="S", help="only this suite (its name)")
+    show.add_argument("--kernel", type=NAME, metavar="K", help="only this kernel")
+    show.add_argument("--last", type=count(1, 10**9), metavar="N", help="only the last N commits that have results")
+    show.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=store.DEFAULT_LOCK_TIMEOUT_S, metavar="S",
                       help=timeout_help)
     show.set_defaults(func=cmd_show)

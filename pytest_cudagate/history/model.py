@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The ranges a history holds, whoever wrote the file: `history record` refuses a report with a value
+# outside them, and `history show` skips a row of the file outside them (history/rows.py).
+LATENCY_US = (1e-3, 8.64e10)  # 1 ns to a day: no launch outlives the longest watchdog (timeout_s <= 86400)
+RATIO = (1e-9, 1e9)  # current / approved and its interval; the chart multiplies latencies by them
+FRACTION = (0.0, 1.0)  # threshold and confidence, both bounds excluded
+
 
 @dataclass(frozen=True)
 class Commit:
@@ -68,3 +74,4 @@ class History:
 
     commits: tuple[Commit, ...]
     entries: tuple[Entry, ...]
+    skipped: tuple[str, ...] = ()  # rows of the file that are not what `record` writes: one warning each

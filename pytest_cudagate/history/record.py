@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.history.commit import Approvals
-from pytest_cudagate.history.model import Result, Run
+from pytest_cudagate.history.model import FRACTION, LATENCY_US, RATIO, Result, Run
 from pytest_cudagate.judge.stats import run_level
 from pytest_cudagate.reports.fmt import as_float
 from pytest_cudagate.reports.writer import read_report
@@ -30,14 +30,33 @@ class Measured:
     results: tuple[Result, ...]
 
 
-def _positive(value) -> float | None:
-    number = as_float(value)
-    return number if number is not None and math.isfinite(number) and number > 0 else None
+class _Numbers:
+    """The numbers of one report item, each checked against the range the history holds: a report
+    outside it is refused whole (one line naming the file and the field), never stored to break
+    every later `history show`."""
 
+    def __init__(self, path: Path, index: int):
+        self.path, self.index = path, index
 
-def _us(ms) -> float | None:
-    value = _positive(ms)
-    return None if value is None else value * 1000.0
+    def get(self, value, where: str, bounds: tuple[float, float], what: str, *, scale: float = 1.0,
+            open_bounds: bool = False) -> float | None:
+        """``value`` × ``scale`` (None where the report gives none) if within ``bounds``."""
+        if value is None:
+            return None
+        number = as_float(value)
+        scaled = None if number is None else number * scale
+        low, high = bounds
+        if scaled is None or not math.isfinite(scaled) or not (low < scaled < high if open_bounds else
+                                                                low <= scaled <= high):
+            raise CudagateError(f"{self.path}: items[{self.index}].{where}: {str(value)[:40]} is not {what} "
+                                f"({'strictly between' if open_bounds else 'from'} {low / scale:g} "
+                                f"{'and' if open_bounds else 'to'} {high / scale:g}); record the report.json the "
+                                "gate wrote")
+        return scaled
+
+    def ms(self, value, where: str) -> float | None:
+        """A latency in ms, as µs."""
+        return self.get(value, where, LATENCY_US, "a latency in ms", scale=1000.0)
 
 
 def _run_id(run: dict, items: list[dict]) -> str:
@@ -49,27 +68,37 @@ def _run_id(run: dict, items: list[dict]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _result(run_id: str, item: dict) -> Result | None:
+def _result(run_id: str, item: dict, numbers: _Numbers) -> Result | None:
     """The item as a timed case, or None when it has no latency verdict or no current latency."""
     latency = item.get("latency")
     if not latency:
         return None
-    current = _us((latency.get("current") or {}).get("median")) or _us((item.get("correctness") or {}).get("median_ms"))
+    current = (numbers.ms((latency.get("current") or {}).get("median"), "latency.current.median")
+               or numbers.ms((item.get("correctness") or {}).get("median_ms"), "correctness.median_ms"))
     if current is None:
         return None
     # The interleaved comparison's ratio; for a kernel identical to its approval, today's run level
     # against the approval runs'.
-    interval = latency.get("estimate") or latency.get("run_spread") or {}
-    # The schema holds samples positive and the boundary's parse finite: no per-sample check.
+    kind = "estimate" if latency.get("estimate") else "run_spread"
+    interval = latency.get(kind) or {}
+
+    def ratio(key: str) -> float | None:
+        return numbers.get(interval.get(key), f"latency.{kind}.{key}", RATIO, "a latency ratio")
+
+    # The schema holds samples positive and the boundary's parse finite: their level is checked once.
     samples = (item.get("samples_ms") or {}).get("current") or []
     return Result(
         run=run_id, suite=item["suite"], kernel=item["kernel"], case=item["case"],
         shape_class=item.get("class") or "default", status=item["status"], verdict=latency["verdict"],
-        advisory=bool(latency.get("advisory")), threshold=_positive(latency.get("threshold")),
-        approved_us=_us((latency.get("approved") or {}).get("median")), current_us=current,
-        level_us=run_level(samples) * 1000.0 if samples else None, ratio=_positive(interval.get("ratio")),
-        low=_positive(interval.get("low")), high=_positive(interval.get("high")),
-        confidence=_positive(interval.get("confidence")), suite_path=item.get("suite_path"))
+        advisory=bool(latency.get("advisory")),
+        threshold=numbers.get(latency.get("threshold"), "latency.threshold", FRACTION, "a fraction", open_bounds=True),
+        approved_us=numbers.ms((latency.get("approved") or {}).get("median"), "latency.approved.median"),
+        current_us=current,
+        level_us=numbers.ms(run_level(samples), "samples_ms.current (their 10th percentile)") if samples else None,
+        ratio=ratio("ratio"), low=ratio("low"), high=ratio("high"),
+        confidence=numbers.get(interval.get("confidence"), f"latency.{kind}.confidence", FRACTION, "a confidence",
+                               open_bounds=True),
+        suite_path=item.get("suite_path"))
 
 
 def _one_line(error: FileError) -> str:
@@ -101,9 +130,9 @@ def read_measured(report: Path) -> Measured:
     sha, ref = _commit(path, document["runs"])
     runs, results = [], []
     for number, entry in enumerate(document["runs"]):
-        items = [item for item in document["items"] if item["run"] == number]
-        run_id = _run_id(entry, items)
-        timed = [r for r in (_result(run_id, item) for item in items) if r is not None]
+        items = [(index, item) for index, item in enumerate(document["items"]) if item["run"] == number]
+        run_id = _run_id(entry, [item for _, item in items])
+        timed = [r for r in (_result(run_id, item, _Numbers(path, index)) for index, item in items) if r is not None]
         if timed:
             fingerprint = entry.get("fingerprint") or {}
             runs.append(Run(run_id, entry["created"], entry["host"], fingerprint.get("key"),

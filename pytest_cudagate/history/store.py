@@ -15,11 +15,12 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import astuple, fields, replace
+from dataclasses import astuple, fields
 from pathlib import Path
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.history.model import Commit, Entry, History, Result, Run
+from pytest_cudagate.history import rows
+from pytest_cudagate.history.model import Commit, History, Result, Run
 from pytest_cudagate.host.paths import display_path
 
 APPLICATION_ID = 0x63676874  # "cght": a cudagate history
@@ -43,8 +44,6 @@ _TABLES = (
 )
 _RESULT_COLUMNS = ", ".join(f'"{f.name}"' if f.name == "case" else f.name for f in fields(Result))
 _RUN_COLUMNS = ", ".join(f.name for f in fields(Run))
-_ADVISORY = [f.name for f in fields(Result)].index("advisory")  # booleans: SQLite gives 0 or 1 back
-_RELEASE = [f.name for f in fields(Run)].index("release")
 
 
 def _explain(path: Path, exc: sqlite3.Error, timeout_s: float) -> str:
@@ -97,14 +96,28 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path, timeout_s: float, fresh: bool):
         self.conn, self.path, self.timeout_s = conn, path, timeout_s
         self.fresh = fresh  # no tables yet (when opened)
+        self.notes: list[str] = []  # what was repaired while reading, for the user
 
     def ledger(self, blob: str) -> dict[str, tuple[str, str | None]] | None:
-        """The approvals of a ledger blob read before, or None."""
+        """The approvals of a ledger blob read before, or None: not read yet, or a row that is not what
+        :meth:`save` writes (git is read again, and :meth:`save` replaces the row)."""
         if self.fresh:
             return None
         with _one_line(self.path, self.timeout_s):
             row = self.conn.execute("SELECT approvals FROM ledgers WHERE blob = ?", (blob,)).fetchone()
-        return None if row is None else {kernel: tuple(pair) for kernel, pair in json.loads(row[0]).items()}
+        if row is None:
+            return None
+        try:
+            approvals = json.loads(row[0]) if isinstance(row[0], str) else None
+        except ValueError:  # RecursionError included
+            approvals = None
+        if isinstance(approvals, dict) and all(
+                isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], (str, type(None))) for pair in approvals.values()):
+            return {kernel: tuple(pair) for kernel, pair in approvals.items()}
+        self.notes.append(f"{display_path(self.path)}: table ledgers, blob {blob[:12]}: not the approvals a history "
+                          "holds; read again from git, and the row replaced")
+        return None
 
     def save(self, commit: Commit, runs: Iterable[Run], results: Iterable[Result],
              release_tags: Mapping[str, Iterable[str]], ledgers: Mapping[str, Mapping[str, tuple]]) -> int:
@@ -136,7 +149,8 @@ class Store:
                 self.conn.executemany(f"INSERT OR IGNORE INTO results ({_RESULT_COLUMNS}) VALUES "
                                       f"({', '.join('?' * len(fields(Result)))})", [astuple(r) for r in results])
                 added = self.conn.total_changes - before
-                self.conn.executemany("INSERT OR IGNORE INTO ledgers VALUES (?, ?)",
+                # replaces a row ledger() could not use: only blobs read from git now are given
+                self.conn.executemany("INSERT OR REPLACE INTO ledgers VALUES (?, ?)",
                                       [(blob, json.dumps(dict(approvals), sort_keys=True))
                                        for blob, approvals in ledgers.items()])
                 self.conn.execute("COMMIT")
@@ -153,65 +167,69 @@ class Store:
         if self.fresh:
             return History((), ())
         with _one_line(self.path, self.timeout_s):
-            tags: dict[str, list[str]] = {}
-            for sha, tag in self.conn.execute("SELECT sha, tag FROM tags ORDER BY tag"):
-                tags.setdefault(sha, []).append(tag)
-            commits = {row[0]: Commit(*row, tuple(tags.get(row[0], ())))
-                       for row in self.conn.execute("SELECT sha, branch, committed, subject FROM commits "
-                                                    "ORDER BY at, rowid")}
-            runs = {row[0]: (row[-1], replace(Run(*row[:-1]), release=bool(row[_RELEASE])))
-                    for row in self.conn.execute(f"SELECT {_RUN_COLUMNS}, sha FROM runs")}
-            rows = self.conn.execute(f"SELECT {_RESULT_COLUMNS} FROM results WHERE (?1 IS NULL OR suite = ?1) "
-                                     "AND (?2 IS NULL OR kernel = ?2) ORDER BY suite, kernel, \"case\"",
-                                     (suite, kernel)).fetchall()
-        by_commit: dict[str, list[Entry]] = {}
-        for row in rows:
-            sha, run = runs[row[0]]
-            row = list(row)
-            row[_ADVISORY] = bool(row[_ADVISORY])
-            by_commit.setdefault(sha, []).append(Entry(commits[sha], run, Result(*row)))
+            def table(columns, rest: str, *parameters) -> list[tuple]:
+                return self.conn.execute(f"SELECT {rows.select(columns)} FROM {rest}", parameters).fetchall()
+
+            tables = rows.Tables(
+                tags=table(rows.TAGS, "tags ORDER BY tag"), commits=table(rows.COMMITS, "commits ORDER BY at, rowid"),
+                runs=table(rows.RUNS, "runs"),
+                results=table(rows.RESULTS, "results WHERE (?1 IS NULL OR suite = ?1) AND (?2 IS NULL OR kernel = ?2) "
+                                            "ORDER BY suite, kernel, \"case\"", suite, kernel))
+        commits, by_commit, skipped = tables.entries(display_path(self.path))
         kept = [commit for sha, commit in commits.items() if sha in by_commit]
         kept = kept[-last:] if last else kept
         return History(tuple(kept), tuple(entry for commit in kept for entry in
-                                          sorted(by_commit[commit.sha], key=lambda e: (e.run.created, e.run.id))))
+                                          sorted(by_commit[commit.sha], key=lambda e: (e.run.created, e.run.id))),
+                       skipped)
 
 
-def _connect(target: str, path: Path, timeout_s: float, *, uri: bool = False) -> sqlite3.Connection:
+def _connect(target: str, path: Path, timeout_s: float) -> sqlite3.Connection:
     with _one_line(path, timeout_s):
         # isolation_level None: transactions are the explicit BEGIN IMMEDIATE / COMMIT of Store.save
-        return sqlite3.connect(target, timeout=timeout_s, isolation_level=None, uri=uri)
+        return sqlite3.connect(target, timeout=timeout_s, isolation_level=None, uri=True)
 
 
 def _busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or "locked" in str(exc)
 
 
-def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+def _wal(conn: sqlite3.Connection, path: Path, timeout_s: float) -> None:
     """Switch the file to WAL (it stays so). SQLite answers the switch with "locked" at once, without
     waiting for the busy timeout, while another connection holds a lock (two writers creating a new
-    history): retried here until the timeout."""
+    history): retried here until the timeout, as is an answer of another mode. The deadline is checked
+    on every try: an in-memory database answers "memory" for ever."""
     deadline = time.monotonic() + timeout_s
-    while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+    while True:
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
         except sqlite3.OperationalError as exc:
             if not _busy(exc) or time.monotonic() > deadline:
                 raise
-            time.sleep(0.005)
+            mode = None
+        if mode == "wal":
+            return
+        if mode is not None and (mode == "memory" or time.monotonic() > deadline):
+            raise CudagateError(f"{display_path(path)}: SQLite cannot keep the history there in WAL mode (it answers "
+                                f"journal mode {mode[:20]!r}), which several writers need; pass --db with a file on a "
+                                "local disk")
+        time.sleep(0.005)
 
 
 @contextmanager
 def writing(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[Store]:
     """The history at ``path`` (created, with its folder, where there is none), checked and in WAL mode."""
     path = Path(path)
+    if str(path) == ":memory:" or str(path).startswith("file:"):
+        raise CudagateError(f"{display_path(path)}: SQLite reads this name as an in-memory database or a URI, not a "
+                            "file, and a history must outlive the command; pass --db with the history file's path")
     if path.is_dir():
         raise CudagateError(f"{display_path(path)}: a folder, not a history file; pass --db with a file's path")
     path.parent.mkdir(parents=True, exist_ok=True)
-    conn = _connect(str(path), path, timeout_s)
+    conn = _connect(f"{path.resolve().as_uri()}?mode=rwc", path, timeout_s)  # the name as a file's, always
     try:
         with _one_line(path, timeout_s):
             fresh = _state(conn, path) == "fresh"  # before anything is written: a foreign or newer file stays as it is
-            _wal(conn, timeout_s)
+            _wal(conn, path, timeout_s)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL: a commit survives the process, and costs no fsync
         yield Store(conn, path, timeout_s, fresh)
     finally:
@@ -225,7 +243,7 @@ def reading(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[S
     if not path.is_file():
         raise CudagateError(f"{display_path(path)}: no history here; record one with `cudagate history record "
                             "REPORT_DIR`, or pass --db with the history's path")
-    conn = _connect(f"{path.resolve().as_uri()}?mode=ro", path, timeout_s, uri=True)
+    conn = _connect(f"{path.resolve().as_uri()}?mode=ro", path, timeout_s)
     try:
         with _one_line(path, timeout_s):
             fresh = _state(conn, path) == "fresh"

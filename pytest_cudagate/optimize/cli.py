@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, NAME, PATH, TIMEOUT_S, count, finite,
+                                            nonempty)
 from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.errors import CudagateError, run_command
 from pytest_cudagate.gate import GateOptions
-from pytest_cudagate.optimize.budgets import Budgets, Meter, load_price_table, price_for
+from pytest_cudagate.optimize.budgets import MIN_COMPLETION_TOKENS, Budgets, Meter, load_price_table, price_for
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.optimize.gitpropose import clean_tree_problem, propose_branch
 from pytest_cudagate.optimize.loop import Optimizer
@@ -30,6 +32,7 @@ from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.session import open_worker
 
 EXIT_WINNER, EXIT_NO_WINNER, EXIT_INTERRUPTED = 0, 1, 130  # bad input and no GPU: errors.EXIT_INPUT, EXIT_NO_GPU
+MINUTES = finite(0, 7 * 24 * 60, unit="minutes", hint="0: no limit")  # a week at most
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -44,51 +47,53 @@ def register(subparsers) -> argparse.ArgumentParser:
                     "autotune and replay need neither. The winner's gate compares it with KERNEL's approved version "
                     "(`cudagate approve` on a GPU): without one, its latency is incomparable and only its "
                     "correctness is gated.")
-    p.add_argument("suite", metavar="SUITE", help="cudagate.yaml (or its folder)")
-    p.add_argument("kernel", metavar="KERNEL", help="the kernel of the suite to optimise")
-    p.add_argument("--max-iterations", type=int, default=7, metavar="N", help="rounds (default 7)")
-    p.add_argument("--proposer", default="openai", metavar="openai|autotune|replay:DIR",
+    p.add_argument("suite", type=PATH, metavar="SUITE", help="cudagate.yaml (or its folder)")
+    p.add_argument("kernel", type=NAME, metavar="KERNEL", help="the kernel of the suite to optimise")
+    p.add_argument("--max-iterations", type=count(1, 1000), default=7, metavar="N", help="rounds (default 7)")
+    p.add_argument("--proposer", default="openai", type=nonempty("openai, autotune or replay:DIR"), metavar="openai|autotune|replay:DIR",
                    help="where candidates come from (default openai)")
     model = p.add_argument_group("model (--proposer openai)")
-    model.add_argument("--model", default="gpt-5-mini", help="model name (default gpt-5-mini)")
-    model.add_argument("--reasoning-effort", default="medium", metavar="LEVEL",
+    model.add_argument("--model", default="gpt-5-mini", type=NAME, help="model name (default gpt-5-mini)")
+    model.add_argument("--reasoning-effort", default="medium", type=nonempty("a reasoning level"), metavar="LEVEL",
                        help="minimal/low/medium/high, or none to send no reasoning_effort (default medium)")
-    model.add_argument("--base-url", metavar="URL", help="any OpenAI-compatible endpoint (vLLM, Ollama); key from "
+    model.add_argument("--base-url", type=nonempty("a URL"), metavar="URL", help="any OpenAI-compatible endpoint (vLLM, Ollama); key from "
                                                         "OPENAI_API_KEY")
-    model.add_argument("--description", default="", metavar="TEXT", help="notes for the model about the workload")
+    model.add_argument("--description", type=nonempty("notes"), metavar="TEXT", help="notes for the model about the workload")
     model.add_argument("--use-nsight", action="store_true",
                        help="profile each passing candidate with ncu --clock-control none; the summary feeds the next round")
     model.add_argument("--nvidia-research", action="store_true",
                        help="give the model a tool that searches local optimisation notes (--research-dir)")
-    model.add_argument("--research-dir", metavar="DIR", help="folder of notes for --nvidia-research (no internet)")
-    model.add_argument("--price-table", metavar="FILE.json",
+    model.add_argument("--research-dir", type=PATH, metavar="DIR", help="folder of notes for --nvidia-research (no internet)")
+    model.add_argument("--price-table", type=PATH, metavar="FILE.json",
                        help='USD per million tokens, {"MODEL": {"input": .., "cached_input": .., "output": ..}}')
     budgets = p.add_argument_group("budgets (hard; the stop reason names the one that ran out)")
-    budgets.add_argument("--budget-usd", type=float, metavar="X", help="estimated model spend")
-    budgets.add_argument("--max-tokens", type=int, metavar="N", help="model tokens, prompt and completion")
-    budgets.add_argument("--max-model-calls", type=int, default=40, metavar="N", help="model requests, retries "
+    budgets.add_argument("--budget-usd", type=finite(0, 1e6, above=True, unit="US dollars"), metavar="X", help="estimated model spend")
+    budgets.add_argument("--max-tokens", type=count(1, 10**12), metavar="N", help="model tokens, prompt and completion")
+    budgets.add_argument("--max-model-calls", type=count(0, 100_000), default=40, metavar="N", help="model requests, retries "
                          "included (default 40)")
-    budgets.add_argument("--max-gpu-minutes", type=float, default=20.0, metavar="Y", help="GPU time (default 20)")
-    budgets.add_argument("--max-wall-minutes", type=float, default=60.0, metavar="Z", help="wall time (default 60)")
-    budgets.add_argument("--max-repairs", type=int, default=2, metavar="N",
+    budgets.add_argument("--max-gpu-minutes", type=MINUTES, default=20.0, metavar="Y",
+                         help="GPU time (default 20; 0: no limit)")
+    budgets.add_argument("--max-wall-minutes", type=MINUTES, default=60.0, metavar="Z",
+                         help="wall time (default 60; 0: no limit)")
+    budgets.add_argument("--max-repairs", type=count(0, 100), default=2, metavar="N",
                          help="answers sent back for repair per round (malformed, refused, not compiling; default 2)")
-    budgets.add_argument("--max-tool-calls", type=int, default=4, metavar="N", help="research tool calls per round")
-    budgets.add_argument("--max-completion-tokens", type=int, default=32_000, metavar="N", help="per model call")
+    budgets.add_argument("--max-tool-calls", type=count(0, 100), default=4, metavar="N", help="research tool calls per round")
+    budgets.add_argument("--max-completion-tokens", type=count(MIN_COMPLETION_TOKENS, 10_000_000), default=32_000, metavar="N", help="per model call")
     search = p.add_argument_group("search and gate")
-    search.add_argument("--batch", type=int, default=8, metavar="N", help="autotune: candidates per round (default 8)")
-    search.add_argument("--seed", type=int, default=0, help="autotune: random seed (default 0)")
-    search.add_argument("--validate-top", type=int, default=3, metavar="N",
+    search.add_argument("--batch", type=count(1, 1024), default=8, metavar="N", help="autotune: candidates per round (default 8)")
+    search.add_argument("--seed", type=count(0, 2**64 - 1), default=0, help="autotune: random seed (default 0)")
+    search.add_argument("--validate-top", type=count(1, 100), default=3, metavar="N",
                         help="gate up to N of the fastest candidates until one passes (default 3)")
-    search.add_argument("--gate-budget", type=float, default=DEFAULT_BUDGET_S, metavar="S", help="gate measurement seconds per case")
+    search.add_argument("--gate-budget", type=BUDGET_S, default=DEFAULT_BUDGET_S, metavar="S", help="gate measurement seconds per case")
     search.add_argument("--strict", action="store_true", help="the gate fails inconclusive and unstable cases")
-    search.add_argument("--timeout", type=float, default=None, metavar="S",
+    search.add_argument("--timeout", type=TIMEOUT_S, default=None, metavar="S",
                         help="watchdog per case (default: [tool.cudagate] timeout_s, else 60)")
-    search.add_argument("--lock-timeout", type=float, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
+    search.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     search.add_argument("--allow-unsigned", action="store_true", help="optimise against an unsigned suite (experiments)")
     out = p.add_argument_group("output")
-    out.add_argument("--results", default="results", metavar="DIR", help="where run-NNN/ goes (default results)")
+    out.add_argument("--results", default="results", type=PATH, metavar="DIR", help="where run-NNN/ goes (default results)")
     out.add_argument("--propose", action="store_true", help="with a clean git tree: commit the winner on a new branch")
-    out.add_argument("--branch", metavar="NAME", help="branch name for --propose")
+    out.add_argument("--branch", type=NAME, metavar="NAME", help="branch name for --propose")
     out.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_optimize)
     return p
@@ -108,8 +113,6 @@ def _budgets(args):
 
 def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None, stream=None) -> int:
     """The command. ``evaluator_factory(suite, program, ledger)`` replaces the GPU harness (tests)."""
-    if args.max_iterations < 1:
-        raise CudagateError("--max-iterations must be at least 1")
     paths = discover([Path(args.suite)])
     if not paths:
         raise CudagateError(f"no cudagate.yaml found at {args.suite}")
@@ -163,7 +166,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         resources.append(evaluator)
         settings = {"proposer": args.proposer, "model": args.model if proposer_kind == "openai" else None,
                     "reasoning_effort": args.reasoning_effort if proposer_kind == "openai" else None,
-                    "base_url": None, "description": args.description, "use_nsight": args.use_nsight,
+                    "base_url": None, "description": args.description or "", "use_nsight": args.use_nsight,
                     "nvidia_research": args.nvidia_research,
                     "research_dir": str(args.research_dir) if args.research_dir else None,
                     "max_iterations": args.max_iterations, "batch": args.batch, "seed": args.seed,
@@ -217,7 +220,7 @@ def _proposer(args, kind, suite, program, visible, meter, pack, notes, evaluator
         device = (evaluator.device() or {}).get("description", "an NVIDIA GPU").split(" driver")[0]
         return OpenAIProposer(suite=suite, program=program, visible=visible, meter=meter, recorder=pack.record_call,
                               model=args.model, reasoning_effort=None if args.reasoning_effort == "none" else args.reasoning_effort,
-                              base_url=args.base_url, description=args.description, notes=notes, device=device,
+                              base_url=args.base_url, description=args.description or "", notes=notes, device=device,
                               timeout_s=min(600.0, args.max_wall_minutes * 60 if args.max_wall_minutes else 600.0),
                               client=client, **({"sleep": sleep} if sleep else {}))
     return AutotuneProposer(suite, program, visible, batch=args.batch, seed=args.seed)

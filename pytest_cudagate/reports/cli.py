@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from pytest_cudagate.boundary.options import NAME, PATH, nonempty
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import comment, github
 from pytest_cudagate.reports.merge import merge_reports
@@ -51,15 +52,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
     merge = actions.add_parser("merge", help="merge the reports of several jobs (e.g. one per GPU model) into one "
                                              "report.json + report.html; also re-renders a single report")
-    merge.add_argument("out_dir", metavar="OUT_DIR", help="folder to write the merged report into")
-    merge.add_argument("reports", nargs="+", metavar="DIR", help="report folders (or their report.json files)")
+    merge.add_argument("out_dir", type=PATH, metavar="OUT_DIR", help="folder to write the merged report into")
+    merge.add_argument("reports", nargs="+", type=PATH, metavar="DIR", help="report folders (or their report.json files)")
     merge.add_argument("--check", action="store_true", help="exit 1 when the merged verdict is FAIL")
     merge.set_defaults(func=cmd_merge)
     markdown = actions.add_parser("comment", help="a report as Markdown for a pull-request comment: regressions and "
                                                    "failures first, then improvements, the unchanged cases folded")
-    markdown.add_argument("report", metavar="REPORT_DIR", help="report folder (or its report.json)")
-    markdown.add_argument("--report-url", metavar="URL", help="link to the HTML report, e.g. the report artifact's URL")
-    markdown.add_argument("--id", metavar="ID", help="names the comment among others on the pull request (one per "
+    markdown.add_argument("report", type=PATH, metavar="REPORT_DIR", help="report folder (or its report.json)")
+    markdown.add_argument("--report-url", type=nonempty("a URL"), metavar="URL", help="link to the HTML report, e.g. the report artifact's URL")
+    markdown.add_argument("--id", type=NAME, metavar="ID", help="names the comment among others on the pull request (one per "
                                                      "workflow, say): the marker later runs find it by")
-    markdown.add_argument("--out", metavar="FILE", help="write the Markdown here instead of printing it")
+    markdown.add_argument("--out", type=PATH, metavar="FILE", help="write the Markdown here instead of printing it")
     markdown.set_defaults(func=cmd_comment)

@@ -11,14 +11,20 @@ newline alone: ``\\f``, ``\\v`` and ``\\r`` are white space inside a directive, 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
-from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, clipped, read_text
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.host.paths import visible
 
 SUITE_FILENAME = "cudagate.yaml"
+# The headers one kernel build carries (in every request, and into the compile cache key): a real
+# kernel's few dozen fit many times over; N links to one 4 MiB header cannot take N times its size.
+MAX_HEADERS = 256
+MAX_HEADER_BYTES = 8 * 1024 * 1024
 _TRIGRAPHS = {"??=": "#", "??/": "\\", "??'": "^", "??(": "[", "??)": "]", "??!": "|", "??<": "{", "??>": "}",
               "??-": "~"}
 # A comment's body cannot hold its own end, so a run of comments parses one way only: a lazy `.*?`
@@ -73,39 +79,87 @@ def suite_folder(source: Path) -> Path:
 def resolve_quoted(spelled: str, folder: Path, root: Path, where: str) -> Path | None:
     """The file ``#include "spelled"`` in ``folder`` names, when it lies inside ``root``; None when there
     is no such file (a toolkit header, left to the confined compiler). :class:`IncludeError` when the
-    name, or a symlink on its way, leads out of ``root``."""
+    name, or a symlink on its way, leads out of ``root``, or when it cannot be looked up (a name too
+    long, a link to no file)."""
+    shown = f'{where}: #include "{clipped(visible(spelled))}"'
     if Path(spelled).is_absolute() or spelled.startswith("\\"):
-        raise IncludeError(f'{where}: #include "{spelled}": an absolute path; include headers from the suite '
-                           "folder by relative path")
+        raise IncludeError(f"{shown}: an absolute path; include headers from the suite folder by relative path")
     candidate = folder / spelled
-    resolved = candidate.resolve()
-    inside = resolved == root.resolve() or root.resolve() in resolved.parents
-    if not inside and (candidate.exists() or candidate.is_symlink()):
-        raise IncludeError(f'{where}: #include "{spelled}" leads to {resolved}, outside the suite folder '
-                           f"{root}; a kernel may include files of its suite only")
-    return resolved if inside and resolved.is_file() else None
+    real_root = Path(os.path.realpath(root))
+    try:
+        # realpath, not Path.resolve: Python 3.10 to 3.12 raise RuntimeError on a loop of links
+        resolved = Path(os.path.realpath(candidate))
+        inside = resolved == real_root or real_root in resolved.parents
+        if not inside and (candidate.exists() or candidate.is_symlink()):
+            raise IncludeError(f"{shown} leads to {clipped(visible(str(resolved)))}, outside the suite folder "
+                               f"{visible(str(root))}; a kernel may include files of its suite only")
+        if candidate.is_symlink() and not candidate.exists():
+            raise IncludeError(f"{shown}: a link that leads to no file (a loop of links, or a missing target); "
+                               "replace it with the header itself")
+        # The name as the compiler opens it ("sub/../ok.h" needs the folder sub, as on any file system);
+        # a FIFO or a device is the reader's to refuse.
+        return resolved if inside and candidate.exists() and not candidate.is_dir() else None
+    except OSError as exc:
+        raise IncludeError(f"{shown}: cannot be looked up ({exc.strerror}); name a header of the suite folder "
+                           "that the file system can open") from None
 
 
 def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
     """Headers ``source`` pulls in with ``#include "..."``, recursively, keyed by path from the source's
-    folder: they travel inline so a request replays anywhere and the compile cache key sees them."""
+    folder: they travel inline so a request replays anywhere and the compile cache key sees them.
+    At most :data:`MAX_HEADERS` of them and :data:`MAX_HEADER_BYTES` in all, counted as carried: a
+    file reached under several names (links to it) counts once per name. A header the host cannot
+    read as text (over the source cap, not UTF-8, not a regular file) is an :class:`IncludeError`."""
     root = suite_folder(source)
     headers: dict[str, str] = {}
+    passages: dict[str, tuple[str, str]] = {}  # a spelling that enters a folder and leaves it -> (name, shown)
+    carried = 0  # bytes
+
+    def carry(name: str, header: str, shown: str) -> None:
+        nonlocal carried
+        if len(headers) == MAX_HEADERS:
+            raise IncludeError(f"{shown}: more than {MAX_HEADERS} headers for one kernel build (each name a file is "
+                               "included under counts, links included); include fewer headers")
+        carried += len(header.encode())
+        if carried > MAX_HEADER_BYTES:
+            raise IncludeError(f"{shown}: the kernel's headers pass {MAX_HEADER_BYTES} bytes in all (each name a file "
+                               "is included under counts, links included); include less")
+        headers[name] = header
+
     todo = [(source.parent, text if text is not None else read_text(source, MAX_SOURCE_BYTES, "CUDA source"), source.name)]
     while todo:
         folder, body, where = todo.pop()
         for directive in directives(body):
             if directive.quoted is None:
                 continue
-            path = resolve_quoted(directive.quoted, folder, root, f"{where}:{directive.line}")
+            at = f"{where}:{directive.line}"
+            path = resolve_quoted(directive.quoted, folder, root, at)
             if path is None:
                 continue
             # Keyed by path from the source's folder, not by spelling: one file reached as
             # "inc/math.cuh" and as "math.cuh" stays one header, so #pragma once holds.
-            name = Path(os.path.relpath(folder / directive.quoted, source.parent)).as_posix()
-            name = Path(os.path.normpath(name)).as_posix()
+            spelled = (Path(os.path.relpath(folder, source.parent)) / directive.quoted).as_posix()
+            name = Path(os.path.normpath(spelled)).as_posix()
+            shown = f'{at}: #include "{clipped(visible(directive.quoted))}"'
+            if ".." in Path(spelled).parts[1:]:
+                passages.setdefault(spelled, (name, shown))
             if name in headers:
                 continue
-            headers[name] = read_text(path, MAX_SOURCE_BYTES, "CUDA header")
-            todo.append(((folder / directive.quoted).parent, headers[name], name))
+            try:
+                header = read_text(path, MAX_SOURCE_BYTES, "CUDA header")
+            except FileError as exc:
+                raise IncludeError(f"{shown}: {exc.problems[0]}") from None
+            except OSError as exc:
+                raise IncludeError(f"{shown}: cannot be read ({exc.strerror})") from None
+            carry(name, header, shown)
+            todo.append(((folder / directive.quoted).parent, header, name))
+    # A spelling such as "sub/../ok.h" whose folder (sub) no carried header lies in travels under that
+    # spelling too, so that the compiler's header tree holds the folder the file system needs to open
+    # it. Only such spellings: the others' names stay as they were (they are the kernel's identity).
+    present = {str(parent) for name in headers for parent in PurePosixPath(name).parents}
+    for spelled, (name, shown) in sorted(passages.items()):
+        parts = PurePosixPath(spelled).parts
+        entered = {posixpath.normpath("/".join(parts[:n])) for n in range(1, len(parts)) if parts[n - 1] != ".."}
+        if not entered <= present:
+            carry(spelled, headers[name], shown)
     return headers

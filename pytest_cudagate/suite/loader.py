@@ -6,8 +6,10 @@ path and what is expected, because a suite author fixes them all in one edit.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import ChainMap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +20,10 @@ from cudagate_harness.library import ADAPTERS
 from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
 
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, non_finite, read_text, walk
+from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, clipped, non_finite, read_text, walk, walk_tree
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
-from pytest_cudagate.errors import FileError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.errors import CudagateError, FileError
+from pytest_cudagate.host.paths import display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
@@ -55,6 +57,12 @@ def _locator(text: str):
         return node.start_mark.line + 1 if node is not None else None
 
     return locate
+
+
+def _real(path: Path) -> Path:
+    """``path`` with every link followed; a loop of links is left as it is (Path.resolve raises
+    RuntimeError there on Python 3.10 to 3.12), and the file checks that follow refuse it."""
+    return Path(os.path.realpath(path))
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -107,18 +115,24 @@ class _Checker:
 
     def source(self, value: str, parts: list) -> Path:
         """A file the suite names: inside the suite's folder, a regular file, UTF-8 text."""
-        root = self.path.parent.resolve()
-        path = (root / value).resolve()
-        if not path.is_relative_to(root):
-            self.add(parts, f"{value!r} lies outside the suite folder (it resolves to {path}); a suite's files, "
-                            "symlinks included, must stay inside its folder")
-        elif not path.is_file():
-            self.add(parts, f"file {value!r} not found next to the suite (looked for {path})")
-        else:
-            try:
+        root = _real(self.path.parent)
+        path = _real(root / value)
+        shown = clipped(repr(value))
+        try:
+            if not path.is_relative_to(root):
+                self.add(parts, f"{shown} lies outside the suite folder (it resolves to {clipped(str(path))}); a "
+                                "suite's files, symlinks included, must stay inside its folder")
+            elif (root / value).is_symlink() and not path.is_file():
+                self.add(parts, f"{shown} is a link that leads to no file (a loop of links, or a missing target); "
+                                "replace it with the file itself")
+            elif not path.is_file():
+                self.add(parts, f"file {shown} not found next to the suite (looked for {clipped(str(path))})")
+            else:
                 read_text(path, MAX_SOURCE_BYTES, "source file")
-            except FileError as exc:
-                self.add(parts, f"{value}: {exc.problems[0]}")
+        except FileError as exc:
+            self.add(parts, f"{clipped(value)}: {exc.problems[0]}")
+        except OSError as exc:  # a name too long for the file system
+            self.add(parts, f"{shown} cannot be looked up ({exc.strerror}); name a file of the suite folder")
         return path
 
     def launch(self, raw: dict, parts: list, scalars: set[str]) -> Launch:
@@ -437,8 +451,8 @@ class _Checker:
                                         f"NaN or Inf); keep the range within ±{limit:g}")
 
     def data_dir(self, value: str) -> Path:
-        root = self.path.parent.resolve()
-        path = (root / value).resolve()
+        root = _real(self.path.parent)
+        path = _real(root / value)
         if not path.is_relative_to(root):
             self.add(["data"], f"{value!r} is outside the suite's folder ({root}); keep the case data beside the suite")
         return path
@@ -544,10 +558,13 @@ class _Checker:
                 yield f"tuning_launch ({name}={value})", tuning, defaults.new_child({name: value})
 
 
-def discover(paths: list[Path]) -> list[Path]:
+def discover(paths: list[Path], root: Path | None = None) -> list[Path]:
     """Suite files named on the command line or found below the folders named (:func:`boundary.walk`).
     A suite whose path holds a control character is refused: pytest prints node ids as they are, and a
-    newline in one starts a line of the job's log with whatever follows (``::error::``...)."""
+    newline in one starts a line of the job's log with whatever follows (``::error::``...). So is a
+    link to a folder on the way to them (:func:`refuse_folder_links`; ``root``: the checkout, by
+    default the working folder)."""
+    refuse_folder_links(paths, Path.cwd() if root is None else root)
     found = []
     for path in paths:
         if path.is_dir():
@@ -559,3 +576,48 @@ def discover(paths: list[Path]) -> list[Path]:
             raise FileError(display_path(path), ["a control character (a newline, tab or escape) in a file or folder "
                                                  "name of the suite's path; rename it"])
     return found
+
+
+def collected_by_default(folder: Path) -> bool:
+    """Whether pytest's collection, as configured by default (and by ``cudagate gate``), enters
+    ``folder``: not a hidden one (``.git``, ``.venv``), nor a virtual environment."""
+    return not folder.name.startswith(".") and not (folder / "pyvenv.cfg").is_file()
+
+
+def refuse_folder_links(paths: list[Path], root: Path, enter: Callable[[Path], bool] = collected_by_default) -> None:
+    """A :class:`CudagateError` naming the links to folders that gating ``paths`` would pass through:
+    a path inside ``root`` (the checkout) itself or a folder between ``root`` and it, or a link below
+    it where ``enter`` says the collection would step into it. pytest's collection follows such a
+    link: one to ``.`` judges the suites again at every depth, one to ``/`` walks the whole disk while
+    the GPU is held. None is followed here (a link costs the stat of its target): the refusal comes at
+    once."""
+    base = Path(os.path.abspath(root))
+    links: list[Path] = []
+    for path in paths:
+        absolute = Path(os.path.abspath(path))  # as pytest names it: lexical, no link followed
+        parts = absolute.relative_to(base).parts if absolute.is_relative_to(base) else ()  # else named by hand
+        steps = [base.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
+        on_the_way = [step for step in steps if _folder_link(step)]
+        if on_the_way:
+            links.append(on_the_way[0])
+        elif os.path.isdir(absolute):
+            try:
+                links += [link for link in walk_tree(absolute, "gated folder", enter=enter)[1] if enter(link)]
+            except FileError as exc:
+                raise CudagateError(f"{exc.path}: {exc.problems[0]}") from None
+    if not links:
+        return
+    try:
+        target = visible(os.readlink(links[0]))
+    except OSError:  # replaced since
+        target = "?"
+    others = "".join(f", {display_path(link)}" for link in links[1:4]) + (", ..." if len(links) > 4 else "")
+    what = (f"a link to a folder (it leads to {target})" if len(links) == 1
+            else f"{len(links)} links to folders (the first leads to {target})")
+    raise CudagateError(f"{display_path(links[0])}{others}: {what}; cudagate follows no link to a folder in the paths "
+                        "it gates (pytest would collect what it leads to: the suites again, or the whole disk): "
+                        "replace it with a real folder, or remove it")
+
+
+def _folder_link(path: Path) -> bool:
+    return os.path.islink(path) and os.path.isdir(path)

@@ -19,6 +19,7 @@ import numpy as np
 
 from cudagate_harness.protocol import numpy_dtype
 
+from pytest_cudagate.boundary.options import finite
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.judge.elementwise import abs_diff, check_output
@@ -33,7 +34,7 @@ BUDGET_OPTION = "--recheck-budget"
 
 def add_recheck_budget(parser) -> None:
     """The option of ``cudagate sign`` and ``cudagate check`` that sets the time budget."""
-    parser.add_argument(BUDGET_OPTION, type=float, default=DEFAULT_RECHECK_S, metavar="S",
+    parser.add_argument(BUDGET_OPTION, type=finite(0, 86400, unit="seconds"), default=DEFAULT_RECHECK_S, metavar="S",
                         help=f"seconds spent recomputing expected outputs with a Python reference on the CPU, "
                              f"smallest cases first; the cases left are named (default {DEFAULT_RECHECK_S:g})")
 

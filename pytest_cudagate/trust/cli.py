@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from pytest_cudagate.boundary.options import NAME, PATH, PULL_REQUEST, OneLineParser
 from pytest_cudagate.config import project_config
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
@@ -22,7 +23,7 @@ from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTE
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.trust import gate_command
-from pytest_cudagate.trust.ledger import ledger_problems, pull_request_number
+from pytest_cudagate.trust.ledger import ledger_problems
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.suite.loader import discover, load_suite
@@ -116,7 +117,6 @@ def _refusals(suite, budget_s: float) -> list[str]:
 
 
 def cmd_sign(args) -> int:
-    pull_request = pull_request_number(args.pull_request) if args.pull_request is not None else None
     suites = _suites(args.suites)
     key = _signing_key(args)
     kid = key_id(key)
@@ -133,7 +133,7 @@ def cmd_sign(args) -> int:
                   file=sys.stderr)
             trusted = {}
         signer = args.signer or signer_from_keys(key, trusted) or ""
-        path = sign_suite(suite, key, signer, pull_request)
+        path = sign_suite(suite, key, signer, args.pull_request)
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
         files = sum(len(c["files"]) for c in json.loads(path.read_text(encoding="utf-8"))["manifest"]["cases"].values())
@@ -141,7 +141,7 @@ def cmd_sign(args) -> int:
               f"with key {kid} -> {display_path(path)}")
         ledger = Ledger.for_suite(suite)
         print(f"{display_path(ledger.path)}: signed as one document, sequence {ledger.sequence}"
-              + (f", for pull request {pull_request}" if pull_request else "") + "; approved: "
+              + (f", for pull request {args.pull_request}" if args.pull_request else "") + "; approved: "
               f"{', '.join(sorted(ledger.approvals)) or 'none'}; not yet approved: {', '.join(ledger.pending) or 'none'}")
         if kid not in trusted:
             print(f"warning: key {kid} is not among the project's trusted keys ({getattr(trusted, 'where', lambda: 'none')()}); "
@@ -168,25 +168,25 @@ def cmd_verify(args) -> int:
 def register(subparsers) -> None:
     """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
     keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer")
-    keygen.add_argument("--name", required=True, help="whose key (names NAME.key and NAME.pub)")
-    keygen.add_argument("--out", metavar="DIR",
+    keygen.add_argument("--name", required=True, type=NAME, help="whose key (names NAME.key and NAME.pub)")
+    keygen.add_argument("--out", type=PATH, metavar="DIR",
                         help="write NAME.key and NAME.pub into DIR (default: the private key under "
                              "~/.config/cudagate/keys/, the public key in .cudagate/trusted_keys/ of the project)")
     keygen.set_defaults(func=cmd_keygen)
 
     sign = subparsers.add_parser("sign", help="sign a suite's cases, reference and tolerances (writes cudagate.sig.json)")
-    sign.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
-    sign.add_argument("--key", metavar="FILE",
+    sign.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    sign.add_argument("--key", type=PATH, metavar="FILE",
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
-    sign.add_argument("--signer", metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
+    sign.add_argument("--signer", type=NAME, metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
     add_recheck_budget(sign)
-    sign.add_argument("--pull-request", metavar="N",
+    sign.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
                       help="record in the signed ledger that it is signed for pull request N: under `cudagate gate "
                            "--pull-request N` a changed signed state counts only in the pull request it was signed for")
     sign.set_defaults(func=cmd_sign)
 
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
-    verify.add_argument("suites", nargs="+", metavar="SUITE", help="cudagate.yaml files or folders holding them")
+    verify.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
 
     gate_command.register(subparsers)
@@ -194,7 +194,7 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pytest_cudagate.trust.cli``) until the main command wires these in."""
-    parser = argparse.ArgumentParser(prog="cudagate")
+    parser = OneLineParser(prog="cudagate")
     register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     try:

@@ -27,12 +27,12 @@ import pytest
 
 from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
+from pytest_cudagate.boundary.options import PATH, PULL_REQUEST, nonempty
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust.base_ref import read_trust_root
-from pytest_cudagate.trust.ledger import pull_request_number
 from pytest_cudagate.config import DEFAULT_BUDGET_S
 from pytest_cudagate.plugin import add_gate_options
 
@@ -192,32 +192,47 @@ def _isolated_environment():
                 os.environ[name] = value
 
 
+# Where a child process looks for programs and modules: git, compute-sanitizer and the worker's python.
+_SEARCH_PATHS = ("PATH", "PYTHONPATH")
+
+
 @contextlib.contextmanager
-def _checkout_off_sys_path(worktree: Path):
-    """sys.path without the checkout's folders: run as ``python -m`` or ``-c`` from the checkout, the
-    current folder comes first, and a module first imported during the run (pdb, cuda, whatever the
-    reference imports) would be the pull request's. The interpreter's own environment stays, even
-    where it lies inside the checkout (a local .venv). A module the interpreter imported before the
-    gate started is beyond its reach: CI runs the ``cudagate`` console script, whose sys.path holds
-    no checkout folder."""
+def without_checkout(worktree: Path):
+    """sys.path without the checkout's folders, and PATH and PYTHONPATH (which every child process
+    inherits) without them or any relative entry. Run as ``python -m`` or ``-c`` from the checkout, the
+    current folder comes first on sys.path, and a module first imported during the run (pdb, cuda,
+    whatever the reference imports) would be the pull request's; a relative PATH entry ('.', 'bin')
+    resolves in the folder a child starts in, and git starts in the checkout. The interpreter's own
+    environment stays, even where it lies inside the checkout (a local .venv). A module the
+    interpreter imported before the gate started is beyond its reach: CI runs ``python -I``, whose
+    sys.path holds no checkout folder."""
     prefixes = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
     environments = [path for path in (Path(p).resolve() for p in prefixes) if path.is_relative_to(worktree)]
 
-    def in_checkout(entry) -> bool:
-        if not isinstance(entry, str):
-            return False
+    def in_checkout(entry: str) -> bool:
         path = Path(entry or os.curdir).resolve()
         return path.is_relative_to(worktree) and not any(path.is_relative_to(env) for env in environments)
 
-    saved = list(sys.path)
-    sys.path[:] = [entry for entry in sys.path if not in_checkout(entry)]
+    saved, saved_env = list(sys.path), {name: os.environ.get(name) for name in _SEARCH_PATHS}
+    sys.path[:] = [entry for entry in sys.path if not (isinstance(entry, str) and in_checkout(entry))]
+    for name in _SEARCH_PATHS:
+        if name in os.environ:
+            kept = [e for e in os.environ[name].split(os.pathsep) if os.path.isabs(e) and not in_checkout(e)]
+            # an empty PATH would search the current folder
+            os.environ[name] = os.pathsep.join(kept) or (os.defpath if name == "PATH" else "")
     try:
         yield
     finally:
         sys.path[:] = saved
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
-def _worktree(repo: str | None) -> Path:
+def checkout_root(repo: str | Path | None) -> Path:
+    """The working tree of the repository at ``repo`` (default: the current folder), or ``repo`` itself."""
     start = Path(repo or Path.cwd())
     try:
         return Path(git.Repo(start, search_parent_directories=True).working_tree_dir).resolve()
@@ -227,24 +242,24 @@ def _worktree(repo: str | None) -> Path:
 
 def cmd_gate(args) -> int:
     github.stop_commands()  # first: no name or log of the checkout printed from here on is a workflow command
-    worktree = _worktree(args.repo)
+    worktree = checkout_root(args.repo)
     rest = list(args.pytest_args)
     if rest and rest[0] == "--":
         rest = rest[1:]
     options, paths = split_args(rest)
-    pull_request = pull_request_number(args.pull_request) if args.pull_request is not None else None
-    if pull_request is not None and args.trusted_ref is None:
-        raise CudagateError(f"--pull-request {pull_request}: needs --trusted-ref BASE (the pull request's base "
+    if args.pull_request is not None and args.trusted_ref is None:
+        raise CudagateError(f"--pull-request {args.pull_request}: needs --trusted-ref BASE (the pull request's base "
                             "commit): a pull request's signed state is judged against its base")
-    with tempfile.TemporaryDirectory(prefix="cudagate-gate-") as tmp:
+    # first too: reading the trust root runs git in the checkout
+    with without_checkout(worktree), tempfile.TemporaryDirectory(prefix="cudagate-gate-") as tmp:
         policy = {}
         extra = []
         if args.trusted_ref is not None:  # an empty ref is refused, never a run without a trust root
             root = read_trust_root(worktree, args.trusted_ref)
-            root.pull_request = pull_request
+            root.pull_request = args.pull_request
             policy = root.policy
             suite_paths = [worktree / p for p in (paths or list(root.settings().suites) or ["."])]
-            found = discover(suite_paths)
+            found = discover(suite_paths, worktree)
             problems = root.suite_problems(found)
             suites = []
             for path in found:
@@ -260,7 +275,8 @@ def cmd_gate(args) -> int:
             extra = [TRUST_ROOT_OPTION, str(trust_file)]
             print(f"cudagate gate: trust root from {root.ref[:12]} ({len(root.keys)} trusted key(s): "
                   f"{', '.join(sorted(root.keys)) or 'none'})"
-                  + (f"; a changed signed state must be signed for pull request {pull_request}" if pull_request else ""))
+                  + (f"; a changed signed state must be signed for pull request {args.pull_request}"
+                     if args.pull_request else ""))
         else:
             suite_paths = [worktree / p for p in paths] if paths else []
         for note in _ignored_configs(worktree):
@@ -272,7 +288,7 @@ def cmd_gate(args) -> int:
                 *[str(p) for p in suite_paths]]
         from pytest_cudagate.items import CheckoutCollection  # the plugin imports it anyway; `cudagate verify` need not
 
-        with _isolated_environment(), _checkout_off_sys_path(worktree):
+        with _isolated_environment():
             sys.stdout.flush()
             return int(pytest.main(argv, plugins=[CheckoutCollection()]))
 
@@ -292,13 +308,13 @@ def register(subparsers) -> None:
         "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
                      "trusting only the keys, policy and ledgers of that commit",
         epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    gate.add_argument("--trusted-ref", metavar="SHA",
+    gate.add_argument("--trusted-ref", type=nonempty("the base commit"), metavar="SHA",
                       help="the base commit: keys, [tool.cudagate] and ledgers are read from its git objects")
-    gate.add_argument("--pull-request", metavar="N",
+    gate.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
                       help="the pull request gated (from the workflow: github.event.pull_request.number, never the "
                            "checkout): a suite whose signed state differs from the trusted ref's must have been signed "
                            "for it (`cudagate sign SUITE --pull-request N`); needs --trusted-ref")
-    gate.add_argument("--repo", metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
-    gate.add_argument("pytest_args", nargs="*", metavar="ARG",
+    gate.add_argument("--repo", type=PATH, metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
+    gate.add_argument("pytest_args", nargs="*", type=nonempty("a suite path or an option"), metavar="ARG",
                       help="suite paths and --cuda-gate-* options (after --)")
     gate.set_defaults(func=cmd_gate)

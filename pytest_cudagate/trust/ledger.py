@@ -73,15 +73,6 @@ def oracle_digest(suite_root: Path) -> str | None:
     return sha256_bytes(canonical_bytes(manifest)) if isinstance(manifest, dict) else None
 
 
-def pull_request_number(text: str) -> int:
-    """The value of a ``--pull-request`` option (of ``sign``, ``approve`` and ``gate``): a positive
-    integer, else one line saying so (the option takes a string, so argparse prints no usage)."""
-    if not (0 < len(text) <= 12 and text.isascii() and text.isdigit() and int(text) > 0):
-        raise CudagateError(f"--pull-request {text[:24]!r}: not a pull request number; give the pull request's number, "
-                            "a positive integer (in a workflow: github.event.pull_request.number)")
-    return int(text)
-
-
 def sign_ledger(ledger: Ledger, key, signer: str, pull_request: int | None = None) -> list[str]:
     """Sign ``ledger`` as a whole with ``key``: every kernel of the suite without an approval is
     recorded as pending, the suite's signed oracle is bound to it, the signed ledger it replaces is

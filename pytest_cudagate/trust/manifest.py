@@ -108,8 +108,8 @@ def _headers(source: Path, root: Path, problems: list[str]) -> dict[str, str]:
             continue
         for name in _INCLUDE.findall(body):
             candidate = current.parent / name.decode("utf-8", "replace")
-            if not candidate.is_file():
-                continue  # a system or toolkit header: not ours
+            if not os.path.isfile(candidate):  # (False, not OSError, for a name too long to look up)
+                continue  # a system or toolkit header: not ours; the compile names a bad one
             resolved = candidate.resolve()
             if resolved in seen:
                 continue

@@ -76,6 +76,31 @@ def test_slowed_kernel_is_regressed(matmul: Path):
     assert "PASSED cudagate.yaml::matmul_f32::correct_31x37x29" in out  # correctness alone is unaffected
 
 
+def test_a_kernel_fast_only_on_the_signed_inputs_is_regressed(matmul: Path, tmp_path: Path):
+    """The shipped kernel where the input starts with the committed perf case's bits, three passes on
+    any other input: timed on a set drawn in the run too, it regresses on the fresh/signed split."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from hostile_kernels import keyed
+
+    approve(matmul)
+    source = matmul / "matmul.cu"
+    head = np.load(matmul / "cases" / "perf_256x256x256" / "a.npy").reshape(-1)[:2]
+    source.write_text(keyed(source.read_text(), head))
+    report = tmp_path / "report"
+    result = gate(matmul / "cudagate.yaml", "--cuda-gate-report", str(report), "-k", "perf_256x256x256")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    (item,) = [i for i in json.loads((report / "report.json").read_text())["items"] if i["kind"] == "performance"]
+    latency = item["latency"]
+    assert latency["verdict"] == "regressed" and latency["inputs"]["keyed"], latency.get("headline")
+    assert latency["inputs"]["shift"]["low"] > 1.1, latency["inputs"]
+    assert "its speed depends on recognising the inputs it is timed on" in out, out
+
+
 def test_faster_kernel_is_improved(matmul: Path):
     original = (matmul / "matmul.cu").read_text()
     slow_down(matmul / "matmul.cu")

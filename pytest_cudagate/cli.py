@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import textwrap
@@ -31,14 +32,15 @@ from pytest_cudagate.history.cli import register as register_history
 from pytest_cudagate.bisect.search import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
 from pytest_cudagate.host.paths import display_path
-from pytest_cudagate.boundary.options import LOCK_TIMEOUT_S, NAME, PATH, TIMEOUT_S, OneLineParser, count, nonempty
+from pytest_cudagate.boundary.options import (LOCK_TIMEOUT_S, NAME, PATH, PULL_REQUEST, TIMEOUT_S, OneLineParser, count,
+                                              nonempty)
 from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
-from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
+from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.build import compile_version, mismatch_heading, parameter_problems, suite_builds
@@ -196,8 +198,11 @@ def cmd_approve(args) -> int:
     suite = load_suite(next(iter(_suites([args.suite]))))
     kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
     config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
+    if args.pull_request is not None and not (args.key or os.environ.get(SIGNING_KEY_ENV)):
+        raise CudagateError(f"--pull-request {args.pull_request}: names what a signing is for, and without --key (or "
+                            f"${SIGNING_KEY_ENV}) approve signs nothing; pass it to `cudagate sign` after review")
     approved = approve(suite, kernels, config, approved_by=args.approved_by, key_file=args.key, runs=args.runs,
-                       out=sys.stdout)
+                       pull_request=args.pull_request, out=sys.stdout)
     return 0 if approved else EXIT_FAILED
 
 
@@ -241,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("--lock-timeout", type=LOCK_TIMEOUT_S, default=DEFAULT_LOCK_TIMEOUT_S, metavar="S", help=LOCK_TIMEOUT_HELP)
     approve.add_argument("--key", type=PATH, metavar="FILE", help="sign the new entries with this private key "
                          "(or $CUDAGATE_SIGNING_KEY); without one, a maintainer signs later with `cudagate sign`")
+    approve.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
+                         help="with --key: sign the ledger for pull request N, as `cudagate sign --pull-request N` does")
     approve.set_defaults(func=cmd_approve)
 
     diff = sub.add_parser("diff", help="show what changed in a kernel since its approved version")

@@ -492,6 +492,16 @@ for _name, _ref in [("deadbeef", "deadbeef"), ("v9.9.9", "v9.9.9"), ("HEAD~5", "
     bad("gate", f"trusted ref {_name}", cpu_s=GATE_SECONDS)(lambda d, r=_ref: gate(Repo(d), ref=r))
 
 
+for _name, _value in [("0", "0"), ("-1", "-1"), ("abc", "abc"), ("empty", ""), ("of 10,000 digits", "9" * 10_000)]:
+    bad("gate", f"--pull-request {_name}", cpu_s=GATE_SECONDS)(lambda d, v=_value: (
+        "gate", ["gate", "--repo", str(Repo(d).path), "--trusted-ref", "HEAD", "--pull-request", v, "--", "-q"]))
+
+
+@bad("gate", "--pull-request without --trusted-ref", cpu_s=GATE_SECONDS)
+def _(d):
+    return "gate", ["gate", "--repo", str(Repo(d).path), "--pull-request", "3", "--", "-q"]
+
+
 def fresh_clone_reflog(repo: Repo) -> None:
     """HEAD's reflog as a fresh clone (CI's checkout) has it: one entry, so HEAD@{1} names nothing."""
     log = repo.path / ".git" / "logs" / "HEAD"

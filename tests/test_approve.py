@@ -13,6 +13,7 @@ from helpers import write_suite
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.trust import SIGNING_KEY_ENV, generate_key_pair
 
 pytest_plugins = ["pytester"]
 
@@ -70,3 +71,19 @@ def test_approve_records_a_kernel_the_gate_passes_with_its_baseline(tmp_path, mo
     fresh = [r for r in workers[0].requests if any(c.get("fresh") for c in r.get("cases", []))]
     assert fresh, "approve checks fresh inputs, as the gate does"
     assert len(workers) == 1 and workers[0].closed
+
+
+def test_approve_signs_for_the_pull_request_it_names_and_only_with_a_key(tmp_path, monkeypatch, capsys):
+    suite_path = write_suite(tmp_path / "scale")
+    install(monkeypatch, tmp_path, scale_kernels())
+    monkeypatch.delenv(SIGNING_KEY_ENV, raising=False)
+    assert main(["approve", str(suite_path), "--runs", "1", "--pull-request", "4"]) == 2
+    assert capsys.readouterr().err == (f"cudagate: --pull-request 4: names what a signing is for, and without --key (or "
+                                       f"${SIGNING_KEY_ENV}) approve signs nothing; pass it to `cudagate sign` after "
+                                       "review\n")
+    assert not Ledger.for_suite(load_suite(suite_path)).exists  # refused before any run
+    generate_key_pair("alice", private_path=tmp_path / "alice.key", public_path=tmp_path / "alice.pub")
+    assert main(["approve", str(suite_path), "--runs", "1", "--key", str(tmp_path / "alice.key"),
+                 "--pull-request", "4"]) == 0
+    ledger = Ledger.for_suite(load_suite(suite_path))
+    assert ledger.pull_request == 4 and ledger.signature is not None and ledger.sequence == 1

@@ -77,20 +77,23 @@ class Repo:
         edit(raw)
         self.write_yaml(raw)
 
-    def sign(self, who: str) -> None:
-        sign_suite(self.suite(), load_private_key(self.keys / f"{who}.key"), who)
+    def sign(self, who: str, pull_request: int | None = None, suite_dir: Path | None = None) -> None:
+        suite = load_suite((suite_dir or self.suite_dir) / "cudagate.yaml")
+        sign_suite(suite, load_private_key(self.keys / f"{who}.key"), who, pull_request)
 
     def commit(self, message: str) -> str:
         self.git.git.add("-A")
         self.git.index.commit(message)
         return self.git.head.commit.hexsha
 
-    def gate(self, *args: str, ref: str | None = None) -> tuple[int, str]:
+    def gate(self, *args: str, ref: str | None = None, pull_request: int | None = None) -> tuple[int, str]:
+        """``cudagate gate --trusted-ref BASE`` on the checkout; ``pull_request``: the number the workflow passes."""
         self.commit("pull request")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_"))}
         env.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(self.cache), OPENAI_API_KEY=SECRET)
         done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
-                               "gate", "--trusted-ref", self.base if ref is None else ref, "--", *args],
+                               "gate", "--trusted-ref", self.base if ref is None else ref,
+                               *(["--pull-request", str(pull_request)] if pull_request is not None else []), "--", *args],
                               cwd=self.path, env=env, capture_output=True, text=True, timeout=300)
         return done.returncode, done.stdout + done.stderr
 
@@ -100,8 +103,8 @@ def repo(tmp_path) -> Repo:
     return Repo(tmp_path)
 
 
-def refused(repo: Repo, *needles: str, args=()) -> str:
-    code, out = repo.gate(*args)
+def refused(repo: Repo, *needles: str, args=(), pull_request: int | None = None) -> str:
+    code, out = repo.gate(*args, pull_request=pull_request)
     assert code != 0, out
     for needle in needles:
         assert needle in out, out
@@ -296,6 +299,88 @@ def test_a_ledger_recreated_at_the_base_lets_no_older_signed_pair_in(repo):
     _put(repo, older)
     refused(repo, "softmax/cudagate.approvals.json: sequence 3 was not signed over the ledger at the trusted ref "
                   "(sequence 1)")
+
+
+def _closed_pull_request(repo: Repo, pull_request: int | None) -> dict[str, bytes]:
+    """The reported route: on the branch of a pull request, a maintainer signed a looser tolerance over
+    the base's current ledger (so its chain names the base's); the pull request was closed unmerged.
+    The signed files it left, and the base checked out again, unchanged."""
+    repo.git.git.checkout("-q", "-b", "closed")
+    repo.edit_yaml(LOOSENINGS["atol"])
+    repo.sign("alice", pull_request)
+    repo.commit("a looser tolerance, signed over the base's ledger, never merged")
+    closed = _signed_state(repo)
+    repo.git.git.checkout("-q", "-")
+    return closed
+
+
+def _one_percent_wrong(repo: Repo) -> None:
+    source = repo.suite_dir / "softmax.cu"
+    source.write_text(source.read_text() + "\n// 1 % wrong, within the looser tolerance\n")
+
+
+@pytest.mark.parametrize("signed_for", [1, None], ids=["signed for pull request 1", "signed for none"])
+def test_a_state_signed_in_a_closed_pull_request_does_not_count_in_a_new_one(repo, signed_for):
+    """Copied into pull request 2 over the same base, the closed branch's state extends the base's
+    ledger (the chain alone takes it), but was not signed for pull request 2."""
+    _put(repo, _closed_pull_request(repo, signed_for))
+    _one_percent_wrong(repo)
+    said = "pull request 1" if signed_for else "no pull request"
+    out = refused(repo, f"softmax/cudagate.approvals.json: signed for {said}, not for this pull request (2): a "
+                        "changed signed state counts only in the pull request it was signed for; fix: a maintainer "
+                        "reviews this pull request and runs `cudagate sign softmax/cudagate.yaml --pull-request 2`",
+                  pull_request=2)
+    assert "was not signed over the ledger at the trusted ref" not in out  # the chain names the base
+
+
+def test_a_pull_request_number_edited_into_a_copied_state_breaks_its_signature(repo):
+    closed = _closed_pull_request(repo, 1)
+    closed["cudagate.approvals.json"] = closed["cudagate.approvals.json"].replace(b'"pull_request": 1', b'"pull_request": 2')
+    _put(repo, closed)
+    refused(repo, "softmax/cudagate.approvals.json: the signature by key",
+            "does not match the signed content: it was altered after signing", pull_request=2)
+
+
+def test_a_state_signed_for_its_pull_request_counts_there(repo):
+    _closed_pull_request(repo, 1)
+    repo.git.git.checkout("-q", "closed")  # pull request 1 itself, reopened
+    code, out = repo.gate(pull_request=1)
+    assert code == 0, out
+    assert "must be signed for pull request 1" in out, out
+
+
+def test_signing_twice_for_one_pull_request_counts_there(repo):
+    repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1e-7))
+    repo.sign("alice", 3)
+    repo.commit("a tighter tolerance, signed for pull request 3")
+    repo.sign("alice", 3)
+    code, out = repo.gate(pull_request=3)
+    assert code == 0, out
+
+
+def test_the_base_state_needs_no_pull_request_and_no_number_keeps_the_chain_rule(repo):
+    """A pull request that leaves the signed state as the base's needs no signing; without
+    --pull-request (a push, a local run) a state signed for another pull request counts on its chain."""
+    _one_percent_wrong(repo)
+    code, out = repo.gate(pull_request=4)
+    assert code == 0, out
+    _put(repo, _closed_pull_request(repo, 1))
+    code, out = repo.gate()
+    assert code == 0, out
+
+
+def test_a_suite_new_in_the_pull_request_must_be_signed_for_it(repo):
+    """No ledger at the base to equal: the new suite's signed state is a change, so it needs the number."""
+    new = repo.path / "softmax2"
+    shutil.copytree(repo.suite_dir, new, ignore=shutil.ignore_patterns("cudagate.approvals.json", "approved", "*.sig.json"))
+    raw = yaml.safe_load((new / "cudagate.yaml").read_text())
+    raw["suite"] = "softmax2"
+    (new / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    repo.sign("alice", 5, suite_dir=new)
+    refused(repo, "softmax2/cudagate.approvals.json: signed for pull request 5, not for this pull request (6)",
+            args=("softmax", "softmax2"), pull_request=6)
+    code, out = repo.gate("softmax", "softmax2", pull_request=5)
+    assert code == 0, out
 
 
 # -------------------------------------------------------------------------------- host files

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.trust import SIGNING_KEY_ENV, generate_key_pair, key_id, load_private_key, load_public_key
 from pytest_cudagate.trust.cli import main as trust_main
 from pytest_cudagate.trust.cli import register
@@ -98,3 +100,23 @@ def test_check_outside_a_project_names_where_keygen_writes(tmp_path, capsys):
     assert "no project root (a folder holding pyproject.toml or .git) at or above" in out, out
     assert "<project root>/.cudagate/trusted_keys/*.pub" in out and "fix: make the project's top folder a repository" in out
     assert "saxpy/.cudagate/trusted_keys" not in out
+
+
+def test_cli_sign_records_the_pull_request_it_is_signed_for(project, capsys):
+    key = str(project.alice.private_path)
+    assert trust_main(["sign", str(project.suite_file), "--key", key, "--pull-request", "7"]) == 0
+    assert "signed as one document, sequence 2, for pull request 7;" in capsys.readouterr().out
+    assert Ledger.for_suite(project.load()).pull_request == 7
+    assert trust_main(["sign", str(project.suite_file), "--key", key]) == 0  # each signing says what it is for
+    assert Ledger.for_suite(project.load()).pull_request is None
+
+
+def test_cli_sign_refuses_a_bad_pull_request_number_in_one_line_and_writes_nothing(project, capsys):
+    before = {p.name: p.read_bytes() for p in project.suite_dir.glob("cudagate.*")}
+    with pytest.raises(SystemExit) as exited:
+        trust_main(["sign", str(project.suite_file), "--key", str(project.alice.private_path), "--pull-request", "12a"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == ("cudagate sign: --pull-request: '12a' is not a whole number from 1 to "
+                                       "1,000,000,000 (the pull request's number; in a workflow "
+                                       "github.event.pull_request.number); see `cudagate sign --help`\n")
+    assert {p.name: p.read_bytes() for p in project.suite_dir.glob("cudagate.*")} == before

@@ -173,6 +173,21 @@ def test_a_ledger_signed_over_another_base_is_refused(signed, tmp_path):
     assert found[-1].startswith("fix: a maintainer starts from the trusted ref's ledger (`git checkout ffffffffffff")
 
 
+def test_the_pull_request_a_ledger_is_signed_for_is_signed(signed, tmp_path):
+    """The number is under the signature (edited, the ledger no longer verifies); a ledger signed
+    without one has no such field, so ledgers signed before it existed keep their signatures."""
+    suite, trusted = signed
+    assert "pull_request" not in Ledger.for_suite(suite).signed_payload()
+    ledger = Ledger.for_suite(suite)
+    sign_ledger(ledger, load_private_key(tmp_path / "alice.key"), "alice", pull_request=1)
+    ledger.save()
+    assert Ledger.for_suite(suite).pull_request == 1 and problems(suite, trusted) == []
+    path = suite.root / "cudagate.approvals.json"
+    path.write_text(path.read_text().replace('"pull_request": 1', '"pull_request": 2'))
+    found = problems(suite, trusted)
+    assert found[0].endswith("does not match the signed content: it was altered after signing"), found
+
+
 def test_a_chain_of_more_than_64_links_keeps_the_last_ones(signed, tmp_path):
     suite, _ = signed
     key = load_private_key(tmp_path / "alice.key")

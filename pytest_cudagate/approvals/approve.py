@@ -80,9 +80,11 @@ def approval_run(suite: Suite, program: Program, config: GateConfig, output_dir:
 
 
 def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approved_by: str | None = None,
-            key_file: str | None = None, runs: int = DEFAULT_APPROVAL_RUNS, out: TextIO) -> bool:
+            key_file: str | None = None, runs: int = DEFAULT_APPROVAL_RUNS, pull_request: int | None = None,
+            out: TextIO) -> bool:
     """Approve each kernel the gate passes in every one of ``runs`` independent runs and record its
-    baseline; write the ledger. False if any was refused."""
+    baseline; write the ledger, signed (for ``pull_request`` where given) when a key is given. False if
+    any was refused."""
     ledger = Ledger.for_suite(suite)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     who = approved_by or user_name(suite.root)
@@ -108,7 +110,7 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
             print(f"{program.name}: {record(ledger, suite, program, measured, who, now)}", file=out)
     key = load_private_key(key_file) if (key_file or os.environ.get(SIGNING_KEY_ENV)) else None
     if key is not None:
-        sign_ledger(ledger, key, who)
+        sign_ledger(ledger, key, who, pull_request)
     ledger.save()
     print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
                                                   f"reviews them and runs `cudagate sign {display_path(suite.path)}`"),

@@ -9,7 +9,8 @@ Format 2 is one document signed as a whole (see ``trust/ledger.py``): every kern
 an approval or is listed in ``pending`` (explicitly not yet approved), each approval's ``kernel``
 equals its key, the document names its suite, and ``sequence`` grows by one on every signing, so an
 older signed ledger can be told from the current one. ``chain`` names the signed ledgers this one
-replaced (trust/ledger.py), so a signature counts only against the base it was made over.
+replaced (trust/ledger.py), so a signature counts only against the base it was made over, and
+``pull_request`` the pull request it was signed for, so it counts in that one only.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class Ledger:
     # The state ids (trust/ledger.py state_id) of the signed ledgers this one replaced, oldest first:
     # under --trusted-ref a changed ledger must name the base's, so one signed over another base fails.
     chain: list[str] = field(default_factory=list)
+    # The pull request this signing was made for (`cudagate sign --pull-request N`); None: signed for none.
+    # Under `cudagate gate --pull-request N` a changed signed state must carry N, so one signed in another
+    # pull request over the same base does not count here.
+    pull_request: int | None = None
     signature: dict | None = None  # over the whole document (trust/ledger.py)
     format: int = FORMAT  # as read; 1 = entries signed one by one, no longer trusted
     exists: bool = True  # False: no file on disk
@@ -132,13 +137,15 @@ class Ledger:
             approvals[name] = Approval(**entry, baselines=baselines)
         return cls(path, raw["suite"], approvals, raw.get("history", []), raw.get("sequence", 0),
                    list(raw.get("pending", [])), raw.get("oracle_sha256"), list(raw.get("chain", [])),
-                   raw.get("signature"), raw["format"], True, kernels)
+                   raw.get("pull_request"), raw.get("signature"), raw["format"], True, kernels)
 
     def signed_payload(self) -> dict:
         """What the maintainer's signature covers: everything in the file but the signature. ``chain``
-        only where it has a link, so ledgers signed before it existed keep their signatures."""
+        only where it has a link and ``pull_request`` only where one was given, so ledgers signed before
+        they existed keep their signatures."""
         return {"format": FORMAT, "suite": self.suite, "sequence": self.sequence, "pending": sorted(self.pending),
                 "oracle_sha256": self.oracle_sha256, **({"chain": list(self.chain)} if self.chain else {}),
+                **({"pull_request": self.pull_request} if self.pull_request is not None else {}),
                 "approvals": {name: a.signed_payload() for name, a in sorted(self.approvals.items())},
                 "history": self.history}
 

@@ -89,6 +89,8 @@ LOCK_TIMEOUT_S = finite(0, MAX_WAIT_S, unit="seconds")
 BUDGET_S = finite(0, 3600, above=True, unit="seconds")  # measurement per case: the default is 2
 PATH = nonempty("a path")
 NAME = nonempty("a name")
+# `cudagate sign`, `approve` and `gate`: the pull request a signing is for, or the one gated
+PULL_REQUEST = count(1, 10**9, hint="the pull request's number; in a workflow github.event.pull_request.number")
 
 
 class OneLineParser(argparse.ArgumentParser):

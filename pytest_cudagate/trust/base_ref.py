@@ -40,7 +40,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-FORMAT = 3  # 2: each suite with its name and kernels; 3: each ledger's state id
+FORMAT = 4  # 2: each suite with its name and kernels; 3: each ledger's state id; 4: the pull request
 MAX_KEY_BLOB = 1 << 20
 MAX_DEPTH = 32
 MAX_TREE_ENTRIES = 500_000
@@ -124,6 +124,9 @@ class TrustRoot:
     policy: dict = field(default_factory=dict)  # [tool.cudagate] at the ref
     ledgers: dict[str, BaseLedger] = field(default_factory=dict)  # suite folder (posix, from the root) -> ledger
     suites: tuple[SuiteIdentity, ...] = ()  # suite files at the ref, by path
+    # The pull request gated (`cudagate gate --pull-request N`, from the workflow, never the checkout):
+    # a signed state other than the base's counts only when signed for it. None: a push or a local run.
+    pull_request: int | None = None
 
     def ledger(self, suite: Suite) -> BaseLedger | None:
         """``suite``'s ledger at the trusted ref; None when it had none there."""
@@ -211,7 +214,7 @@ class TrustRoot:
                 "searched": self.keys.searched,
                 "ledgers": {folder: {"sequence": ledger.sequence, "state": ledger.state}
                             for folder, ledger in sorted(self.ledgers.items())},
-                "suites": [suite.to_json() for suite in self.suites]}
+                "suites": [suite.to_json() for suite in self.suites], "pull_request": self.pull_request}
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -232,7 +235,7 @@ class TrustRoot:
         suites = tuple(SuiteIdentity(s["path"], s["suite"], tuple(s["kernels"])) for s in raw["suites"])
         ledgers = {folder: BaseLedger(raw["ref"], entry["sequence"], entry["state"])
                    for folder, entry in raw["ledgers"].items()}
-        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], ledgers, suites)
+        return cls(raw["ref"], Path(raw["worktree"]), keys, raw["policy"], ledgers, suites, raw["pull_request"])
 
 
 class _Reader:

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pytest_cudagate.boundary.options import NAME, PATH, OneLineParser
+from pytest_cudagate.boundary.options import NAME, PATH, PULL_REQUEST, OneLineParser
 from pytest_cudagate.config import project_config
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
@@ -133,14 +133,15 @@ def cmd_sign(args) -> int:
                   file=sys.stderr)
             trusted = {}
         signer = args.signer or signer_from_keys(key, trusted) or ""
-        path = sign_suite(suite, key, signer)
+        path = sign_suite(suite, key, signer, args.pull_request)
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
         files = sum(len(c["files"]) for c in json.loads(path.read_text(encoding="utf-8"))["manifest"]["cases"].values())
         print(f"{display_path(suite.path)}: signed {len(suite.cases)} case(s), {files} data file(s) as {signer or 'unnamed signer'} "
               f"with key {kid} -> {display_path(path)}")
         ledger = Ledger.for_suite(suite)
-        print(f"{display_path(ledger.path)}: signed as one document, sequence {ledger.sequence}; approved: "
+        print(f"{display_path(ledger.path)}: signed as one document, sequence {ledger.sequence}"
+              + (f", for pull request {args.pull_request}" if args.pull_request else "") + "; approved: "
               f"{', '.join(sorted(ledger.approvals)) or 'none'}; not yet approved: {', '.join(ledger.pending) or 'none'}")
         if kid not in trusted:
             print(f"warning: key {kid} is not among the project's trusted keys ({getattr(trusted, 'where', lambda: 'none')()}); "
@@ -179,6 +180,9 @@ def register(subparsers) -> None:
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
     sign.add_argument("--signer", type=NAME, metavar="NAME", help="who signs (default: the name of the trusted .pub of the key)")
     add_recheck_budget(sign)
+    sign.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
+                      help="record in the signed ledger that it is signed for pull request N: under `cudagate gate "
+                           "--pull-request N` a changed signed state counts only in the pull request it was signed for")
     sign.set_defaults(func=cmd_sign)
 
     verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")

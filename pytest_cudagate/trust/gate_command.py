@@ -7,7 +7,8 @@ autoloading, no cache, an explicit ``--rootdir``, and no pytest variables from t
 Python file of the checkout is collected. With ``--trusted-ref SHA`` it also reads the trust root
 from that commit's git objects (:mod:`.base_ref`) and hands it to the plugin, refuses the options
 that would weaken the gate, and refuses a change that deletes, moves, renames or swaps a suite the
-trusted commit gates, or drops one of its kernels.
+trusted commit gates, or drops one of its kernels. ``--pull-request N`` (from the workflow) adds that a
+signed state other than the base's counts only when it was signed for pull request N.
 Without ``--trusted-ref`` it is ``pytest --cuda-gate`` with the same isolation.
 """
 
@@ -26,7 +27,7 @@ import pytest
 
 from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
-from pytest_cudagate.boundary.options import PATH, nonempty
+from pytest_cudagate.boundary.options import PATH, PULL_REQUEST, nonempty
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
@@ -246,12 +247,16 @@ def cmd_gate(args) -> int:
     if rest and rest[0] == "--":
         rest = rest[1:]
     options, paths = split_args(rest)
+    if args.pull_request is not None and args.trusted_ref is None:
+        raise CudagateError(f"--pull-request {args.pull_request}: needs --trusted-ref BASE (the pull request's base "
+                            "commit): a pull request's signed state is judged against its base")
     # first too: reading the trust root runs git in the checkout
     with without_checkout(worktree), tempfile.TemporaryDirectory(prefix="cudagate-gate-") as tmp:
         policy = {}
         extra = []
         if args.trusted_ref is not None:  # an empty ref is refused, never a run without a trust root
             root = read_trust_root(worktree, args.trusted_ref)
+            root.pull_request = args.pull_request
             policy = root.policy
             suite_paths = [worktree / p for p in (paths or list(root.settings().suites) or ["."])]
             found = discover(suite_paths, worktree)
@@ -269,7 +274,9 @@ def cmd_gate(args) -> int:
             root.save(trust_file)
             extra = [TRUST_ROOT_OPTION, str(trust_file)]
             print(f"cudagate gate: trust root from {root.ref[:12]} ({len(root.keys)} trusted key(s): "
-                  f"{', '.join(sorted(root.keys)) or 'none'})")
+                  f"{', '.join(sorted(root.keys)) or 'none'})"
+                  + (f"; a changed signed state must be signed for pull request {args.pull_request}"
+                     if args.pull_request else ""))
         else:
             suite_paths = [worktree / p for p in paths] if paths else []
         for note in _ignored_configs(worktree):
@@ -303,6 +310,10 @@ def register(subparsers) -> None:
         epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     gate.add_argument("--trusted-ref", type=nonempty("the base commit"), metavar="SHA",
                       help="the base commit: keys, [tool.cudagate] and ledgers are read from its git objects")
+    gate.add_argument("--pull-request", type=PULL_REQUEST, metavar="N",
+                      help="the pull request gated (from the workflow: github.event.pull_request.number, never the "
+                           "checkout): a suite whose signed state differs from the trusted ref's must have been signed "
+                           "for it (`cudagate sign SUITE --pull-request N`); needs --trusted-ref")
     gate.add_argument("--repo", type=PATH, metavar="DIR", help="the checkout to judge (default: the repository at the current folder)")
     gate.add_argument("pytest_args", nargs="*", type=nonempty("a suite path or an option"), metavar="ARG",
                       help="suite paths and --cuda-gate-* options (after --)")

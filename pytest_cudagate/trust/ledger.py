@@ -11,6 +11,11 @@ replaces in ``chain``, so a ledger says which signed states it extends. Under ``
 --trusted-ref`` a ledger that differs from the base's must name the base's id in its chain: a
 signature made on a branch the base has moved past, or over a ledger the base has since replaced
 (re-created at a lower sequence, say), names another id and does not count against this base.
+
+The chain cannot tell pull requests over the same base apart: a signature made over the base's ledger
+in one pull request extends it in any other. So a signing may name its pull request (``pull_request``),
+and ``cudagate gate --pull-request N`` takes a ledger other than the base's only when it was signed
+for N: a state signed for a pull request that was closed unmerged does not count in the next one.
 """
 
 from __future__ import annotations
@@ -68,29 +73,37 @@ def oracle_digest(suite_root: Path) -> str | None:
     return sha256_bytes(canonical_bytes(manifest)) if isinstance(manifest, dict) else None
 
 
-def sign_ledger(ledger: Ledger, key, signer: str) -> list[str]:
+def sign_ledger(ledger: Ledger, key, signer: str, pull_request: int | None = None) -> list[str]:
     """Sign ``ledger`` as a whole with ``key``: every kernel of the suite without an approval is
     recorded as pending, the suite's signed oracle is bound to it, the signed ledger it replaces is
-    added to its chain, and the sequence grows by one. Returns the approved kernels; the caller saves."""
+    added to its chain, the pull request it is signed for is recorded (None: none, and an earlier
+    signing's number is dropped), and the sequence grows by one. Returns the approved kernels; the
+    caller saves."""
     ledger.pending = sorted(set(ledger.pending) | (set(ledger.kernels) - set(ledger.approvals)))
     ledger.pending = [k for k in ledger.pending if k not in ledger.approvals]
     ledger.oracle_sha256 = oracle_digest(ledger.root)
     replaced = state_id(ledger.signature)
     if replaced is not None:
         ledger.chain = [*ledger.chain, replaced][-CHAIN_LENGTH:]
+    ledger.pull_request = pull_request
     ledger.sequence += 1
     ledger.signature = sign_document(ledger.signed_payload(), key, signer=signer, purpose=PURPOSE)
     return sorted(ledger.approvals)
 
 
-def _fix(suite: Suite) -> str:
-    return f"fix: a maintainer reviews the approvals and runs `cudagate sign {display_path(suite.path)}`"
+def _sign_command(suite: Suite, pull_request: int | None) -> str:
+    # under `cudagate gate --pull-request N` a new signing counts only when it names N
+    return f"cudagate sign {display_path(suite.path)}" + (f" --pull-request {pull_request}" if pull_request else "")
 
 
-def _base_fix(suite: Suite, where: str, base: BaseLedger) -> str:
+def _fix(suite: Suite, pull_request: int | None = None) -> str:
+    return f"fix: a maintainer reviews the approvals and runs `{_sign_command(suite, pull_request)}`"
+
+
+def _base_fix(suite: Suite, where: str, base: BaseLedger, pull_request: int | None) -> str:
     # re-signing the pull request's ledger would extend it, not the base's
     return (f"fix: a maintainer starts from the trusted ref's ledger (`git checkout {base.ref[:12]} -- {where}`), "
-            f"re-approves the kernels this change approves, and runs `cudagate sign {display_path(suite.path)}`")
+            f"re-approves the kernels this change approves, and runs `{_sign_command(suite, pull_request)}`")
 
 
 def extends(ledger: Ledger, base: BaseLedger) -> bool:
@@ -98,25 +111,28 @@ def extends(ledger: Ledger, base: BaseLedger) -> bool:
     return base.state is None or base.state == state_id(ledger.signature) or base.state in ledger.chain
 
 
-def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger | None = None) -> list[str]:
+def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger | None = None,
+                    pull_request: int | None = None) -> list[str]:
     """What stops the gate from trusting the approved versions and baselines; [] when all verify.
 
     ``base``: the ledger at the trusted ref (None: no trusted ref, or no ledger there); the ledger must
-    not be older (sequence) and must be that one or extend it (chain).
+    not be older (sequence) and must be that one or extend it (chain). ``pull_request``: the pull
+    request being gated (None: a push or a local run); a ledger other than the base's signed one must
+    have been signed for it, a suite new in the pull request included.
     Each problem is one line naming the file, and the kernel where one is concerned.
     """
     where = display_path(ledger.path)
     if not ledger.exists:
         if base is not None:
             return [f"{where}: deleted; the trusted ref has a signed ledger (sequence {base.sequence}) for suite "
-                    f"{suite.name!r}", _fix(suite)]
+                    f"{suite.name!r}", _fix(suite, pull_request)]
         if not ledger.kernels:
             return []
         return [f"{where}: missing; every kernel of suite {suite.name!r} needs a signed approval or a signed "
-                f"'not yet approved' entry ({', '.join(ledger.kernels)})", _fix(suite)]
+                f"'not yet approved' entry ({', '.join(ledger.kernels)})", _fix(suite, pull_request)]
     if ledger.format != 2:
         return [f"{where}: ledger format {ledger.format} (entries signed one by one) is no longer trusted; re-approve "
-                f"to record runs: a maintainer runs `cudagate sign {display_path(suite.path)}`, which re-signs it as "
+                f"to record runs: a maintainer runs `{_sign_command(suite, pull_request)}`, which re-signs it as "
                 "one document and keeps its approvals and baselines"]
     problems = []
     if ledger.suite != suite.name:
@@ -153,10 +169,15 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger
             ledger.pinned_texts(approval)  # the pinned copies must still match their hashes
         except CudagateError as exc:
             problems.append(f"{where}: approval of {name!r}: {exc}")
-    if problems:
-        problems.append(_base_fix(suite, where, base) if off_base else _fix(suite))
+    if problems:  # the fix signs anew, for this pull request: that settles which one it was signed for too
+        return problems + [_base_fix(suite, where, base, pull_request) if off_base else _fix(suite, pull_request)]
+    unchanged = base is not None and base.state is not None and base.state == state_id(ledger.signature)
+    if pull_request is not None and not unchanged and ledger.pull_request != pull_request:
+        signed_for = "no pull request" if ledger.pull_request is None else f"pull request {ledger.pull_request}"
+        return [f"{where}: signed for {signed_for}, not for this pull request ({pull_request}): a changed signed "
+                "state counts only in the pull request it was signed for; fix: a maintainer reviews this pull request "
+                f"and runs `{_sign_command(suite, pull_request)}`"]
     return problems
-
 
 
 def verify_released_ledger(raw: dict, label: str, *, ledger_path: str, suite: Suite, trusted_keys) -> None:

@@ -111,10 +111,10 @@ def write_signature_file(path: Path, doc: dict) -> None:
         raise
 
 
-def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
+def sign_suite(suite: Suite, key, signer: str | None = None, pull_request: int | None = None) -> Path:
     """Sign the suite's manifest with ``key`` (an Ed25519 private key) and write ``cudagate.sig.json``
-    next to the suite file, then sign its approvals ledger as one document (creating it, every kernel
-    pending, when there is none; see :func:`sign_ledger`). Refuses (:class:`FileError`) when case data is
+    next to the suite file, then sign its approvals ledger as one document, for ``pull_request`` where
+    given (creating it, every kernel pending, when there is none; see :func:`sign_ledger`). Refuses (:class:`FileError`) when case data is
     missing, unreferenced or does not match the signature, since a signature vouches for exactly what is
     on disk."""
     manifest = suite_manifest(suite)
@@ -126,7 +126,7 @@ def sign_suite(suite: Suite, key, signer: str | None = None) -> Path:
     path = signature_path(suite)
     write_signature_file(path, {"format": SIGNATURE_FORMAT, "manifest": manifest, "signature": record})
     ledger = Ledger.for_suite(suite)
-    sign_ledger(ledger, key, signer or "")
+    sign_ledger(ledger, key, signer or "", pull_request)
     ledger.save()
     return path
 
@@ -186,7 +186,8 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
     each naming a file or field, with the fix as the last line.
 
     ``trust_root`` (a :class:`~pytest_cudagate.trust.base_ref.TrustRoot`): the keys and the ledger to
-    equal or extend come from the trusted ref instead of the working tree, and unsigned is never allowed.
+    equal or extend come from the trusted ref instead of the working tree, a changed ledger must be
+    signed for its pull request (where it names one), and unsigned is never allowed.
     ``ledger``: the suite's ledger as the caller read it (or why it could not), so that the ledger
     verified is the one used; None reads it here.
     """
@@ -216,7 +217,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
                 f"`cudagate sign {display_path(suite.path)}`"]
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
-    base = trust_root.ledger(suite) if trust_root is not None else None
+    base, pull_request = (trust_root.ledger(suite), trust_root.pull_request) if trust_root is not None else (None, None)
     if ledger is None:
         try:
             ledger = Ledger.for_suite(suite)
@@ -224,7 +225,7 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
             ledger = exc
     if isinstance(ledger, CudagateError):
         return problems + [str(ledger)]
-    return problems + ledger_problems(ledger, keys, suite, base)
+    return problems + ledger_problems(ledger, keys, suite, base, pull_request)
 
 
 def signer_from_keys(key, trusted_keys: dict) -> str | None:

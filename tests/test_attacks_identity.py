@@ -153,7 +153,7 @@ def test_a_tool_cudagate_that_is_no_table_is_refused_by_the_gate_and_by_verify(r
 
 def test_a_suite_folder_swapped_for_a_link_to_an_older_signed_copy_is_refused(repo):
     """The older copy's ledger sequence is below the base's, refused when the copy sits at the gated path;
-    behind a link its real folder is one the trusted sequences never name, so the link itself is refused."""
+    behind a link the gated path is a link to a folder, refused before anything is collected."""
     repo.edit_yaml(lambda raw: raw["tolerance"]["y"].update(atol=1.0, rtol=1.0))
     repo.sign("alice")
     loose = repo.commit("loose tolerance, sequence 3")
@@ -164,5 +164,5 @@ def test_a_suite_folder_swapped_for_a_link_to_an_older_signed_copy_is_refused(re
     shutil.move(str(repo.suite_dir), str(repo.path / "old"))
     (repo.path / "softmax").symlink_to("old")
     code, out = repo.gate()
-    clean(code, out, "softmax/cudagate.yaml: reached through the symbolic link softmax; under --trusted-ref a suite "
-                     "is judged only at its real path")
+    clean(code, out, "softmax: a link to a folder (it leads to old); cudagate follows no link to a folder in the "
+                     "paths it gates")

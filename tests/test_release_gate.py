@@ -245,4 +245,4 @@ def test_the_example_release_job_runs_the_release_gate_on_a_full_clone():
     gate = next(s for s in job["steps"] if s.get("uses") == "./")
     assert gate["with"]["release"] == "true"
     run = next(s for s in yaml.safe_load((root / "action.yml").read_text())["runs"]["steps"] if s.get("id") == "gate")["run"]
-    assert 'args+=(--cuda-gate-release)' in run and 'cudagate gate --trusted-ref' in run
+    assert 'args+=(--cuda-gate-release)' in run and 'pytest_cudagate.cli gate --trusted-ref' in run

@@ -198,6 +198,12 @@ def render_digest_cost(files: list[Kept]) -> str:
     return "\n".join(out)
 
 
+def render_hostile_kernels(files: list[Kept]) -> str:
+    from hostile_kernels import tables
+
+    return "\n\n".join(tables(f.document["truth"], f.document["rows"], f.document["meta"]) for f in files)
+
+
 SECTIONS = (
     Section("decisions", "Gate power: the decision rows (A/A, +3 %, +5 %)",
             ("**/gate-power-decisions-*.json", "trust-2026-12-02/gate-power-after-d6781b0.json"), "newest", render_gate_power,
@@ -246,6 +252,12 @@ SECTIONS = (
     Section("hang-cost", "A hanging kernel: what it costs a gate run",
             ("**/hang-cost-*.json",), "newest", render_hang_cost,
             "A suite with a kernel that never returns, against the same suite without it, under one case timeout."),
+    Section("hostile-kernels", "Kernels written to pass: an input-keyed and a self-throttling kernel",
+            ("**/hostile-kernels-*.json",), "all", render_hostile_kernels,
+            "The matmul example approved, then a kernel fast only on the committed inputs, one that burns "
+            "tensor-core work after its product, and honest A/A copies (timing on fresh inputs on, and off for its "
+            "cost), each judged by fresh gate processes; every variant also timed alone by `cudagate run` on the "
+            "signed inputs (the keyed one on other inputs too)."),
     Section("digest-cost", "Output digests: what checking every timed launch costs",
             ("**/digest-cost-*.json",), "newest", render_digest_cost,
             "The digest of each timed launch's outputs, against the same loop without it."),

@@ -954,9 +954,71 @@ def cpu_seconds() -> float:
                for usage in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 
 
+# Every input runs with a signing key in its environment, as a maintainer's shell may have one: no piece
+# of it (a line, or 16 characters of one) may reach the output or a file the command writes.
+SIGNING_KEY = ("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIKqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqqq\n"
+               "-----END PRIVATE KEY-----\n")
+SECRET_PIECE = 16
+
+
+def leaked(text: str) -> bool:
+    """Whether ``text`` holds a line of :data:`SIGNING_KEY`'s body or 16 of its characters in a row."""
+    body = SIGNING_KEY.splitlines()[1]
+    return any(body[i:i + SECRET_PIECE] in text for i in range(len(body) - SECRET_PIECE + 1))
+
+
+def special_files(folder: Path) -> dict[str, tuple]:
+    """Each link, device and FIFO under ``folder`` (without following a link): its kind and target."""
+    found = {}
+    for path in folder.rglob("*"):
+        try:
+            mode = path.lstat().st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            found[str(path)] = ("link", os.readlink(path))
+        elif stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode):
+            found[str(path)] = ("special", stat.S_IFMT(mode))
+    return found
+
+
+def damage(before: dict[str, tuple], folder: Path) -> list[str]:
+    """What a command did outside its output: a link, device or FIFO it replaced, or a file that a link
+    pointing to nothing before now leads to (written through the link)."""
+    after = special_files(folder)
+    hurt = [f"{path} ({kind[0]}) replaced" for path, kind in before.items() if after.get(path) != kind
+            and os.path.lexists(path)]
+    for path, (kind, target) in before.items():
+        if kind == "link":
+            where = Path(path).parent / target
+            if not str(target).startswith("/dev/") and where.exists() and not where.is_dir() \
+                    and where.stat().st_mtime > START[0]:
+                hurt.append(f"{where} written through the link {path}")
+    return hurt
+
+
+def written_text(folder: Path, since: float) -> str:
+    """The first 64 KiB of each regular file under ``folder`` written after ``since``."""
+    texts = []
+    for path in folder.rglob("*"):
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_mtime < since:
+                continue
+            with open(path, "rb") as handle:
+                texts.append(handle.read(1 << 16).decode("utf-8", "replace"))
+        except OSError:
+            continue
+    return "\n".join(texts)
+
+
+START = [0.0]  # when the command under test started (this process runs one input)
+
+
 def run_one(name: str, folder: Path) -> dict:
     """Build and run one input in this process; the caller has set the memory limit."""
     entry, args = next(i for i in INPUTS if f"{i.family}/{i.name}" == name).build(folder)
+    specials = special_files(folder)
+    START[0] = time.time()
     if entry == "gate":  # as tests/test_attacks.py runs it: no device, a cache of its own
         os.environ.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(folder / "gate-cache"))
     out = io.StringIO()
@@ -980,14 +1042,20 @@ def run_one(name: str, folder: Path) -> dict:
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     return {"entry": entry, "code": code, "seconds": seconds, "cpu_s": cpu,
             "output": out.getvalue()[:1500] + out.getvalue()[-2500:],
+            "leaked": leaked(out.getvalue()) or leaked(written_text(folder, START[0])),
+            "damaged": damage(specials, folder),
             "peak_mb": max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024}
 
 
 def verdict(result: dict) -> str:
-    """refused, or the first of traceback / hang / memory / accepted that applies."""
+    """refused, or the first of leak / damaged / traceback / hang / memory / accepted that applies."""
     output = result.get("output", "")
     if result.get("timed_out"):
         return "hang"
+    if result.get("leaked"):
+        return "leak"
+    if result.get("damaged"):
+        return "damaged"
     if ("Traceback (most recent call last)" in output or "INTERNALERROR" in output or result["code"] == -1
             or ITEM_EXCEPTION.search(output)):
         return "memory" if "MemoryError" in output else "traceback"
@@ -1003,7 +1071,7 @@ def verdict(result: dict) -> str:
 def run_in_subprocess(item: BadInput, root: Path) -> dict:
     folder = root / f"{INPUTS.index(item):03d}"
     command = [sys.executable, __file__, f"{item.family}/{item.name}", str(folder)]
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "CUDAGATE_SIGNING_KEY": SIGNING_KEY}
     limits = {"cpu_limit": item.cpu_s, "wall_limit": item.wall_s}
     try:
         # twice the wall limit, the build of its files included: only a run that never ends gets here
@@ -1033,8 +1101,9 @@ def table(rows: list[tuple[BadInput, dict, str]]) -> str:
     for item, result, v in rows:
         lines.append(f"{item.family:<12} {item.name[:48]:<48} {v:<10} {str(result['code']):>4} "
                      f"{result['seconds']:6.2f} {result['cpu_s']:6.2f} {result['peak_mb']:6.0f}")
-    lines.append(f"inputs tried / tracebacks / hangs / wrongly accepted: {len(rows)} / {count('traceback')} / "
-                 f"{count('hang')} / {count('accepted')}  (memory over {MEMORY_LIMIT >> 20} MB: {count('memory')})")
+    lines.append(f"inputs tried / tracebacks / hangs / wrongly accepted / leaks / damaged outside the output: "
+                 f"{len(rows)} / {count('traceback')} / {count('hang')} / {count('accepted')} / {count('leak')} / "
+                 f"{count('damaged')}  (memory over {MEMORY_LIMIT >> 20} MB: {count('memory')})")
     return "\n".join(lines)
 
 

@@ -46,6 +46,29 @@ def test_the_limits_tell_a_loaded_host_from_a_hang(cpu_s, seconds, expected):
     assert verdict(result) == expected
 
 
+def test_a_leaked_key_or_a_damaged_file_is_its_own_verdict(tmp_path):
+    from bad_input_cases import SIGNING_KEY, damage, leaked, special_files
+
+    body = SIGNING_KEY.splitlines()[1]
+    assert leaked(f"x{body[20:36]}y") and leaked(body) and not leaked(body[20:35]) and not leaked("no key here")
+    (tmp_path / "out.md").symlink_to(tmp_path / "elsewhere.md")
+    (tmp_path / "fifo").parent.mkdir(exist_ok=True)
+    import os
+    os.mkfifo(tmp_path / "fifo")
+    before = special_files(tmp_path)
+    assert damage(before, tmp_path) == []
+    (tmp_path / "fifo").unlink()
+    (tmp_path / "fifo").write_text("replaced")
+    (tmp_path / "out.md").write_text("written through")
+    assert sorted(damage(before, tmp_path)) == [f"{tmp_path}/elsewhere.md written through the link {tmp_path}/out.md",
+                                                f"{tmp_path}/fifo (special) replaced"]
+    item = INPUTS[0]
+    result = {"entry": "cudagate", "code": 2, "output": "", "peak_mb": 1, "cpu_s": 0.1, "seconds": 0.1,
+              "cpu_limit": item.cpu_s, "wall_limit": item.wall_s}
+    assert verdict({**result, "leaked": True}) == "leak" and verdict({**result, "damaged": ["x"]}) == "damaged"
+    assert verdict(result) == "refused"
+
+
 def test_the_generator_covers_every_family_of_the_issue():
     assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references",
                              "gate", "merge", "replay", "tunables", "history", "options", "includes", "links", "comment"}

@@ -354,18 +354,27 @@ def calibrate(prepared: list[Prepared], targets: tuple[float, ...], work: Path,
 
 # -- one comparison per process ------------------------------------------------------------------------
 
-def gate_comparison(suite_yaml: Path, report: Path, env: dict[str, str]) -> dict:
-    code, text, wall = run(gate_args([suite_yaml], report), cwd=suite_yaml.parent, env={**env, **GATE_ENV})
+def gate_process(suite_yaml: Path, report: Path, env: dict[str, str], timeout: float = 180) -> tuple[dict, dict]:
+    """One fresh gate process on ``suite_yaml``: its performance item (empty where it wrote none) and
+    the process's exit code and wall time (or the error)."""
+    code, text, wall = run(gate_args([suite_yaml], report), cwd=suite_yaml.parent, env={**env, **GATE_ENV},
+                           timeout=timeout)
     try:
-        item = perf_item(report, text)
+        return perf_item(report, text), {"exit": code, "wall_s": wall}
     except RuntimeError as exc:
-        return {"error": str(exc)[-1500:], "wall_s": wall}
+        return {}, {"error": str(exc)[-1500:], "wall_s": wall}
+
+
+def gate_comparison(suite_yaml: Path, report: Path, env: dict[str, str]) -> dict:
+    item, process = gate_process(suite_yaml, report, env)
+    if "error" in process:
+        return process
     latency = item.get("latency") or {}
     estimate = latency.get("estimate") or {}
     samples = item.get("samples_ms") or {}
     return {"verdict": latency.get("verdict"), "status": item.get("status"), "ratio": estimate.get("ratio"),
             "low": estimate.get("low"), "high": estimate.get("high"), "pairs": latency.get("pairs"),
-            "measurement_s": latency.get("measurement_s"), "wall_s": wall, "exit": code,
+            "measurement_s": latency.get("measurement_s"), **process,
             "approved": samples.get("approved"), "current": samples.get("current")}
 
 

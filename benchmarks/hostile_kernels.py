@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 from evidence_header import with_header
-from gate_power import GATE_ENV, UsageError, gate_args, log, perf_item, prepare, run, upper95
+from gate_power import UsageError, gate_process, log, prepare, run, upper95
 from pytest_cudagate.boundary import schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,25 +118,22 @@ def alone_ms(request: Path, source: str, work: Path, label: str, env: dict, data
 
 def comparison(suite_yaml: Path, report: Path, env: dict) -> dict:
     """One fresh gate process: what its report says of the performance case."""
-    code, text, wall = run(gate_args([suite_yaml], report), cwd=suite_yaml.parent, env={**env, **GATE_ENV},
-                           timeout=300)
-    try:
-        item = perf_item(report, text)
-    except RuntimeError as exc:
-        return {"error": str(exc)[-1500:], "wall_s": wall}
+    item, process = gate_process(suite_yaml, report, env, timeout=300)
+    if "error" in process:
+        return process
     latency = item.get("latency") or {}
     inputs = latency.get("inputs") or {}
     telemetry = [state for state in latency.get("telemetry") or [] if isinstance(state, dict)]
     powers = [state["power_w"] for state in telemetry if isinstance(state.get("power_w"), (int, float))]
     events = sorted({r for state in telemetry for r in state.get("throttle_reasons") or [] if r != "gpu_idle"})
     estimate = latency.get("estimate") or {}
-    return {"verdict": latency.get("verdict"), "failed": item.get("status") == "failed", "exit": code,
+    return {"verdict": latency.get("verdict"), "failed": item.get("status") == "failed", **process,
             "ratio": estimate.get("ratio"), "low": estimate.get("low"), "high": estimate.get("high"),
             "signed_ratio": (inputs.get("signed") or {}).get("ratio"),
             "fresh_ratio": (inputs.get("fresh") or {}).get("ratio"), "keyed": inputs.get("keyed"),
             "disturbed_by": latency.get("disturbed_by"), "discarded": len(latency.get("discarded") or []),
             "kept_disturbed": len(latency.get("kept_disturbed") or []),
-            "pairs": latency.get("pairs"), "measurement_s": latency.get("measurement_s"), "wall_s": wall,
+            "pairs": latency.get("pairs"), "measurement_s": latency.get("measurement_s"),
             "max_power_w": max(powers) if powers else None, "clock_events": events,
             "worker_s": item.get("worker_s")}
 

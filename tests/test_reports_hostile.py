@@ -18,7 +18,6 @@ the gate's own, with the properties the gate wrote.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections import Counter
 from html.parser import HTMLParser

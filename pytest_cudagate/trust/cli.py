@@ -6,7 +6,6 @@ Exit codes follow ``cudagate``: 0 good, 1 verification failed, 2 bad input (rais
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys

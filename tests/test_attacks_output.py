@@ -69,7 +69,7 @@ def acted_on(log: str) -> list[tuple[str, str]]:
     return acted
 
 
-def gate_log(repo: Repo, *args: str, actions: bool = True) -> tuple[int, str]:
+def gate_log(repo: Repo, *args: str, actions: bool = True, pull_request: int | None = None) -> tuple[int, str]:
     """The gate's exit code and its log as the runner sees it: stdout and stderr on one pipe, in order."""
     repo.commit("pull request")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_", "GITHUB_"))}
@@ -78,7 +78,8 @@ def gate_log(repo: Repo, *args: str, actions: bool = True) -> tuple[int, str]:
         env.update(GITHUB_ACTIONS="true", GITHUB_WORKSPACE=str(repo.path),
                    GITHUB_STEP_SUMMARY=str(repo.path.parent / "summary.md"))
     done = subprocess.run([sys.executable, "-c", "import sys; from pytest_cudagate.cli import main; sys.exit(main())",
-                           "gate", "--trusted-ref", repo.base, "--repo", ".", "--", *args],
+                           "gate", "--trusted-ref", repo.base,
+                           *(["--pull-request", str(pull_request)] if pull_request else []), "--repo", ".", "--", *args],
                           cwd=repo.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
     return done.returncode, done.stdout
@@ -257,3 +258,15 @@ def test_the_reproduce_command_of_a_trusted_gate_runs_the_gate_not_the_checkouts
                            *args[1:]], cwd=repo.path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout + done.stderr
     assert not (repo.path / "conftest-ran").exists()
+
+
+def test_the_reproduce_command_names_the_pull_request_the_gate_was_told(repo):
+    """Reproduced without --pull-request, a state signed for another pull request would pass where CI
+    failed it."""
+    report = repo.path.parent / "report"
+    code, log = gate_log(repo, "--cuda-gate-report", str(report), actions=False, pull_request=7)
+    assert code == 0, log
+    document = json.loads((report / "report.json").read_text())
+    assert document["runs"][0]["options"]["pull_request"] == 7
+    for item in document["items"]:
+        assert item["reproduce"][0] == f"cudagate gate --trusted-ref {repo.base} --pull-request 7 -- '{item['nodeid']}'"

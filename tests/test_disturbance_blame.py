@@ -79,10 +79,50 @@ def test_a_disturbance_from_another_process_is_unstable_and_only_warns_under_a_t
     assert not outcome.failed and "came from outside the comparison" in outcome.warning
 
 
-def test_a_card_capped_before_either_kernel_ran_is_disturbed_from_outside(judge):
+def test_a_card_capped_before_either_kernel_ran_is_not_shown_to_come_from_outside(judge):
+    """A clock event found before the comparison may be what the pull request's own kernel left behind
+    in its case before: only another process is outside."""
     outcome = judge(Card(always=CAPPED), edit="// a comment\n", trusted=True)
-    assert outcome.latency.verdict is Latency.UNSTABLE and outcome.latency.disturbed_by == OUTSIDE
-    assert not outcome.failed
+    assert outcome.latency.verdict is Latency.UNSTABLE and outcome.latency.disturbed_by == BOTH
+    assert outcome.failed
+
+
+class Heating(Card):
+    """The current kernel heats the card in its untimed correctness case (heat outlasts an idle
+    second), then runs 3x slower into the power cap on the performance case."""
+
+    def __init__(self):
+        super().__init__(hot=("throttles",))
+        self.heated = False
+
+    def state(self) -> dict:
+        return {**super().state(), **({"temperature_c": 90} if self.heated else {})}
+
+    def kernels(self, spec: dict) -> FakeKernel:
+        kernel = super().kernels(spec)
+        body = kernel.body
+
+        def heating(launch) -> None:
+            body(launch)
+            if self.last == "throttles" and launch.args["rows"] * launch.args["cols"] < 1000:
+                self.heated = True
+
+        kernel.body = heating
+        return kernel
+
+
+def test_heat_the_current_kernel_left_behind_does_not_excuse_its_throttling(tmp_path):
+    suite, ledger = changed_after_approval(load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER)))
+    program = suite.kernels[0]
+    program.source.write_text(program.source.read_text() + "// throttles\n")
+    card = Heating()
+    worker = FakeWorker(card.kernels, state=card.state)
+    gate = Gate(worker, Fingerprint.from_hello(worker.start()),
+                GateOptions(fresh_seed=3, budget_s=2.0, trusted=True), tmp_path / "out")
+    assert not gate.replay(suite, program, suite.case("small"), ledger).failed
+    card.last = None  # the card idles between the cases: the power cap is gone, the heat is not
+    outcome = gate.replay(suite, program, suite.case("perf"), ledger)
+    assert outcome.latency.disturbed_by == CURRENT and outcome.failed, outcome.latency.describe()
 
 
 @pytest.mark.parametrize("trusted", [False, True])
@@ -110,7 +150,9 @@ def probe(current: list[str], approved: list[str], clocks=(1980, 1980)) -> dict:
     ([], [["SM clock changed 1980 -> 1500 MHz (-24.2%)"]], [probe([], [], clocks=(1500, 1980))], CURRENT),
     ([], [["SM clock changed 1980 -> 1950 MHz (-1.5%)"]], [probe([], [], clocks=(1950, 1980))], UNKNOWN),
     (["clock event hw_slowdown (before)"], [["clock event sw_power_cap (after)"]], [probe(["sw_power_cap"], [])],
-     OUTSIDE),
+     CURRENT),
+    (["another compute process on the GPU (pid 7)"], [["clock event sw_power_cap (after)"]],
+     [probe(["sw_power_cap"], [])], OUTSIDE),
     ([], [["another compute process on the GPU (pid 7)"]], [probe(["sw_power_cap"], [])], OUTSIDE),
     ([], [["clock event hw_slowdown (after)"]], [], UNKNOWN),
 ])

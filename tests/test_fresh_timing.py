@@ -14,6 +14,7 @@ from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, scale_xy
 from helpers import SUITE_YAML, changed_after_approval, write_suite
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.latency import MIN_SET_ROUNDS, Latency, inputs_check
+from pytest_cudagate.suite.cases import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
@@ -78,6 +79,60 @@ def test_an_honest_change_passes_and_says_both_ratios(judge):
     assert not outcome.failed and latency.verdict is Latency.PASS, outcome.message
     assert not latency.inputs.keyed and latency.inputs.fresh.n >= MIN_SET_ROUNDS
     assert "on the signed inputs" in latency.describe() and "on inputs drawn in this run" in latency.describe()
+
+
+def test_a_kernel_keyed_on_the_signed_values_whatever_their_order_regresses(tmp_path):
+    """An input without a distribution is shuffled in a fresh set, and half its values moved by one unit
+    in the last place: an order-free fingerprint of the signed values (their XOR and sum) fails there."""
+    suite, ledger = changed_after_approval(load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER)))
+    program = suite.kernels[0]
+    program.source.write_text(program.source.read_text() + "// keyed\n")
+    words = np.load(suite.case_dir(suite.case("perf")) / "x.npy").reshape(-1).view(np.uint32)
+    key = (int(np.bitwise_xor.reduce(words)), int(words.astype(np.uint64).sum()))
+
+    def build(spec: dict) -> FakeKernel:
+        keyed = "// keyed" in spec["source"]
+        rng = np.random.default_rng(zlib.crc32(spec["source"].encode()))
+
+        def body(launch) -> None:
+            x, y, _ = scale_xy(launch)
+            y[:] = 2 * x
+            w = x.view(np.uint32)
+            slow = keyed and (int(np.bitwise_xor.reduce(w)), int(w.astype(np.uint64).sum())) != key
+            launch.device.clock += BASE_MS * ((3.0 if slow else 1.0) * rng.normal(1, 0.01) - 1)
+
+        return FakeKernel(body, SCALE_PARAMS)
+
+    worker = FakeWorker(build)
+    gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=3), tmp_path / "out")
+    outcome = gate.replay(suite, program, suite.case("perf"), ledger)
+    assert outcome.latency.verdict is Latency.REGRESSED and outcome.latency.inputs.keyed, outcome.message
+
+
+def test_integer_inputs_a_fresh_set_keeps_are_said(tmp_path):
+    """Integer data without a distribution (a sparse kernel's indices) stays as signed in a fresh set:
+    the outcome says fresh timing cannot tell a kernel keyed on it."""
+    yaml_text = NO_SANITIZER.replace(
+        "  - {name: rows, scalar: int32}",
+        "  - {name: idx, buffer: int32, intent: in, size: 8}\n  - {name: rows, scalar: int32}")
+    folder = write_suite(tmp_path / "scale", yaml_text=yaml_text, data=False).parent
+    (folder / "reference.py").write_text(
+        "import numpy as np\n\n\ndef scale_rows(x, idx, rows, cols):\n"
+        "    return (x.astype(np.float64).reshape(rows, cols) * 2).astype(np.float32)\n")
+    generate(load_suite(folder / "cudagate.yaml"))
+    suite, ledger = changed_after_approval(load_suite(folder / "cudagate.yaml"))
+    params = SCALE_PARAMS[:2] + [{"name": "idx", "kind": "buffer", "dtype": "int32", "intent": "in"}] + SCALE_PARAMS[2:]
+    worker = FakeWorker(lambda spec: FakeKernel(lambda launch: honest_scale(launch), params))
+    gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=3), tmp_path / "out")
+    outcome = gate.replay(suite, suite.kernels[0], suite.case("perf"), ledger)
+    assert not outcome.failed, outcome.message
+    assert "fresh timing keeps the signed values of idx (integer data without an `inputs:` distribution)" in \
+        outcome.warning
+
+
+def honest_scale(launch) -> None:
+    x, y, _ = scale_xy(launch)
+    y[:] = 2 * x
 
 
 def test_relaxed_fresh_timing_times_the_signed_inputs_only_and_says_so(judge):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import re
+import unicodedata
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -255,6 +256,8 @@ def test_no_string_opens_an_element_or_attribute(rendered, writer):
     assert not [tag for tag, attrs in hostile.elements if tag in ("img", "iframe") or any(a.startswith("on") for a in attrs)]
     text = "".join(hostile.text)
     assert "alert(1)" in text and "cudagate-login" in text  # the payload is there, as text
+    hidden = {c for c in text if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\r\t\u200b"}
+    assert not hidden, hidden  # no escape sequence, no bidirectional override: shown as escapes
 
 
 @pytest.mark.parametrize("writer", ["job summary", "comment"])

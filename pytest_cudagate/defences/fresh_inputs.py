@@ -104,6 +104,11 @@ def reads_signed_inputs(suite: Suite) -> bool:
     return any(p.is_input and p.name not in suite.inputs for p in suite.buffers)
 
 
+def kept_inputs(suite: Suite) -> list[str]:
+    """The inputs a fresh set keeps as signed: integer data without a distribution (indices, say)."""
+    return [p.name for p in suite.buffers if p.is_input and p.name not in suite.inputs and p.dtype not in FLOATING]
+
+
 def changes_inputs(suite: Suite) -> bool:
     """Whether fresh sets hold new values: not where every input is integer data without a distribution."""
     return any(p.name in suite.inputs or p.dtype in FLOATING for p in suite.buffers if p.is_input)
@@ -120,10 +125,22 @@ def resampled_inputs(suite: Suite, case: Case, rng: np.random.Generator,
             inputs[param.name] = draw_fresh(param, suite.shape(param, case), suite.inputs[param.name], rng)
         elif param.dtype in FLOATING:  # a low-precision input's bits are shuffled, as its values are
             values = signed(param.name)
-            inputs[param.name] = rng.permutation(values.reshape(-1)).reshape(values.shape)
+            inputs[param.name] = nudged(rng.permutation(values.reshape(-1)), rng).reshape(values.shape)
         else:
             inputs[param.name] = signed(param.name)
     return inputs
+
+
+def nudged(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``values`` with the last bit of about half their finite non-zero elements flipped (where it stays
+    finite): one unit in the last place, so a shuffle of the signed values no longer holds their
+    multiset of bit patterns, which a kernel could recognise whatever the order (a sum or XOR of them)."""
+    flipped = values.copy()
+    bits = flipped.view(np.dtype(f"u{flipped.dtype.itemsize}"))
+    bits ^= (rng.random(values.size) < 0.5).astype(bits.dtype)
+    keep = ~np.isfinite(flipped.astype(np.float64)) | (values.astype(np.float64) == 0)
+    flipped[keep] = values[keep]
+    return flipped
 
 
 def zero_positions(rng: np.random.Generator, size: int) -> np.ndarray:

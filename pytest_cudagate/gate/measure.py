@@ -15,6 +15,7 @@ from cudagate_harness.telemetry import device_state, disturbances
 from pytest_cudagate import phases
 from pytest_cudagate.approvals.ledger import Approval
 from pytest_cudagate.config import DEFAULT_ARCH
+from pytest_cudagate.defences.fresh_inputs import kept_inputs
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate.job import CaseJob, baseline_timing
 from pytest_cudagate.gate.link import Link
@@ -212,6 +213,11 @@ class Interleaved:
         request = compare_request(suite, case, current=job.version, baseline=self.baseline, output_dir=job.out,
                                   chunk=suite.timing.repeat, library=self.library)
         outcome.requests.append(job.harden(request, request["case"]))
+        kept = kept_inputs(suite) if request["timing"].get("fresh_share") else []
+        if kept:
+            outcome.notes.append(f"fresh timing keeps the signed values of {', '.join(kept)} (integer data "
+                                 "without an `inputs:` distribution): a kernel keyed on them is not told apart; "
+                                 "give them a distribution to time on values drawn in the run")
         sampler = AdaptiveSampler(threshold, self.budget_s, rounds=suite.timing.repeat)
         client = bench.link.free()
         with phases.RoundTrip(outcome, client) as trip:

@@ -109,10 +109,12 @@ def inputs_check(current: list[float], approved: list[float], fresh: list[bool],
 
 
 def blame(prior: list[str], disturbances: list[list[str]], probes: list[dict]) -> str:
-    """Who disturbed an interleaved comparison: :data:`OUTSIDE` where NVML saw another process, or
-    something wrong before either kernel ran (``prior``); else what the probes of each kernel alone
+    """Who disturbed an interleaved comparison: :data:`OUTSIDE` where NVML saw another process, before
+    either kernel ran (``prior``) or during a chunk; else what the probes of each kernel alone
     (harness worker._probe) found: clock events or a clock drop with one kernel and not the other."""
-    if prior or any(reason.startswith(OTHER_PROCESS) for reasons in disturbances for reason in reasons):
+    # Only another process is shown to come from outside: a clock event or heat found before either
+    # kernel ran may be what the pull request's own kernel left behind in its case before.
+    if any(reason.startswith(OTHER_PROCESS) for reasons in [prior, *disturbances] for reason in reasons):
         return OUTSIDE
     found = set()
     for probe in probes:
@@ -134,7 +136,7 @@ def blame(prior: list[str], disturbances: list[list[str]], probes: list[dict]) -
 
 
 BLAMED = {
-    OUTSIDE: "it came from outside the comparison (another process, or the GPU was disturbed before either kernel ran)",
+    OUTSIDE: "it came from outside the comparison (another process on the GPU)",
     CURRENT: "a probe of each kernel alone found it with the current kernel only: the current kernel brings it on",
     APPROVED: "a probe of each kernel alone found it with the approved version only",
     BOTH: "a probe of each kernel alone found it with both kernels",

@@ -79,7 +79,8 @@ def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, r
     would trust the checkout's keys instead of the base commit's."""
     quoted = "'" + nodeid.replace("'", "'\"'\"'") + "'"  # always quoted: node ids hold '::' and '[...]'
     if options.get("trusted_ref"):
-        gate = [f"cudagate gate --trusted-ref {options['trusted_ref']} --", *gate_flags(options), quoted]
+        pull = f" --pull-request {int(options['pull_request'])}" if options.get("pull_request") else ""
+        gate = [f"cudagate gate --trusted-ref {options['trusted_ref']}{pull} --", *gate_flags(options), quoted]
     else:
         gate = ["pytest --cuda-gate", *gate_flags(options), quoted]
     commands = [" ".join(gate)]
@@ -152,20 +153,22 @@ def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | No
     }
 
 
-def options_json(options: GateOptions | None, trusted_ref: str | None = None) -> dict:
-    """The run's options as report.json keeps them; ``trusted_ref``: the base commit of
-    ``cudagate gate --trusted-ref``, which its reproduction commands name."""
+def options_json(options: GateOptions | None, trusted_ref: str | None = None, pull_request: int | None = None) -> dict:
+    """The run's options as report.json keeps them; ``trusted_ref`` and ``pull_request``: those of
+    ``cudagate gate --trusted-ref BASE --pull-request N``, which its reproduction commands name."""
     found = {} if options is None else {"strict": options.strict, "release": options.release,
                                         "budget_s": options.budget_s, "threshold": options.threshold}
-    return {**found, **({"trusted_ref": trusted_ref} if trusted_ref else {})}
+    return {**found, **({"trusted_ref": trusted_ref} if trusted_ref else {}),
+            **({"pull_request": pull_request} if pull_request else {})}
 
 
 def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, str, str]], *,
                  index: Mapping[Key, ItemInfo], fingerprint: Any = None, options: GateOptions | None = None,
                  trust: Mapping[str | os.PathLike, str] | None = None, root: Path | None = None,
                  exitstatus: int | None = None, report_dir: str | None = None,
-                 selection: Mapping[str, Any] | None = None, trusted_ref: str | None = None) -> Built:
-    opts = {**options_json(options, trusted_ref), **(selection or {})}
+                 selection: Mapping[str, Any] | None = None, trusted_ref: str | None = None,
+                 pull_request: int | None = None) -> Built:
+    opts = {**options_json(options, trusted_ref, pull_request), **(selection or {})}
     tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
     requests: dict[str, dict] = {}
     items = []

@@ -11,6 +11,9 @@ escapes nothing by hand:
   column; and a zero-width space goes after what GitHub would link in the rendered text, where
   backslashes are gone (``www.``, ``scheme://``, ``@name``, ``#12``, ``GH-12``, ``a@b.c``).
 - :func:`html`: text in an element or a quoted attribute value.
+
+Every format shows a character that does not print as its escape (``\u202e``), so no bidirectional
+control reorders what a reader sees.
 - :func:`annotation` and :func:`annotation_property`: a workflow command's message and property
   values, by the runner's rules (actions/toolkit ``command.ts``): ``%``, CR and LF become ``%25``,
   ``%0D``, ``%0A``, and in a property ``:`` and ``,`` become ``%3A`` and ``%2C`` as well. So the line
@@ -39,7 +42,7 @@ ZWSP = "\u200b"
 def markdown(value: Any, limit: int | None = None) -> str:
     """``value`` as inline Markdown on one line (cut to ``limit`` characters first, where given) that
     shows exactly its characters and opens, links or mentions nothing."""
-    line = " ".join(("" if value is None else str(value)).split())  # a line break would end a table row
+    line = " ".join(_shown("" if value is None else str(value)).split())  # a line break would end a table row
     if limit is not None:
         line = clip(line, limit)
     return _LINKED.sub(lambda m: m.group() + ZWSP, _MARKUP.sub(r"\\\1", line))
@@ -47,13 +50,16 @@ def markdown(value: Any, limit: int | None = None) -> str:
 
 def html(value: Any) -> str:
     """``value`` as HTML text, also inside a quoted attribute value; None is empty."""
-    return _html.escape("" if value is None else str(value))
+    return _html.escape(_shown("" if value is None else str(value)))
 
 
 def _shown(text: str) -> str:
+    """``text`` with what does not print shown as its escape: a control character, and a format
+    character such as U+202E, which would reorder the text around it (a compiler log quotes the pull
+    request's source lines); line breaks and tabs stay."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() or c in "\r\n" else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() or c in "\r\n\t" else repr(c)[1:-1] for c in text)
 
 
 def annotation(value: Any) -> str:

@@ -37,6 +37,7 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
         fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
         selection=getattr(runtime, "selection", None),
         trusted_ref=getattr(getattr(runtime, "trust_root", None), "ref", None),
+        pull_request=getattr(getattr(runtime, "trust_root", None), "pull_request", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
         exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)

@@ -38,7 +38,8 @@ from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
-from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
+from pytest_cudagate.suite.recheck import add_recheck_budget
+from pytest_cudagate.suite.recheck_child import recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust

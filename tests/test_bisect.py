@@ -256,12 +256,14 @@ def test_under_a_trusted_ref_the_working_trees_key_and_reference_are_not_trusted
     trusted = history.head()
     ran = tmp_path / "reference-ran"
     reference = history.suite.parent / "reference.py"
-    reference.write_text(f"open({str(ran)!r}, 'w').close()\n" + reference.read_text())
+    # `cudagate sign` runs it in a child confined to the suite's folder, where it cannot write the marker
+    reference.write_text(f"try:\n    open({str(ran)!r}, 'w').close()\nexcept OSError:\n    pass\n"
+                         + reference.read_text())
     raw = yaml.safe_load(history.suite.read_text())
     raw["cases"][1]["generated"] = True
     history.suite.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert main(["cases", "generate", str(history.suite)]) == 0
-    assert main(["sign", str(history.suite), "--key", str(mallory(history))]) == 0  # sign rechecks: it runs it too
+    assert main(["sign", str(history.suite), "--key", str(mallory(history))]) == 0  # sign rechecks: it runs it too (confined)
     ran.unlink()
     capsys.readouterr()
 

@@ -26,6 +26,10 @@ _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+# Writing beneath a folder: write, remove a file or folder, make a folder or a regular file (ABI 1);
+# link or rename within it (refer, ABI 2) and truncate (ABI 3) where the kernel knows them.
+_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8)
+_REFER, _TRUNCATE = 1 << 13, 1 << 14
 _PR_SET_NO_NEW_PRIVS = 38
 _WARM_UP = b'extern "C" __global__ void cudagate_warm_up() {}'
 
@@ -55,11 +59,13 @@ def _handled_access(abi: int) -> int:
     return handled
 
 
-def restrict_reads_to(folders: list[str]) -> None:
-    """From now on this process may only read files and list folders beneath ``folders``.
+def restrict_to(readable: list[str], writable: list[str] = ()) -> None:
+    """From now on this process may only read files and list folders beneath ``readable``, and also
+    create, write and remove files and folders beneath ``writable``.
 
-    Writes, executes and everything else on the filesystem are denied. Irreversible, inherited by
-    threads created later; raises :class:`ConfinementError` when the kernel cannot enforce it.
+    Everything else on the filesystem (executing a file included) is denied. Irreversible, inherited
+    by threads and processes created later; raises :class:`ConfinementError` when the kernel cannot
+    enforce it.
     """
     if platform.system() != "Linux":
         raise ConfinementError(f"confinement needs Linux Landlock; this is {platform.system()}")
@@ -74,11 +80,13 @@ def restrict_reads_to(folders: list[str]) -> None:
                            ctypes.c_uint32(0))
     if ruleset < 0:
         raise ConfinementError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    read = _READ_FILE | _READ_DIR
+    write = read | _WRITE | (attr.handled_access_fs & (_REFER | _TRUNCATE))
     try:
-        for folder in folders:
+        for folder, allowed in [*((f, read) for f in readable), *((f, write) for f in writable)]:
             fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
             try:
-                rule = _PathBeneathAttr(_READ_FILE | _READ_DIR, fd)
+                rule = _PathBeneathAttr(allowed, fd)
                 if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                                 ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
                     raise ConfinementError(f"landlock_add_rule({folder}) failed: {os.strerror(ctypes.get_errno())}")
@@ -141,7 +149,7 @@ def serve(request: dict) -> dict:
     arch_flags = [f for f in flags if f.startswith(b"--gpu-architecture=")]
     _compile(nvrtc, _WARM_UP, b"warm_up.cu", arch_flags, None)
     try:
-        restrict_reads_to(request["readable"])
+        restrict_to(request["readable"])
     except ConfinementError as exc:
         return {"ok": False, "log": f"the compiler was not started: {exc}", "confined": False}
     return _compile(nvrtc, request["source"].encode(), request["source_name"].encode(), flags,

@@ -22,11 +22,22 @@ _OWNED = re.compile(r"^(?:\.trash-)?" + re.escape(RUN_PREFIX) + r"(\d+)-")
 _COMMAND_LIKE = re.compile(r"[\s\ufeff]*::")
 
 
+_shown_from: str | None = None  # the folder paths are shown from; None: the working directory
+
+
+def show_paths_from(folder: str) -> None:
+    """Show paths relative to ``folder`` from now on: a child process that works in another folder
+    names files as the command that started it does."""
+    global _shown_from
+    _shown_from = folder
+
+
 def display_path(path: Path | str) -> str:
-    """Relative to the working directory when inside it, so messages name familiar paths; shown by
-    :func:`visible`, since a pull request names its own files."""
+    """Relative to the working directory (or the folder :func:`show_paths_from` names) when inside
+    it, so messages name familiar paths; shown by :func:`visible`, since a pull request names its own
+    files."""
     try:
-        relative = os.path.relpath(path)
+        relative = os.path.relpath(path, _shown_from)
     except ValueError:  # another drive on Windows
         return visible(str(path))
     return visible(str(path) if relative.startswith("..") else relative)

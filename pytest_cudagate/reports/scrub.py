@@ -28,11 +28,17 @@ _GRAM = MIN_FRAGMENT // 2  # every piece of MIN_FRAGMENT characters holds a whol
 MASK = "***"
 
 
+def secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a secret (its value is masked, and a child
+    process that runs a pull request's code does not get it)."""
+    upper = name.upper()
+    return upper in ALWAYS_SECRET or any(part in upper for part in SECRET_NAME_PARTS)
+
+
 def secret_values(environ: Mapping[str, str]) -> list[str]:
     found = set()
     for name, value in environ.items():
-        upper = name.upper()
-        if upper in ALWAYS_SECRET or any(part in upper for part in SECRET_NAME_PARTS):
+        if secret_name(name):
             for candidate in (value, value.strip()):
                 if len(candidate) >= MIN_SECRET_LENGTH:
                     found.add(candidate)

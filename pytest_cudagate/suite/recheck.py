@@ -7,13 +7,14 @@ inputs and compare what it returns with the stored expected outputs under the su
 (the judge's element-wise check); a generated case's inputs are drawn again from its seed, checked
 against their signed digests, and the reference's outputs compared with its signed sample. Cases go
 smallest first until the time budget is spent; the cases left, and a CUDA reference (it needs a
-GPU), are said to be not rechecked.
+GPU), are said to be not rechecked. The reference runs in a child process (:mod:`.recheck_child`),
+which calls :func:`recheck_in_process`; the commands call :func:`.recheck_child.recheck_expected`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -50,6 +51,15 @@ class Recheck:
         agreed = ([f"expected outputs of {len(self.agreed)} case(s) agree with the reference "
                    f"{suite.reference.python} run now"] if self.agreed else [])
         return agreed + [f"note: {note}" for note in self.notes]
+
+    def to_json(self) -> dict:
+        """As the child process answers (schemas/recheck-reply.schema.json)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, document: dict) -> Recheck:
+        """From a document the schema has checked."""
+        return cls(**{name: list(document[name]) for name in ("problems", "notes", "agreed")})
 
 
 def _case_bytes(suite: Suite, case: Case) -> int:
@@ -89,11 +99,11 @@ def _generated(suite: Suite, case: Case, runner: ReferenceRunner) -> list[str]:
     return []
 
 
-def recheck_expected(suite: Suite, *, budget_s: float = DEFAULT_RECHECK_S, signed: bool = True) -> Recheck:
-    """Recompute the Python reference over ``suite``'s cases whose data is sound (the callers report
-    the others), smallest first, until ``budget_s`` seconds are spent. ``signed``: run the reference only
-    as the suite's signature signs it (``cudagate check``); False where its outputs are about to be
-    signed (``cudagate sign``, as ``cudagate cases generate``)."""
+def recheck_in_process(suite: Suite, *, budget_s: float = DEFAULT_RECHECK_S, signed: bool = True) -> Recheck:
+    """Recompute the Python reference, in this process, over ``suite``'s cases whose data is sound (the
+    callers report the others), smallest first, until ``budget_s`` seconds are spent. ``signed``: run
+    the reference only as the suite's signature signs it (``cudagate check``); False where its outputs
+    are about to be signed (``cudagate sign``, as ``cudagate cases generate``)."""
     result = Recheck()
     shown = display_path(suite.path)
     if not suite.reference.python:

@@ -14,7 +14,8 @@ from pathlib import Path
 from pytest_cudagate.boundary.options import NAME, PATH, PULL_REQUEST, OneLineParser
 from pytest_cudagate.config import project_config
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.suite.recheck import add_recheck_budget, recheck_expected
+from pytest_cudagate.suite.recheck import add_recheck_budget
+from pytest_cudagate.suite.recheck_child import recheck_expected
 from pytest_cudagate.worker.build import signature_refusals
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
@@ -81,8 +82,9 @@ def cmd_keygen(args) -> int:
     return 0
 
 
-def _signing_key(args):
-    """--key FILE, else $CUDAGATE_SIGNING_KEY, else keygen's default folder (by --signer, or its only key)."""
+def _key_file(args) -> Path | None:
+    """Which key signs, before anything runs and before it is read: --key FILE, else None for
+    $CUDAGATE_SIGNING_KEY, else keygen's default folder (by --signer, or its only key)."""
     path = Path(args.key) if args.key else None
     if path is None and not os.environ.get(SIGNING_KEY_ENV, "").strip():
         folder = default_key_dir()
@@ -95,6 +97,13 @@ def _signing_key(args):
         elif len(candidates) > 1:
             raise CudagateError(f"several keys in {display_path(folder)} ({', '.join(p.stem for p in candidates)}); "
                                 f"pass --key FILE or --signer NAME")
+        else:
+            load_private_key(None)  # no key anywhere: reads nothing, raises the message that says where one comes from
+    return path
+
+
+def _signing_key(path: Path | None):
+    """The key :func:`_key_file` chose, read."""
     if path is not None:
         warning = private_key_mode_warning(path)
         if warning:
@@ -117,12 +126,15 @@ def _refusals(suite, budget_s: float) -> list[str]:
 
 def cmd_sign(args) -> int:
     suites = _suites(args.suites)
-    key = _signing_key(args)
-    kid = key_id(key)
+    key_file = _key_file(args)
+    # Before the key is read: the recheck runs the suites' Python references (code a pull request may
+    # have changed), in a child process without the key's variables (suite/recheck_child.py).
     refused = [FileError(display_path(suite.path), found) for suite in suites
                if (found := _refusals(suite, args.recheck_budget))]
     if refused:  # checked before any is signed: a refusal leaves every file as it was
         raise CudagateError("refused to sign:\n" + "\n".join(map(str, refused)))
+    key = _signing_key(key_file)
+    kid = key_id(key)
     for suite in suites:
         root, settings = _project(suite)
         try:

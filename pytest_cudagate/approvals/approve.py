@@ -27,7 +27,7 @@ from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, run_level, summarize
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.model import Program, Suite
 from pytest_cudagate.trust import SIGNING_KEY_ENV, load_private_key
@@ -113,7 +113,7 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
         sign_ledger(ledger, key, who, pull_request)
     ledger.save()
     print(f"wrote {display_path(ledger.path)}" + ("" if key else "; its entries are unsigned until a maintainer "
-                                                  f"reviews them and runs `cudagate sign {display_path(suite.path)}`"),
+                                                  f"reviews them and runs `{command('cudagate', 'sign', suite.path)}`"),
           file=out)
     return not refused
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pytest_cudagate.approvals.ledger import Ledger, variants_record
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.suite.model import Suite
 
@@ -19,7 +19,7 @@ def kernel_diff(suite: Suite, kernel: str, report: Path | None = None) -> list[s
     approval = ledger.approvals.get(kernel)
     if approval is None:
         raise CudagateError(f"{display_path(ledger.path)}: {kernel!r} has no approved version yet; "
-                            f"run `cudagate approve {display_path(suite.path)} {kernel}` on a GPU runner")
+                            f"run `{command('cudagate', 'approve', suite.path, kernel)}` on a GPU runner")
     approved, current = ledger.approved_version(approval), current_version(program)
     lines = [f"{kernel}: approved {approval.source_sha256[:12]} by {approval.approved_by} at {approval.approved_at}"
              f" (commit {(approval.git.get('commit') or 'unknown')[:12]})"]

@@ -26,6 +26,7 @@ from pytest_cudagate import boundary
 
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.errors import FileError
+from pytest_cudagate.host.paths import command
 from pytest_cudagate.worker.requests import KernelVersion, current_version, kernel_spec, pinned_version
 from pytest_cudagate.suite.model import Program, Suite
 
@@ -123,7 +124,7 @@ class Ledger:
             raw = boundary.parse_json(boundary.read_text(path, boundary.MAX_LEDGER_BYTES, "approvals ledger"), path, "approvals ledger")
         except (OSError, ValueError) as exc:
             raise FileError(path, [f"cannot read the approvals ledger: {exc}; restore it from version control "
-                                   f"or re-approve with `cudagate approve {suite.path}`"]) from None
+                                   f"or re-approve with `{command('cudagate', 'approve', suite.path)}`"]) from None
         schema.validate(raw, "approvals", path)
         return cls.from_json(path, raw, kernels)
 

@@ -20,7 +20,6 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate.job import CaseJob, baseline_timing
 from pytest_cudagate.gate.link import Link
 from pytest_cudagate.gate.prepare import Hangs
-from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, incomparable)
@@ -179,7 +178,7 @@ class QuietRun:
         samples = (body.get("timing") or {}).get("samples_ms") or []
         if not samples:
             return incomparable(threshold, "no timing samples (the case did not run)", bench.fingerprint_text)
-        return against_runs(baseline.cases[job.case.name], samples, threshold, suite=display_path(job.suite.path),
+        return against_runs(baseline.cases[job.case.name], samples, threshold, suite=job.suite.path,
                             kernel=approval.kernel, fingerprint=bench.fingerprint_text)
 
     def _nearest(self) -> str:

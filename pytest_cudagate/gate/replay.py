@@ -23,6 +23,7 @@ from pytest_cudagate.gate.options import GateOptions
 from pytest_cudagate.gate.prepare import Preparer
 from pytest_cudagate.gate.verdict import decide, judge
 from pytest_cudagate.host import trash
+from pytest_cudagate.host.paths import command
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.worker.client import Worker
@@ -130,7 +131,7 @@ class Gate:
         elif chosen is Route.UNAPPROVED:
             measure = RunOnce(self.bench, chosen.timing(job.suite), answer=answer,
                               alone=f"no approved version of {name} in {ledger.path.name}; "
-                                    f"run `cudagate approve {job.suite.path} {name}` on a GPU runner")
+                                    f"run `{command('cudagate', 'approve', job.suite.path, name)}` on a GPU runner")
         elif chosen is Route.IDENTICAL:
             measure = QuietRun(self.bench, approval, answer=answer)
         else:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 
 from pytest_cudagate.history.model import FRACTION, LATENCY_US, RATIO, Commit, Entry, Result, Run
+from pytest_cudagate.host.paths import command
 
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
@@ -108,8 +108,8 @@ class Skipped:
         long = isinstance(value, (str, bytes)) and len(value) > 40
         shown = repr(value[:40]) + "..." if long else repr(value)
         self.lines.append(f"{self.db}: table {table}, row {rowid}, column {column}: {shown} is not {expected}; "
-                          f"skipped{also}; delete the row: sqlite3 {shlex.quote(self.db)} "
-                          f"'DELETE FROM {table} WHERE rowid = {rowid}'")
+                          f"skipped{also}; delete the row: "
+                          + command("sqlite3", self.db, f"DELETE FROM {table} WHERE rowid = {rowid}"))
 
     def checked(self, table: str, columns: Sequence[Column], row: Sequence, also: str = "") -> tuple | None:
         """The row's values (rowid dropped) if every one is what its column holds, else None (noted)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -36,11 +37,48 @@ def display_path(path: Path | str) -> str:
     """Relative to the working directory (or the folder :func:`show_paths_from` names) when inside
     it, so messages name familiar paths; shown by :func:`visible`, since a pull request names its own
     files."""
+    return visible(_familiar(path))
+
+
+def _familiar(path: Path | str) -> str:
     try:
         relative = os.path.relpath(path, _shown_from)
     except ValueError:  # another drive on Windows
-        return visible(str(path))
-    return visible(str(path) if relative.startswith("..") else relative)
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def command(*words: str | int | os.PathLike) -> str:
+    """A command for a person to paste (``cudagate sign PATH``), whose paths and names a pull request may
+    have chosen: each word quoted as a POSIX shell reads it, so pasting runs that command with each word one
+    argument, nothing of the name's. A path is relative to the working directory when inside it, as
+    :func:`display_path` shows it (``./`` before one that starts with ``-``, which would read as an option); a
+    plain word prints as it is. A word with a character that does not print, or a backtick (which would end a
+    Markdown code span and let the rest of the name read as another command), is written as ``$'...'`` with
+    those characters escaped (bash, zsh, ksh): visible, and exact when pasted."""
+    return " ".join(_quoted(_path_word(w) if isinstance(w, os.PathLike) else str(w)) for w in words)
+
+
+def _path_word(path: os.PathLike) -> str:
+    shown = _familiar(path)
+    return f"./{shown}" if shown.startswith("-") else shown
+
+
+def _quoted(word: str) -> str:
+    if word.isprintable() and "`" not in word:
+        return shlex.quote(word)
+    return "$'" + "".join(map(_escaped, word)) + "'"
+
+
+def _escaped(c: str) -> str:
+    if c == "\\":
+        return "\\\\"
+    if c.isprintable() and c not in "'`":  # a quote by its code: bash's history expansion reads \' as one
+        return c
+    n = ord(c)
+    if 0xDC80 <= n <= 0xDCFF:  # a byte of a file name that is not UTF-8 (os.fsdecode's surrogateescape)
+        n -= 0xDC00
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}"
 
 
 def visible(name: str) -> str:

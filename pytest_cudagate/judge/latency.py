@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -20,6 +20,7 @@ from cudagate_harness.telemetry import OTHER_PROCESS
 
 from pytest_cudagate.judge import stats
 from pytest_cudagate.config import DEFAULT_BUDGET_S
+from pytest_cudagate.host.paths import command
 
 FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
@@ -358,7 +359,7 @@ class AdaptiveSampler:
         )
 
 
-def against_runs(baseline_case: dict, today_samples: list[float], threshold: float, *, suite: str,
+def against_runs(baseline_case: dict, today_samples: list[float], threshold: float, *, suite: str | os.PathLike,
                  kernel: str = "", fingerprint: str = "") -> LatencyResult:
     """A byte-identical kernel: today's run level against the levels of the independent runs
     recorded at approval (:func:`judge_run_spread`), never against one run's launches.
@@ -374,13 +375,13 @@ def against_runs(baseline_case: dict, today_samples: list[float], threshold: flo
             Latency.INCOMPARABLE, threshold, advisory=True, fingerprint=fingerprint,
             reason=f"the kernel is identical to the approved version, whose baseline here holds {len(runs)} "
                    f"independent run(s); judging an unchanged kernel needs the spread of >= 2 runs: re-approve to "
-                   f"record runs: `cudagate approve {suite} --runs {stats.DEFAULT_APPROVAL_RUNS}`")
+                   f"record runs: `{command('cudagate', 'approve', suite, '--runs', stats.DEFAULT_APPROVAL_RUNS)}`")
     stored = list(baseline_case.get("samples_ms") or [])
     judgement = judge_run_spread(runs, stats.run_level(today_samples), threshold)
     if judgement.weak:
-        command = shlex.join(["cudagate", "approve", suite, *([kernel] if kernel else []), "--runs",
-                              str(max(stats.DEFAULT_APPROVAL_RUNS, 2 * judgement.runs))])
-        judgement = dataclasses.replace(judgement, fix=f"`{command}`")
+        again = command("cudagate", "approve", suite, *([kernel] if kernel else []), "--runs",
+                        max(stats.DEFAULT_APPROVAL_RUNS, 2 * judgement.runs))
+        judgement = dataclasses.replace(judgement, fix=f"`{again}`")
     return LatencyResult(judgement.verdict, threshold, reason="the stored approval runs", run_spread=judgement,
                          approved=stats.summarize(stored) if stored else None, current=stats.summarize(today_samples),
                          samples={"approved": stored, "current": list(today_samples)}, advisory=True,

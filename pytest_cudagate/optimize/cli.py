@@ -26,7 +26,7 @@ from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.optimize.proposers.openai import OpenAIProposer
 from pytest_cudagate.optimize.proposers.replay import ReplayProposer
 from pytest_cudagate.optimize.research import Notes
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.session import open_worker
@@ -249,7 +249,7 @@ def _print_summary(summary: dict, pack, proposal, stream) -> None:
         out.append("warning: " + "; ".join(pack.problems))
     if proposal:
         out.append(f"proposed on branch {proposal['branch']} ({proposal['commit'][:12]}): review it, then "
-                   f"`cudagate approve {summary['suite']} {summary['kernel']}`"
+                   f"`{command('cudagate', 'approve', summary['suite'], summary['kernel'])}`"
                    + (" and `cudagate sign` (the launch changed)" if proposal["launch_changed"] else ""))
     print("\n".join(out), file=stream)
 

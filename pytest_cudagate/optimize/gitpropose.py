@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from pytest_cudagate.errors import CudagateError
+from pytest_cudagate.host.paths import command
 
 
 def clean_tree_problem(path: Path) -> str | None:
@@ -156,8 +157,8 @@ def commit_message(summary: dict, suite_display: str, kernel: str, pack: str, la
                         if variant.get("launch") else ", the shared launch") + ".")
     if launch_changed:
         lines.append(f"The launch configuration changed: it is signed, so after review a maintainer runs "
-                     f"`cudagate sign {suite_display}`.")
-    lines.append(f"Next: review, then `cudagate approve {suite_display} {kernel}` on the GPU runner.")
+                     f"`{command('cudagate', 'sign', suite_display)}`.")
+    lines.append(f"Next: review, then `{command('cudagate', 'approve', suite_display, kernel)}` on the GPU runner.")
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from pytest_cudagate import __version__
 from pytest_cudagate.gate import GateOptions
+from pytest_cudagate.host.paths import command
 from pytest_cudagate.judge.outcome import CaseOutcome, plain
 from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
@@ -86,7 +86,7 @@ def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, r
     commands = [" ".join(gate)]
     for name in requests:
         path = f"{report_dir.rstrip('/')}/{name}" if report_dir else name
-        commands.append(f"cudagate run {shlex.quote(path)}")
+        commands.append(command("cudagate", "run", path))
     return commands
 
 

@@ -16,7 +16,7 @@ from cudagate_harness.protocol import LOW_PRECISION, dtype_name, numpy_dtype, va
 from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.draw import case_seed, draw, draw_inputs, write_case
 from pytest_cudagate.suite.generated import GENERATED_FILE, check_generated, write_generated
 from pytest_cudagate.suite.model import Case, Param, Suite
@@ -90,8 +90,8 @@ def stale_files(suite: Suite, case: Case) -> list[Path]:
 
 def case_data_fix(suite: Suite) -> str:
     """The fix for case data that is missing, malformed or stale (written with another reference)."""
-    shown = display_path(suite.path)
-    return f"fix: run `cudagate cases generate {shown}`, review the data, then have a maintainer run `cudagate sign {shown}`"
+    return (f"fix: run `{command('cudagate', 'cases', 'generate', suite.path)}`, review the data, then have a "
+            f"maintainer run `{command('cudagate', 'sign', suite.path)}`")
 
 
 def check_case_data(suite: Suite, case: Case) -> list[str]:

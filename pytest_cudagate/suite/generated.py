@@ -36,7 +36,7 @@ from pytest_cudagate.boundary.npy import npy_header
 from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.judge.elementwise import check_output
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.draw import case_seed, draw_inputs, write_case
 from pytest_cudagate.suite.generated_cache import GeneratedCache, cache_root
 from pytest_cudagate.suite.model import Case, Suite
@@ -98,7 +98,7 @@ def sample_indices(seed: int, output: str, total: int) -> np.ndarray:
 
 
 def fix(suite: Suite, case: Case) -> str:
-    return f"re-run `cudagate cases generate {display_path(suite.path)} --case {case.name}` and re-sign"
+    return f"re-run `{command('cudagate', 'cases', 'generate', suite.path, '--case', case.name)}` and re-sign"
 
 
 # -- writing (cudagate cases generate) -----------------------------------------------------------

@@ -22,7 +22,7 @@ from cudagate_harness.protocol import numpy_dtype
 
 from pytest_cudagate.boundary.options import finite
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.judge.elementwise import abs_diff, check_output
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.draw import case_seed
@@ -105,11 +105,10 @@ def recheck_in_process(suite: Suite, *, budget_s: float = DEFAULT_RECHECK_S, sig
     the reference only as the suite's signature signs it (``cudagate check``); False where its outputs
     are about to be signed (``cudagate sign``, as ``cudagate cases generate``)."""
     result = Recheck()
-    shown = display_path(suite.path)
     if not suite.reference.python:
         result.notes.append(f"expected outputs not rechecked: the reference is a CUDA kernel, which runs on a GPU "
-                            f"only; after changing it, run `cudagate cases generate {shown}` on one, then "
-                            f"`cudagate sign {shown}`")
+                            f"only; after changing it, run `{command('cudagate', 'cases', 'generate', suite.path)}` "
+                            f"on one, then `{command('cudagate', 'sign', suite.path)}`")
         return result
     runner = ReferenceRunner(suite, signed=signed)
     start = time.monotonic()

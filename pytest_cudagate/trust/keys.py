@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from pytest_cudagate.boundary import walk
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 
 SIGNING_KEY_ENV = "CUDAGATE_SIGNING_KEY"
 PASSPHRASE_ENV = "CUDAGATE_SIGNING_KEY_PASSPHRASE"
@@ -220,7 +220,7 @@ def private_key_mode_warning(path: Path) -> str | None:
         return None
     if mode & 0o077:
         return (f"warning: {display_path(path)} is readable by other users (mode {mode:04o}); "
-                f"run `chmod 600 {display_path(path)}`")
+                f"run `{command('chmod', '600', Path(path))}`")
     return None
 
 

@@ -28,7 +28,7 @@ from pytest_cudagate import boundary
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.approvals.ledger import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes, sha256_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
@@ -93,16 +93,17 @@ def sign_ledger(ledger: Ledger, key, signer: str, pull_request: int | None = Non
 
 def _sign_command(suite: Suite, pull_request: int | None) -> str:
     # under `cudagate gate --pull-request N` a new signing counts only when it names N
-    return f"cudagate sign {display_path(suite.path)}" + (f" --pull-request {pull_request}" if pull_request else "")
+    return command("cudagate", "sign", suite.path, *(["--pull-request", pull_request] if pull_request else []))
 
 
 def _fix(suite: Suite, pull_request: int | None = None) -> str:
     return f"fix: a maintainer reviews the approvals and runs `{_sign_command(suite, pull_request)}`"
 
 
-def _base_fix(suite: Suite, where: str, base: BaseLedger, pull_request: int | None) -> str:
+def _base_fix(suite: Suite, ledger: Path, base: BaseLedger, pull_request: int | None) -> str:
     # re-signing the pull request's ledger would extend it, not the base's
-    return (f"fix: a maintainer starts from the trusted ref's ledger (`git checkout {base.ref[:12]} -- {where}`), "
+    checkout = command("git", "checkout", base.ref[:12], "--", ledger)
+    return (f"fix: a maintainer starts from the trusted ref's ledger (`{checkout}`), "
             f"re-approves the kernels this change approves, and runs `{_sign_command(suite, pull_request)}`")
 
 
@@ -170,7 +171,7 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger
         except CudagateError as exc:
             problems.append(f"{where}: approval of {name!r}: {exc}")
     if problems:  # the fix signs anew, for this pull request: that settles which one it was signed for too
-        return problems + [_base_fix(suite, where, base, pull_request) if off_base else _fix(suite, pull_request)]
+        return problems + [_base_fix(suite, ledger.path, base, pull_request) if off_base else _fix(suite, pull_request)]
     unchanged = base is not None and base.state is not None and base.state == state_id(ledger.signature)
     if pull_request is not None and not unchanged and ledger.pull_request != pull_request:
         signed_for = "no pull request" if ledger.pull_request is None else f"pull request {ledger.pull_request}"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.host.paths import display_path, visible
+from pytest_cudagate.host.paths import command, visible
 from pytest_cudagate.suite.cases import case_data_fix
 from pytest_cudagate.suite.generated import generated_files
 from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
@@ -39,7 +39,7 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
 
 def sign_fix(suite: Suite) -> str:
-    return f"fix: a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`"
+    return f"fix: a maintainer reviews the change and runs `{command('cudagate', 'sign', suite.path)}`"
 
 
 def change_fix(suite: Suite, signed: dict, current: dict) -> str:
@@ -232,7 +232,7 @@ def suite_manifest(suite: Suite) -> dict:
     or the case folder holds a file no case uses (the manifest would not describe what is on disk)."""
     manifest, problems = collect_manifest(suite)
     if problems:
-        raise FileError(suite.path, problems + [f"fix: run `cudagate check {display_path(suite.path)}`, fix the "
+        raise FileError(suite.path, problems + [f"fix: run `{command('cudagate', 'check', suite.path)}`, fix the "
                                                 "case data, then sign"])
     return manifest
 

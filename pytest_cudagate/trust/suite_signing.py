@@ -14,7 +14,7 @@ from pytest_cudagate import boundary
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.approvals.ledger import Ledger
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
@@ -120,7 +120,7 @@ def sign_suite(suite: Suite, key, signer: str | None = None, pull_request: int |
     manifest = suite_manifest(suite)
     bad = [f"case {case.name}: {p}" for case in suite.cases for p in check_case_data(suite, case)]
     if bad:
-        raise FileError(suite.path, bad + [f"fix: run `cudagate cases generate {display_path(suite.path)}`, "
+        raise FileError(suite.path, bad + [f"fix: run `{command('cudagate', 'cases', 'generate', suite.path)}`, "
                                            "review the data, then sign"])
     record = sign_document(manifest, key, signer=signer or "", purpose=PURPOSE)
     path = signature_path(suite)
@@ -134,7 +134,7 @@ def sign_suite(suite: Suite, key, signer: str | None = None, pull_request: int |
 def _untrusted_fix(suite: Suite, kid: str) -> str:
     return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ on the base "
             "branch (reviewed; the gate trusts the keys of the base commit); "
-            f"otherwise a maintainer reviews the change and runs `cudagate sign {display_path(suite.path)}`")
+            f"otherwise a maintainer reviews the change and runs `{command('cudagate', 'sign', suite.path)}`")
 
 
 def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
@@ -207,14 +207,14 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
                 f"<project root>/{TRUSTED_KEYS_DIR.as_posix()}/*.pub",
                 "fix: make the project's top folder a repository (`git init`) or give it a pyproject.toml; there a "
                 "maintainer runs `cudagate keygen --name NAME`, commits the .pub it writes, and runs "
-                f"`cudagate sign {display_path(suite.path)}`"]
+                f"`{command('cudagate', 'sign', suite.path)}`"]
     if not keys:
         excluded = getattr(keys, "excluded", {})
         why = (f"keys are on file ({', '.join(sorted(excluded))}) but none is listed in the allow-list"
                if excluded else f"there is no public key in {keys.where()}")
         return [f"no trusted signing keys: {why}",
                 "fix: a maintainer runs `cudagate keygen --name NAME`, commits the .pub it writes, and runs "
-                f"`cudagate sign {display_path(suite.path)}`"]
+                f"`{command('cudagate', 'sign', suite.path)}`"]
     result = verify_suite(suite, keys)
     problems = [] if result.ok else list(result.problems) + [result.fix]
     base, pull_request = (trust_root.ledger(suite), trust_root.pull_request) if trust_root is not None else (None, None)

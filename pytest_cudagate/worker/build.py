@@ -14,7 +14,7 @@ from cudagate_harness.compiler import CompileLimits, CompileOptionError, Compile
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
 from pytest_cudagate.host.cpu import cores
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import command
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import KernelVersion, current_version, shown_log
@@ -87,13 +87,13 @@ def signature_refusals(suite: Suite, arch: str) -> tuple[list[str], list[str]]:
         result = compile_program(program, arch)
         if not result.ok:
             notes.append(f"{program.build_name}: does not compile for {result.arch} here, so its parameters are not "
-                         f"checked against the signature (`cudagate check {display_path(suite.path)}` says why)")
+                         f"checked against the signature (`{command('cudagate', 'check', suite.path)}` says why)")
             continue
         problems += [f"{program.build_name}: {mismatch_heading(program)}: {problem}"
                      for problem in parameter_problems(program, result, suite.signature, arch)]
     if problems:
         problems.append("fix: make the kernel's parameters those the signature lists (in order, by type), or the "
-                        f"signature the kernel's, then run `cudagate sign {display_path(suite.path)}`")
+                        f"signature the kernel's, then run `{command('cudagate', 'sign', suite.path)}`")
     return problems, notes
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -381,6 +382,20 @@ def test_a_suite_new_in_the_pull_request_must_be_signed_for_it(repo):
             args=("softmax", "softmax2"), pull_request=6)
     code, out = repo.gate("softmax", "softmax2", pull_request=5)
     assert code == 0, out
+
+
+def test_every_sign_command_the_gate_prints_under_a_pull_request_names_it(repo):
+    """An unsigned suite new in pull request 6: each fix line asks for a signing for 6, since one
+    without the number would be refused in turn."""
+    new = repo.path / "softmax2"
+    shutil.copytree(repo.suite_dir, new, ignore=shutil.ignore_patterns("cudagate.approvals.json", "approved", "*.sig.json"))
+    raw = yaml.safe_load((new / "cudagate.yaml").read_text())
+    raw["suite"] = "softmax2"
+    (new / "cudagate.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    code, out = repo.gate("softmax", "softmax2", pull_request=6)
+    assert code != 0, out
+    signs = re.findall(r"`(cudagate sign [^`]*)`", out)
+    assert signs and set(signs) == {"cudagate sign softmax2/cudagate.yaml --pull-request 6"}, out
 
 
 # -------------------------------------------------------------------------------- host files

@@ -149,6 +149,6 @@ def _spread(levels: list[float]) -> str:
 
 def user_name(root: Path) -> str:
     try:
-        return git.Repo(root, search_parent_directories=True).config_reader().get_value("user", "name")
+        return git.Repo(root, search_parent_directories=True, expand_vars=False).config_reader().get_value("user", "name")
     except Exception:  # no repository or no user.name configured
         return getpass.getuser()

@@ -228,7 +228,8 @@ def git_state(path: Path) -> dict:
     try:
         import git
 
-        repo = git.Repo(path, search_parent_directories=True)
+        # expand_vars off: a folder a pull request names `$HOME...` is that folder, not the variable's
+        repo = git.Repo(path, search_parent_directories=True, expand_vars=False)
         return {"commit": repo.head.commit.hexsha, "dirty": repo.is_dirty(untracked_files=True)}
     except Exception:  # not a repository, no commits yet, or git missing: record what we know
         return {"commit": None, "dirty": None}

@@ -169,7 +169,7 @@ def resolve_release_ref(repo_root: Path | str, ref: str | None, tag_pattern: str
     import git
 
     try:
-        repo = git.Repo(repo_root, search_parent_directories=True)
+        repo = git.Repo(repo_root, search_parent_directories=True, expand_vars=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise ReleaseError(f"{repo_root} is not inside a git repository; the release gate reads the previous "
                            f"release from git history") from None

@@ -70,7 +70,7 @@ def kernel_history(repo_root: Path, good: str, bad: str, suite: Suite, kernel: s
     import git  # gitpython (~35 ms): only here, as in release mode
 
     try:
-        repo = git.Repo(repo_root, search_parent_directories=True)
+        repo = git.Repo(repo_root, search_parent_directories=True, expand_vars=False)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise BisectError(f"{repo_root} is not inside a git repository; bisect reads the kernel's approved versions "
                           "from git history: pass --repo DIR") from None

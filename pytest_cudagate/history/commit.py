@@ -54,7 +54,7 @@ class GitFacts:
 
         self.repo_dir = repo_dir
         try:
-            self.repo = git.Repo(repo_dir, search_parent_directories=True)
+            self.repo = git.Repo(repo_dir, search_parent_directories=True, expand_vars=False)
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             self.repo = None
         self._tags: dict[str, tuple[str, ...]] | None = None

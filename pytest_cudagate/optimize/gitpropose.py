@@ -27,7 +27,7 @@ def clean_tree_problem(path: Path) -> str | None:
     try:
         import git
 
-        repo = git.Repo(path, search_parent_directories=True)
+        repo = git.Repo(path, search_parent_directories=True, expand_vars=False)
         repo.head.commit  # noqa: B018 - raises without a commit
     except Exception as exc:
         return f"--propose needs a git repository with a commit ({exc.__class__.__name__}: {exc})"
@@ -165,7 +165,7 @@ def commit_message(summary: dict, suite_display: str, kernel: str, pack: str, la
 def propose_branch(suite, program, winner, summary: dict, pack_dir: Path, *, branch: str | None = None) -> dict:
     import git
 
-    repo = git.Repo(suite.root, search_parent_directories=True)
+    repo = git.Repo(suite.root, search_parent_directories=True, expand_vars=False)
     root = Path(repo.working_tree_dir).resolve()
     source_rel = program.source.resolve().relative_to(root).as_posix()
     suite_rel = suite.path.resolve().relative_to(root).as_posix()

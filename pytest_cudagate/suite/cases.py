@@ -88,10 +88,16 @@ def stale_files(suite: Suite, case: Case) -> list[Path]:
     return [path for path in paths if path.is_file()]
 
 
-def case_data_fix(suite: Suite) -> str:
-    """The fix for case data that is missing, malformed or stale (written with another reference)."""
+def case_data_fix(suite: Suite, pull_request: int | None = None) -> str:
+    """The fix for case data that is missing, malformed or stale (written with another reference);
+    ``pull_request``: the one the signing is for (`cudagate gate --pull-request`)."""
     return (f"fix: run `{command('cudagate', 'cases', 'generate', suite.path)}`, review the data, then have a "
-            f"maintainer run `{command('cudagate', 'sign', suite.path)}`")
+            f"maintainer run `{sign_command(suite, pull_request)}`")
+
+
+def sign_command(suite: Suite, pull_request: int | None = None) -> str:
+    """``cudagate sign SUITE``, for the pull request a signing is for where there is one."""
+    return command("cudagate", "sign", suite.path, *(["--pull-request", pull_request] if pull_request else []))
 
 
 def check_case_data(suite: Suite, case: Case) -> list[str]:

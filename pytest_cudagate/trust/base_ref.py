@@ -372,7 +372,7 @@ def read_trust_root(worktree: Path, ref: str) -> TrustRoot:
     import git  # gitpython (~35 ms): only `cudagate gate --trusted-ref` reads a trust root from git
 
     try:
-        repo = git.Repo(worktree)
+        repo = git.Repo(worktree, expand_vars=False)
     except git.exc.GitError:
         raise CudagateError(f"--trusted-ref: {worktree} is not a git repository; run the gate in the pull request's "
                             "checkout (--repo DIR)") from None

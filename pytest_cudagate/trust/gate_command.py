@@ -235,7 +235,7 @@ def checkout_root(repo: str | Path | None) -> Path:
     """The working tree of the repository at ``repo`` (default: the current folder), or ``repo`` itself."""
     start = Path(repo or Path.cwd())
     try:
-        return Path(git.Repo(start, search_parent_directories=True).working_tree_dir).resolve()
+        return Path(git.Repo(start, search_parent_directories=True, expand_vars=False).working_tree_dir).resolve()
     except (git.exc.GitError, TypeError):
         return start.resolve()
 

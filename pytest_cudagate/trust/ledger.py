@@ -29,6 +29,7 @@ from pytest_cudagate.boundary import schema
 from pytest_cudagate.approvals.ledger import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.paths import command, display_path
+from pytest_cudagate.suite.cases import sign_command
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.canonical import canonical_bytes, sha256_bytes
 from pytest_cudagate.trust.documents import SignatureError, sign_document, verify_document
@@ -91,20 +92,15 @@ def sign_ledger(ledger: Ledger, key, signer: str, pull_request: int | None = Non
     return sorted(ledger.approvals)
 
 
-def _sign_command(suite: Suite, pull_request: int | None) -> str:
-    # under `cudagate gate --pull-request N` a new signing counts only when it names N
-    return command("cudagate", "sign", suite.path, *(["--pull-request", pull_request] if pull_request else []))
-
-
 def _fix(suite: Suite, pull_request: int | None = None) -> str:
-    return f"fix: a maintainer reviews the approvals and runs `{_sign_command(suite, pull_request)}`"
+    return f"fix: a maintainer reviews the approvals and runs `{sign_command(suite, pull_request)}`"
 
 
 def _base_fix(suite: Suite, ledger: Path, base: BaseLedger, pull_request: int | None) -> str:
     # re-signing the pull request's ledger would extend it, not the base's
     checkout = command("git", "checkout", base.ref[:12], "--", ledger)
     return (f"fix: a maintainer starts from the trusted ref's ledger (`{checkout}`), "
-            f"re-approves the kernels this change approves, and runs `{_sign_command(suite, pull_request)}`")
+            f"re-approves the kernels this change approves, and runs `{sign_command(suite, pull_request)}`")
 
 
 def extends(ledger: Ledger, base: BaseLedger) -> bool:
@@ -133,7 +129,7 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger
                 f"'not yet approved' entry ({', '.join(ledger.kernels)})", _fix(suite, pull_request)]
     if ledger.format != 2:
         return [f"{where}: ledger format {ledger.format} (entries signed one by one) is no longer trusted; re-approve "
-                f"to record runs: a maintainer runs `{_sign_command(suite, pull_request)}`, which re-signs it as "
+                f"to record runs: a maintainer runs `{sign_command(suite, pull_request)}`, which re-signs it as "
                 "one document and keeps its approvals and baselines"]
     problems = []
     if ledger.suite != suite.name:
@@ -177,7 +173,7 @@ def ledger_problems(ledger: Ledger, trusted_keys, suite: Suite, base: BaseLedger
         signed_for = "no pull request" if ledger.pull_request is None else f"pull request {ledger.pull_request}"
         return [f"{where}: signed for {signed_for}, not for this pull request ({pull_request}): a changed signed "
                 "state counts only in the pull request it was signed for; fix: a maintainer reviews this pull request "
-                f"and runs `{_sign_command(suite, pull_request)}`"]
+                f"and runs `{sign_command(suite, pull_request)}`"]
     return problems
 
 

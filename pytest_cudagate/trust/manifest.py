@@ -25,7 +25,7 @@ from pathlib import Path
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.host.paths import command, visible
-from pytest_cudagate.suite.cases import case_data_fix
+from pytest_cudagate.suite.cases import case_data_fix, sign_command
 from pytest_cudagate.suite.generated import generated_files
 from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
@@ -38,16 +38,16 @@ _HANDLED_SUITE_FIELDS = frozenset({"path", "name", "signature", "reference", "ke
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
 
-def sign_fix(suite: Suite) -> str:
-    return f"fix: a maintainer reviews the change and runs `{command('cudagate', 'sign', suite.path)}`"
+def sign_fix(suite: Suite, pull_request: int | None = None) -> str:
+    return f"fix: a maintainer reviews the change and runs `{sign_command(suite, pull_request)}`"
 
 
-def change_fix(suite: Suite, signed: dict, current: dict) -> str:
+def change_fix(suite: Suite, signed: dict, current: dict, pull_request: int | None = None) -> str:
     """The fix for a manifest that changed from ``signed`` to ``current``: after a reference change the
     expected outputs are stale, so they are generated again before anyone signs."""
     if _named(signed).get("reference") != _named(current).get("reference"):
-        return case_data_fix(suite)
-    return sign_fix(suite)
+        return case_data_fix(suite, pull_request)
+    return sign_fix(suite, pull_request)
 
 
 def _rel(path: Path, root: Path) -> str:

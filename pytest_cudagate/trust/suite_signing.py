@@ -22,7 +22,7 @@ from pytest_cudagate.trust.ledger import ledger_problems, sign_ledger
 from pytest_cudagate.trust.keys import TRUSTED_KEYS_DIR, find_project_root, key_id, load_trusted_keys
 from pytest_cudagate.trust.manifest import (MANIFEST_FORMAT, change_fix, collect_manifest, diff_manifests, sign_fix,
                                             suite_manifest)
-from pytest_cudagate.suite.cases import check_case_data
+from pytest_cudagate.suite.cases import check_case_data, sign_command
 
 SIGNATURE_FILENAME = "cudagate.sig.json"
 SIGNATURE_FORMAT = 1
@@ -131,22 +131,23 @@ def sign_suite(suite: Suite, key, signer: str | None = None, pull_request: int |
     return path
 
 
-def _untrusted_fix(suite: Suite, kid: str) -> str:
+def _untrusted_fix(suite: Suite, kid: str, pull_request: int | None) -> str:
     return (f"fix: if key {kid} is a maintainer's, commit its public key to {TRUSTED_KEYS_DIR.as_posix()}/ on the base "
             "branch (reviewed; the gate trusts the keys of the base commit); "
-            f"otherwise a maintainer reviews the change and runs `{command('cudagate', 'sign', suite.path)}`")
+            f"otherwise a maintainer reviews the change and runs `{sign_command(suite, pull_request)}`")
 
 
-def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
+def verify_suite(suite: Suite, trusted_keys: dict, pull_request: int | None = None) -> VerifyResult:
     """Check ``cudagate.sig.json`` against the suite on disk and ``trusted_keys``.
 
     ``ok`` only when the file is well formed, its signature verifies with a trusted key, and the
     manifest recomputed from disk is byte-identical to the signed one. ``problems`` name the file
-    or field of each difference; ``fix`` says what to do.
+    or field of each difference; ``fix`` says what to do (``pull_request``: the signing it asks for is
+    for that pull request, as `cudagate gate --pull-request` requires).
     """
     path = signature_path(suite)
     result = VerifyResult(ok=False, suite=display_path(suite.path), signature_file=display_path(path),
-                          fix=sign_fix(suite))
+                          fix=sign_fix(suite, pull_request))
     try:
         doc = load_signature_file(path)
     except FileError as exc:
@@ -159,7 +160,7 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
     except SignatureError as exc:
         result.problems.append(f"{result.signature_file}: {exc}")
         if exc.reason == "untrusted":
-            result.fix = _untrusted_fix(suite, exc.key_id)
+            result.fix = _untrusted_fix(suite, exc.key_id, pull_request)
     if signed.get("format") != MANIFEST_FORMAT:
         result.problems.append(f"{result.signature_file}: manifest format {signed.get('format')!r}; this cudagate "
                                f"reads format {MANIFEST_FORMAT}")
@@ -171,8 +172,8 @@ def verify_suite(suite: Suite, trusted_keys: dict) -> VerifyResult:
         same = False
     if not same:
         result.problems.extend(p for p in diff_manifests(signed, current) if p not in result.problems)
-        if result.fix == sign_fix(suite):
-            result.fix = change_fix(suite, signed, current)
+        if result.fix == sign_fix(suite, pull_request):
+            result.fix = change_fix(suite, signed, current, pull_request)
     result.ok = not result.problems
     if result.ok:
         result.fix = ""
@@ -215,9 +216,9 @@ def gate_problems(suite: Suite, project_root: Path | None, settings=None, allow_
         return [f"no trusted signing keys: {why}",
                 "fix: a maintainer runs `cudagate keygen --name NAME`, commits the .pub it writes, and runs "
                 f"`{command('cudagate', 'sign', suite.path)}`"]
-    result = verify_suite(suite, keys)
-    problems = [] if result.ok else list(result.problems) + [result.fix]
     base, pull_request = (trust_root.ledger(suite), trust_root.pull_request) if trust_root is not None else (None, None)
+    result = verify_suite(suite, keys, pull_request)
+    problems = [] if result.ok else list(result.problems) + [result.fix]
     if ledger is None:
         try:
             ledger = Ledger.for_suite(suite)

@@ -22,10 +22,9 @@ NO_SANITIZER = SUITE_YAML + "checks: {sanitizer: off}\n"
 BASE_MS = 0.010  # the fake device's time per launch
 
 
-def kernels(signed_head: bytes):
-    """The `scale` kernel each build stands for: ``// keyed`` takes a fast path only where its input
-    starts with ``signed_head`` (the committed perf case's first two elements) and is 3x slower on
-    any other input; every build has 1 % noise of its own."""
+def kernels(slow_on):
+    """The `scale` kernel each build stands for: ``// keyed`` is 3x slower on an input where
+    ``slow_on(x)`` says it does not recognise it; every build has 1 % noise of its own."""
 
     def build(spec: dict) -> FakeKernel:
         keyed = "// keyed" in spec["source"]
@@ -34,7 +33,7 @@ def kernels(signed_head: bytes):
         def body(launch) -> None:
             x, y, _ = scale_xy(launch)
             y[:] = 2 * x
-            slow = keyed and x[:2].tobytes() != signed_head
+            slow = keyed and slow_on(x)
             launch.device.clock += BASE_MS * ((3.0 if slow else 1.0) * rng.normal(1, 0.01) - 1)
 
         return FakeKernel(body, SCALE_PARAMS)
@@ -52,7 +51,7 @@ def judge(tmp_path):
         program = suite.kernels[0]
         program.source.write_text(program.source.read_text() + edit)
         head = np.load(suite.case_dir(suite.case("perf")) / "x.npy").reshape(-1)[:2].tobytes()
-        worker = FakeWorker(kernels(head))
+        worker = FakeWorker(kernels(lambda x: x[:2].tobytes() != head))  # the committed case's first two elements
         gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=3, **options),
                     tmp_path / "out")
         outcome = gate.replay(suite, program, suite.case("perf"), ledger)
@@ -87,23 +86,13 @@ def test_a_kernel_keyed_on_the_signed_values_whatever_their_order_regresses(tmp_
     suite, ledger = changed_after_approval(load_suite(write_suite(tmp_path / "scale", yaml_text=NO_SANITIZER)))
     program = suite.kernels[0]
     program.source.write_text(program.source.read_text() + "// keyed\n")
-    words = np.load(suite.case_dir(suite.case("perf")) / "x.npy").reshape(-1).view(np.uint32)
-    key = (int(np.bitwise_xor.reduce(words)), int(words.astype(np.uint64).sum()))
 
-    def build(spec: dict) -> FakeKernel:
-        keyed = "// keyed" in spec["source"]
-        rng = np.random.default_rng(zlib.crc32(spec["source"].encode()))
+    def fingerprint(x: np.ndarray) -> tuple[int, int]:
+        words = x.reshape(-1).view(np.uint32)
+        return int(np.bitwise_xor.reduce(words)), int(words.astype(np.uint64).sum())
 
-        def body(launch) -> None:
-            x, y, _ = scale_xy(launch)
-            y[:] = 2 * x
-            w = x.view(np.uint32)
-            slow = keyed and (int(np.bitwise_xor.reduce(w)), int(w.astype(np.uint64).sum())) != key
-            launch.device.clock += BASE_MS * ((3.0 if slow else 1.0) * rng.normal(1, 0.01) - 1)
-
-        return FakeKernel(body, SCALE_PARAMS)
-
-    worker = FakeWorker(build)
+    key = fingerprint(np.load(suite.case_dir(suite.case("perf")) / "x.npy"))
+    worker = FakeWorker(kernels(lambda x: fingerprint(x) != key))
     gate = Gate(worker, Fingerprint.from_hello(worker.start()), GateOptions(fresh_seed=3), tmp_path / "out")
     outcome = gate.replay(suite, program, suite.case("perf"), ledger)
     assert outcome.latency.verdict is Latency.REGRESSED and outcome.latency.inputs.keyed, outcome.message

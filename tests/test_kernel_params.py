@@ -236,9 +236,52 @@ def test_check_refuses_a_kernel_whose_parameters_differ(capsys, tmp_path, source
     assert line in out
 
 
-def test_a_pointer_to_another_element_type_cannot_be_told_apart(capsys, tmp_path):
-    # Both are 8-byte pointers: README says so; the GPU's comparison catches it.
+def test_an_extern_c_pointer_to_another_element_type_cannot_be_told_apart(capsys, tmp_path):
+    # Both are 8-byte pointers and extern "C" names no types: suite-format.md says so; the GPU's comparison catches it.
     assert run_check(capsys, write_suite(tmp_path / "s", kernel_source=DOUBLE_POINTER))[0] == 0
+
+
+# A C++ entry's mangled name spells its parameter types, so what sizes cannot tell apart is refused.
+CPP_SWAPS = {
+    "float_rows": ("const float* x, float* y, float rows, int cols",
+                   "- parameter 3 'rows': the kernel takes 'float' (a float32 scalar), the signature says an int32 "
+                   "scalar: write `scalar: float32`, or make the kernel's parameter int"),
+    "double_pointer": ("const double* x, float* y, int rows, int cols",
+                       "- parameter 1 'x': the kernel takes 'double const*' (a float64 buffer), the signature says a "
+                       "float32 buffer: write `buffer: float64`, or make the kernel's parameter float*"),
+    "unsigned_cols": ("const float* x, float* y, int rows, unsigned cols",
+                      "- parameter 4 'cols': the kernel takes 'unsigned int' (a uint32 scalar), the signature says an "
+                      "int32 scalar: write `scalar: uint32`, or make the kernel's parameter int"),
+}
+
+
+def cpp_kernel(params: str) -> str:
+    return f"__global__ void scale2({params}) {{}}\n"
+
+
+@pytest.mark.parametrize("name", sorted(CPP_SWAPS))
+def test_check_refuses_a_cpp_entry_whose_parameter_types_differ(capsys, tmp_path, name):
+    params, line = CPP_SWAPS[name]
+    code, out = run_check(capsys, write_suite(tmp_path / "s", kernel_source=cpp_kernel(params)))
+    assert code == EXIT_FAILED, out
+    assert "scale2: entry 'scale2' does NOT take the parameters the suite's signature lists:\n      " + line in out
+
+
+def test_a_pointer_where_the_signature_has_a_scalar_is_refused_by_type(capsys, tmp_path):
+    text = replace_once(SUITE_YAML, "{name: cols, scalar: int32}", "{name: cols, scalar: int64}")
+    # A type the signature cannot name (void*) is not judged.
+    code, out = run_check(capsys, write_suite(tmp_path / "s", yaml_text=text,
+                                              kernel_source=cpp_kernel("const void* x, float* y, int rows, int* cols")))
+    assert code == EXIT_FAILED and "parameter 1" not in out
+    assert ("- parameter 4 'cols': the kernel takes 'int*' (a pointer), the signature says an int64 scalar: make it a "
+            "buffer (`buffer: int32` with its intent and size), or make the kernel's parameter a long long") in out
+
+
+def test_the_compile_item_fails_a_cpp_entry_of_another_type(pytester):
+    write_suite(pytester.path, kernel_source=cpp_kernel(CPP_SWAPS["float_rows"][0]))
+    result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-rfs")
+    result.stdout.fnmatch_lines(["*scale.cu: entry 'scale2' does not take the parameters the suite's signature lists:",
+                                 "*" + CPP_SWAPS["float_rows"][1], "FAILED cudagate.yaml::scale2::compile*"])
 
 
 @pytest.mark.parametrize("source, line", [
@@ -292,6 +335,13 @@ def test_a_templated_entry_with_the_wrong_parameters_is_refused(capsys, tmp_path
     assert code == EXIT_FAILED
     assert ("- parameter 3 'n': the kernel takes 8 bytes (long long, double or a pointer), the signature says int32 "
             "(4 bytes)") in out
+
+
+def test_a_templated_entry_of_another_element_type_is_refused(capsys, tmp_path):
+    code, out = run_check(capsys, template_suite(tmp_path / "t", "scale<4, double>"))
+    assert code == EXIT_FAILED
+    assert ("- parameter 1 'y': the kernel takes 'double*' (a float64 buffer), the signature says a float32 buffer: "
+            "write `buffer: float64`, or make the kernel's parameter float*") in out
 
 
 @pytest.mark.parametrize("entry, words", [

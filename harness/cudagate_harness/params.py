@@ -15,8 +15,9 @@ the payload (format 4, EIFMT_SVAL). KPARAM_INFO's (0x17) payload: u32 index, u16
 u32 whose bits 18-31 are the size in bytes (bits 0-17: pointee alignment, space and constant bank).
 Past about 4 KiB of parameters NVRTC 13 writes attribute 0x45 instead, whose last u32 is the size.
 
-Sizes cannot tell a ``double*`` from a ``float*`` (both pointers) or ``int`` from ``float``; those
-mismatches still show only on a GPU. The cubin is NVRTC's (or the SHA-checked compile cache's), but it
+Sizes cannot tell a ``double*`` from a ``float*`` (both pointers) or ``int`` from ``float``: for a
+C++ entry its mangled name spells the types (:func:`.symbols.type_problems`); for an ``extern "C"``
+one those mismatches still show only on a GPU. The cubin is NVRTC's (or the SHA-checked compile cache's), but it
 is parsed as untrusted bytes: every offset and size is checked, and a malformed one is a
 :class:`ParamInfoError` with one line saying what is wrong.
 """

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .params import ParamInfoError, sections
+from .params import ParamInfoError, ParamLayout, expected_size, sections
 from .protocol import DTYPES
 
 _SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym
@@ -103,6 +103,43 @@ def scalar_dtype(c_type: str) -> str | None:
     """The signature dtype of a by-value C type (``unsigned int`` -> uint32), or None."""
     text = _strip_qualifiers(c_type)
     return next((name for name, spellings in C_TYPES.items() if text in spellings), None)
+
+
+def type_problems(types: tuple[str, ...], layout: ParamLayout, signature: list[dict],
+                  source: str = "the signature") -> list[str]:
+    """How a C++ entry's parameter types (:attr:`Kernel.params`) differ from ``signature`` (as
+    :func:`~.params.signature_problems` takes it), one line each with the fix; empty when they agree.
+
+    Judged only where the sizes agree (a size that differs is already a line of its own) and the C
+    type is one a signature can name: a struct, ``void*`` or a vector type (``float4``) is not judged.
+    """
+    if len(types) != len(signature) or len(layout.params) != len(signature):
+        return []
+    problems = []
+    for number, (c_type, kernel, wanted) in enumerate(zip(types, layout.params, signature), start=1):
+        if kernel.size != expected_size(wanted):
+            continue
+        pointer = _strip_qualifiers(c_type).endswith("*")
+        dtype = pointee_dtype(c_type) if pointer else scalar_dtype(c_type)
+        said = f"{_a(wanted['dtype'])} {wanted['kind']}"
+        head = f"parameter {number} {wanted['name']!r}: the kernel takes {c_type!r}"
+        if wanted["kind"] == "buffer" and not pointer and dtype is not None:
+            problems.append(f"{head} by value, {source} says {said} (a pointer): make it `scalar: {dtype}`, or make "
+                            f"the kernel's parameter a {DTYPES[wanted['dtype']][1]}*")
+        elif wanted["kind"] == "scalar" and pointer:
+            problems.append(f"{head} (a pointer), {source} says {said}: make it a buffer (`buffer: {dtype or 'DTYPE'}` "
+                            f"with its intent and size), or make the kernel's parameter a {DTYPES[wanted['dtype']][1]}")
+        elif dtype is not None and dtype != wanted["dtype"]:
+            theirs = f"{_a(dtype)} {'buffer' if pointer else 'scalar'}"
+            ours = f"{DTYPES[wanted['dtype']][1]}{'*' if pointer else ''}"
+            key = "buffer" if wanted["kind"] == "buffer" else "scalar"
+            problems.append(f"{head} ({theirs}), {source} says {said}: write `{key}: {dtype}`, or make the "
+                            f"kernel's parameter {ours}")
+    return problems
+
+
+def _a(dtype: str) -> str:
+    return f"{'an' if dtype.startswith('int') else 'a'} {dtype}"
 
 
 @lru_cache(maxsize=1)

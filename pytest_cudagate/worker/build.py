@@ -11,6 +11,7 @@ import hashlib
 from concurrent.futures import ThreadPoolExecutor
 
 from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
+from cudagate_harness import symbols
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
 from pytest_cudagate.host.cpu import cores
@@ -111,9 +112,12 @@ def _layout_problems(result: CompileResult, passed: list[dict], source: str) -> 
         return []
     try:
         layout = entry_params(result.cubin, result.lowered_name)
+        kernel, _ = symbols.find(result.cubin, result.lowered_name)
     except ParamInfoError as exc:
         return [f"its parameters cannot be read from the cubin NVRTC produced: {exc}"]
-    return signature_problems(layout, passed, source)
+    # A C++ entry's mangled name spells its parameters' C types; an extern "C" one's says nothing (sizes only).
+    types = kernel.params if kernel is not None and kernel.params is not None else ()
+    return signature_problems(layout, passed, source) + symbols.type_problems(types, layout, passed, source)
 
 
 def compile_builds(program: Program, cases, arch: str, source_text: str | None = None, *,

@@ -39,6 +39,7 @@ from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.suite.recheck import add_recheck_budget
+from pytest_cudagate.suite.scaffold import init, next_steps
 from pytest_cudagate.suite.recheck_child import recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
@@ -113,6 +114,13 @@ def cmd_check(args) -> int:
                     print(f"  {program.build_name}: does NOT compile for {result.arch}:\n" + textwrap.indent(result.log, " " * 6))
         bad_input |= bad_data
     return EXIT_INPUT if bad_input else EXIT_FAILED if failed else 0
+
+
+def cmd_init(args) -> int:
+    arch = args.arch or project_config(Path(args.kernel)).arch
+    skeleton = init(Path(args.kernel), args.entry, arch, Path(args.out) if args.out else None)
+    print("\n".join(next_steps(skeleton)))
+    return 0
 
 
 def cmd_run(args) -> int:
@@ -228,6 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip signature checks (local experiments only; says so loudly)")
     add_recheck_budget(check)
     check.set_defaults(func=cmd_check)
+
+    init_ = sub.add_parser("init", help="write a suite skeleton (cudagate.yaml, reference.py) from a kernel's parameters")
+    init_.add_argument("kernel", type=PATH, metavar="KERNEL.cu", help="the CUDA file that defines the kernel")
+    init_.add_argument("entry", nargs="?", type=nonempty("a __global__ function's C++ name"), metavar="ENTRY",
+                       help="the kernel to gate, as C++ names it (a template with its arguments: 'reduce<float>'); "
+                            "needed where the file defines several")
+    init_.add_argument("--out", type=PATH, metavar="DIR", help="the suite's folder: the kernel's (default) or one above it")
+    init_.add_argument("--arch", type=nonempty("a compile target such as sm_90"), metavar="SM",
+                       help=f"compile target (default: [tool.cudagate] arch, else {DEFAULT_ARCH})")
+    init_.set_defaults(func=cmd_init)
 
     run = sub.add_parser("run", help="replay one harness request file on the GPU and print per-case results as JSON")
     run.add_argument("request", type=PATH, metavar="REQUEST.json")

@@ -218,7 +218,7 @@ _FAILED_LOCK = threading.Lock()
 def compile_kernel(
     source: str,
     *,
-    entry: str,
+    entry: str | None,
     arch: str,
     source_name: str = "kernel.cu",
     options: list[str] | tuple[str, ...] = (),
@@ -226,7 +226,8 @@ def compile_kernel(
     use_cache: bool = True,
     limits: CompileLimits | None = None,
 ) -> CompileResult:
-    """Compile ``source`` for ``arch`` (e.g. ``sm_90``) and look up ``entry``, within ``limits``
+    """Compile ``source`` for ``arch`` (e.g. ``sm_90``) and look up ``entry`` (None: every kernel the
+    source defines, for ``cudagate init`` to list; templates only where instantiated), within ``limits``
     (default: :data:`COMPILE_TIMEOUT_S`) and the memory cap (:func:`memory_cap_mb`).
 
     A compile error is a result (``ok=False`` with NVRTC's log), not an exception: the gate reports
@@ -288,7 +289,7 @@ def _nvrtc(source, source_name, entry, arch, options, headers, limits: CompileLi
     if reply.get("stopped"):
         what = (f"stopped after {limits.seconds:g} s ({limits.why})" if reply["stopped"] == "time" else
                 f"ran out of its {memory_mb} MiB memory cap (${MEMORY_ENV} sets another)")
-        return False, f"compile of {entry} ({source_name}): {what}: {REFUSED_TAIL}", None, None
+        return False, f"compile of {entry or source_name} ({source_name}): {what}: {REFUSED_TAIL}", None, None
     if not reply.get("ok"):
         return False, _explain_log(reply.get("log", ""), entry, source_name), None, None
     return True, reply["log"], reply["lowered_name"], base64.b64decode(reply["cubin"])
@@ -366,7 +367,7 @@ def _run_confined(request: dict, limits: CompileLimits) -> dict:
 def _explain_log(log: str, entry: str, source_name: str) -> str:
     # NVRTC reports an entry that names no kernel (a template that does not instantiate, too) against
     # the synthetic file of its name expression: say it against the source, with NVRTC's own reason.
-    if "__nv_name_map" not in log:
+    if entry is None or "__nv_name_map" not in log:
         return log
     reasons = [found for found in _NAME_MAP_ERROR.findall(log) if not found.startswith("Error in parsing name expression")]
     kept = "\n".join(line for line in log.splitlines() if "__nv_name_map" not in line and "nv_mangled_name" not in line and line.strip() != "^")

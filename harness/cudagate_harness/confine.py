@@ -152,8 +152,9 @@ def serve(request: dict) -> dict:
         restrict_to(request["readable"])
     except ConfinementError as exc:
         return {"ok": False, "log": f"the compiler was not started: {exc}", "confined": False}
+    entry = request["entry"]
     return _compile(nvrtc, request["source"].encode(), request["source_name"].encode(), flags,
-                    request["entry"].encode())
+                    None if entry is None else entry.encode())
 
 
 def main() -> int:

@@ -23,8 +23,9 @@ from pytest_cudagate.boundary import schema
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, clipped, non_finite, read_text, walk, walk_tree
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.host.paths import display_path, visible
+from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
+from pytest_cudagate.suite import placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
@@ -75,6 +76,7 @@ def load_suite(path: str | Path) -> Suite:
     locate = _locator(text)
     if not isinstance(raw, dict):
         raise FileError(path, ["(top level): expected a mapping with keys suite, signature, reference, kernels, cases, tolerance"])
+    _refuse_placeholders(path, raw, locate)
     schema.validate(raw, "suite", path, locate)
     checker = _Checker(path, locate)
     for parts, value in non_finite(raw):  # JSON Schema cannot say "finite"
@@ -83,6 +85,22 @@ def load_suite(path: str | Path) -> Suite:
     suite = checker.build(raw)
     checker.raise_if_any()
     return suite
+
+
+def _refuse_placeholders(path: Path, raw: dict, locate) -> None:
+    """A skeleton's values left to fill in (and its stub reference), all at once, before the schema
+    would call each a value of the wrong type."""
+    problems = [f"line {locate(parts)}: {schema.format_path(parts)}: left to fill in: {hint}"
+                for parts, hint in placeholders.unfilled(raw)]
+    stub = placeholders.stub_line(path, raw.get("reference"))
+    if stub is not None:
+        problems.append(f"line {locate(['reference', 'python'])}: reference.python: left to fill in: the reference's "
+                        f"body ({raw['reference']['python']}, line {stub}, still raises the stub's "
+                        "NotImplementedError): compute the outputs with numpy")
+    if problems:
+        raise FileError(path, problems + ["fix: replace each TODO with its value (docs/suite-format.md says what each "
+                                          "key takes) and write the reference, then run "
+                                          f"`{command('cudagate', 'cases', 'generate', path)}`"])
 
 
 class _Checker:

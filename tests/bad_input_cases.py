@@ -921,6 +921,49 @@ def _(d):
     return check(path)
 
 
+# -- cudagate init KERNEL.cu [ENTRY] (issue 42, item 3) ---------------------------------------------------------------
+
+SAXPY_CU = "__global__ void saxpy(const float* x, float* y, float a, int n) { if (n) y[0] = a * x[0]; }\n"
+
+
+def init_with(d: Path, source: str | None, *extra: str) -> tuple[str, list[str]]:
+    d.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        (d / "k.cu").write_text(source, encoding="utf-8")
+    return "cudagate", ["init", str(d / "k.cu"), *extra]
+
+
+for _name, _source, _extra in (
+        ("a missing file", None, ()),
+        ("a file with no kernel", "__device__ float twice(float x) { return 2 * x; }\n", ()),
+        ("several kernels and no ENTRY", SAXPY_CU + "__global__ void other(int* z) {}\n", ()),
+        ("an ENTRY that names no kernel", SAXPY_CU, ("nosuch",)),
+        ("a file that does not compile", "__global__ void k(float* x) { x[0] = undefined_name; }\n", ()),
+):
+    bad("init", _name, cpu_s=GATE_SECONDS)(lambda d, s=_source, e=_extra: init_with(d, s, *e))
+
+
+@bad("init", "an --out folder that does not hold the file", cpu_s=GATE_SECONDS)
+def _(d):
+    (d / "elsewhere").mkdir(parents=True)
+    return init_with(d / "kernel", SAXPY_CU, "--out", str(d / "elsewhere"))
+
+
+@bad("init", "an existing suite", cpu_s=GATE_SECONDS)
+def _(d):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cudagate.yaml").write_text("suite: mine\n", encoding="utf-8")
+    return init_with(d, SAXPY_CU)
+
+
+@bad("init", "a skeleton left as written (check)", cpu_s=GATE_SECONDS)
+def _(d):
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "k.cu").write_text(SAXPY_CU, encoding="utf-8")
+    assert main(["init", str(d / "k.cu")]) == 0
+    return check(d / "cudagate.yaml")
+
+
 # -- links to folders in the gated paths (issue 41, item 6) ----------------------------------------------------------
 
 def folder_links(d: Path, links: dict[str, str], entry: str) -> tuple[str, list[str]]:

@@ -74,7 +74,7 @@ def described(symbol: str) -> Kernel:
     head, params = text[:split], text[split + 1:-1]
     # A template kernel's mangling carries its return type; a kernel returns void.
     name = head[5:] if head.startswith("void ") else head
-    types = tuple(p.strip() for p in _split_top(params)) if params.strip() not in ("", "void") else ()
+    types = tuple(p.strip() for p in split_top(params)) if params.strip() not in ("", "void") else ()
     return Kernel(symbol, name, types)
 
 
@@ -193,14 +193,15 @@ def _top_level_paren(text: str) -> int | None:
     return None
 
 
-def _split_top(text: str) -> list[str]:
+def split_top(text: str, separator: str = ",") -> list[str]:
+    """``text`` split at each ``separator`` outside brackets (a parameter list at its commas)."""
     parts, depth, start = [], 0, 0
     for at, char in enumerate(text):
-        if char in "(<[":
+        if char in "(<[{":
             depth += 1
-        elif char in ")>]":
+        elif char in ")>]}":
             depth -= 1
-        elif char == "," and depth == 0:
+        elif char == separator and depth == 0:
             parts.append(text[start:at])
             start = at + 1
     return [*parts, text[start:]]

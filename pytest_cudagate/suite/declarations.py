@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from cudagate_harness.symbols import split_top
+
 _MAX_HEAD = 512  # characters from __global__ to the parameter list's "(": attributes, return type, name
 _MAX_PARAMS_TEXT = 1 << 16
 _MAX_DECLARATIONS = 4096
@@ -111,32 +113,11 @@ def _matching(code: str, opened: int) -> int | None:
 
 
 def _parameters(text: str) -> tuple[Parameter, ...]:
-    parts, depth, start = [], 0, 0
-    for at, char in enumerate(text):
-        if char in "(<[{":
-            depth += 1
-        elif char in ")>]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:at])
-            start = at + 1
-    parts.append(text[start:])
-    squeezed = [" ".join(_default_dropped(p).split()) for p in parts]
+    # A default argument ("float s = 1.0f") is dropped: the type and name come before it.
+    squeezed = [" ".join(split_top(p, "=")[0].split()) for p in split_top(text)]
     if squeezed == [""] or squeezed == ["void"]:
         return ()
     return tuple(_parameter(p) for p in squeezed)
-
-
-def _default_dropped(text: str) -> str:
-    depth = 0
-    for at, char in enumerate(text):
-        if char in "(<[{":
-            depth += 1
-        elif char in ")>]}":
-            depth -= 1
-        elif char == "=" and depth == 0:
-            return text[:at]
-    return text
 
 
 def _parameter(text: str) -> Parameter:

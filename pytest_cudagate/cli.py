@@ -45,7 +45,8 @@ from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust
 from pytest_cudagate.suite.includes import IncludeError
-from pytest_cudagate.worker.build import compile_version, mismatch_heading, parameter_problems, suite_builds
+from pytest_cudagate.worker.build import (compile_version, entry_resources, mismatch_heading, parameter_problems,
+                                         suite_builds)
 from pytest_cudagate.worker.requests import current_version
 
 
@@ -100,7 +101,7 @@ def cmd_check(args) -> int:
             for program, version in versions:
                 result = compile_version(version, arch)
                 if result.ok:
-                    res = result.resources
+                    res = entry_resources(result)
                     print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")

@@ -37,8 +37,8 @@ from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
 from pytest_cudagate.worker.requests import current_version
-from pytest_cudagate.worker.build import (build_record, compile_ahead, compile_builds, mismatch_heading,
-                                         parameter_problems)
+from pytest_cudagate.worker.build import (BuildFacts, build_record, compile_ahead, compile_builds, entry_builds,
+                                         entry_resources, mismatch_heading, parameter_problems)
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.spawn import runs_items
 
@@ -234,11 +234,20 @@ class GateSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if call.when == "call" and isinstance(item, CaseItem) and xdist_hooks.is_worker(self.config):
+        if isinstance(item, GateItem):
+            setattr(report, xdist_hooks.GATE_ITEM, True)
+        if call.when == "call" and isinstance(item, (CaseItem, CompileItem)) and xdist_hooks.is_worker(self.config):
             xdist_hooks.attach(report, item, self.runtime)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if xdist_hooks.is_worker(self.config):
+            return  # its controller counts and reports
+        if getattr(report, xdist_hooks.GATE_ITEM, False):
+            # the report's counts are pytest's own for the gate's items: compile and release items too
+            category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
+            if category:
+                self.runtime.tested["errors" if category == "error" else category] += 1
         if xdist_hooks.is_controller(self.config):
             xdist_hooks.gather(self.config, report, self.runtime)
 
@@ -363,26 +372,34 @@ class SuiteErrorItem(GateItem):
 class CompileItem(GateItem):
     run_phase = "compile"
 
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.facts: list[BuildFacts] = []  # what each build came to (an xdist worker sends them on)
+
     def runtest(self) -> None:
         node: ProgramNode = self.parent
         refusal = self.runtime.trust_refusal(node.suite, self.nodeid, "compile this suite's kernels")
         if refusal:
             raise GateFailure(refusal)
         failures = []
-        builds = compile_builds(node.program, node.cases, self.runtime.arch(), timeout_s=self.runtime.timeout_s)
+        arch, timeout_s = self.runtime.arch(), self.runtime.timeout_s
+        builds = compile_builds(node.program, node.cases, arch, timeout_s=timeout_s)
         for number, (build, result) in enumerate(builds):
             if not number:
                 self.user_properties.append(("arch", result.arch))
-            for key, value in result.resources.items():  # a class variant's prefixed with its class
+            for key, value in entry_resources(result).items():  # a class variant's prefixed with its class
                 self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
+            # every entry of a kernel of steps is a build of its own, with its own registers
+            built = entry_builds(build, result, arch, timeout_s=timeout_s)
+            self.facts += [BuildFacts.of(node.suite.name, build, entry, one) for entry, one in built.items()]
             what = f" ({build.build_name})" if build.variant else ""
             if not result.ok:
                 failures.append(f"{node.program.source}{what} does not compile for {result.arch}:\n{result.log}")
-            mismatch = parameter_problems(build, result, node.suite.signature, self.runtime.arch(),
-                                          timeout_s=self.runtime.timeout_s)
+            mismatch = parameter_problems(build, result, node.suite.signature, arch, timeout_s=timeout_s, built=built)
             if mismatch:
                 failures.append(f"{node.program.source}{what}: {mismatch_heading(build)}:\n"
                                 + "\n".join(f"  - {p}" for p in mismatch))
+        self.runtime.compiles += self.facts
         if failures:
             raise GateFailure("\n".join(failures))
 

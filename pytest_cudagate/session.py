@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections import Counter
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from pytest_cudagate.trust.ledger import release_verifier
 if TYPE_CHECKING:  # release mode and `cudagate gate --trusted-ref` only
     from pytest_cudagate.approvals.release import ReleaseSource
     from pytest_cudagate.trust.base_ref import TrustRoot
+    from pytest_cudagate.worker.build import BuildFacts
 
 
 @dataclass
@@ -94,6 +96,8 @@ class GateRuntime:
     outcomes: list[CaseOutcome] = field(default_factory=list)
     selection: dict = field(default_factory=dict)  # --cuda-gate-class: the classes run and the cases left out
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)
+    compiles: list[BuildFacts] = field(default_factory=list)  # each compile item's builds, for reports
+    tested: Counter = field(default_factory=Counter)  # pytest's outcome category -> cudagate items, as it counts them
     fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
     spawned: Worker | None = None  # the process the plugin started at configure, until client() opens it
     _worker: OpenWorker | None = None

@@ -7,7 +7,8 @@
   ``SUITE::KERNEL::CASE``, so a kernel's compile item and cases stay on one worker (and one card),
   which compiles it once.
 - A worker attaches each case's outcome (as JSON, :mod:`pytest_cudagate.judge.wire`), skip, trust
-  status and the hardware fingerprint to the item's report; the controller rebuilds them in
+  status and the hardware fingerprint, and each compile item's build facts, to the item's report;
+  every cudagate item's reports are marked, so the controller counts them as pytest does. It rebuilds them in
   ``pytest_runtest_logreport``, so report.json, report.html, the job summary and the terminal table
   are built from the same outcomes a ``-n 0`` run holds.
 - The controller hands every worker one fresh-input seed, so a failure on any card replays with it.
@@ -28,9 +29,12 @@ from pytest_cudagate.judge.wire import outcome_from_wire, outcome_to_wire
 from pytest_cudagate.reports.hashes import case_files
 from pytest_cudagate.reports.locate import ItemInfo, Key
 from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.worker.build import BuildFacts
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
 PAYLOAD = "cudagate_payload"  # the report attribute that carries a case item's results to the controller
+COMPILES = "cudagate_compiles"  # ... and a compile item's build facts
+GATE_ITEM = "cudagate_item"  # set on every report of a cudagate item: the controller counts them as pytest does
 SEED_KEY = "cudagate_fresh_seed"  # in xdist's workerinput
 _INDEX = pytest.StashKey[dict]()  # controller: (suite, kernel, case) -> ItemInfo of the gathered items
 
@@ -82,7 +86,11 @@ def make_scheduler(config: pytest.Config, log: Any):
 
 
 def attach(report: pytest.TestReport, item: Any, runtime: Any) -> None:
-    """On a worker: put the case item's results on its call report, for the controller."""
+    """On a worker: put the case item's results (a compile item's build facts) on its call report, for the controller."""
+    facts = getattr(item, "facts", None)
+    if facts:
+        setattr(report, COMPILES, json.dumps([f.to_json() for f in facts]))
+        return
     outcome, skipped = getattr(item, "outcome", None), getattr(item, "skipped_entry", None)
     if outcome is None and skipped is None:
         return
@@ -98,6 +106,9 @@ def attach(report: pytest.TestReport, item: Any, runtime: Any) -> None:
 
 def gather(config: pytest.Config, report: pytest.TestReport, runtime: Any) -> None:
     """On the controller: rebuild what a worker attached to ``report`` into ``runtime``."""
+    facts = getattr(report, COMPILES, None)
+    if facts:
+        runtime.compiles += [BuildFacts(**f) for f in json.loads(facts)]
     text = getattr(report, PAYLOAD, None)
     if not text:
         return

@@ -156,7 +156,7 @@ class Runner:
             "runner.temp": str(self.temp), "github.event_name": "pull_request", "github.token": "t0ken-for-test",
             "github.repository": "octo/kernels", "github.sha": self.head, "github.event.pull_request.number": "7",
             "github.event.pull_request.base.sha": self.repo.base, "github.event.pull_request.head.sha": self.head,
-            "secrets.CUDAGATE_TRUSTED_KEY_IDS": "", "matrix.gpu": "h100",
+            "vars.CUDAGATE_TRUSTED_KEY_IDS": "", "matrix.gpu": "h100",
             # the other steps run this test's Python, where cudagate is installed (NVRTC included)
             "steps.python.outputs.python-path": sys.executable,
         }

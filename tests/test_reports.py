@@ -62,7 +62,7 @@ def test_report_json_validates_and_broken_ones_do_not(written):
 def test_verdict_counts_and_order(written):
     _, _, document = written
     assert document["verdict"] == "fail"
-    assert document["counts"] == {"failed": 2, "warning": 2, "passed": 1, "skipped": 1, "regressed": 1, "total": 6}
+    assert document["counts"] == {"failed": 2, "errors": 0, "warning": 2, "passed": 3, "skipped": 1, "regressed": 1, "total": 6}
     statuses = [i["status"] for i in document["items"]]
     assert statuses == ["failed", "failed", "warning", "warning", "passed", "skipped"]
     assert document["items"][0]["case"] == "perf"  # the latency regression leads the failures
@@ -118,7 +118,7 @@ def test_html_is_self_contained_and_leads_with_the_verdict(written):
     _, report_dir, document = written
     page = (report_dir / "report.html").read_text()
     assert page.index(">FAIL<") < page.index("Regressions and failures") < page.index("All results")
-    assert "2 failed · 2 warnings · 1 passed · 1 skipped of 6" in page
+    assert "2 failed · 3 passed (2 with a warning) · 1 skipped of 6" in page
     problems_table = page[page.index("Regressions and failures"):page.index("All results")]
     regressed = item(document, "perf")["latency"]["estimate"]
     assert "scale2 × perf" in problems_table and f"[{regressed['low']:.3f}, {regressed['high']:.3f}]" in problems_table

@@ -46,7 +46,7 @@ def test_annotation_paths_are_relative_to_the_workspace(tmp_path):
 
 def test_job_summary_lists_failures_first(document):
     text = github.summary_markdown(document)
-    assert text.startswith("## ❌ cudagate FAIL: 2 failed · 2 warnings · 1 passed · 1 skipped of 6")
+    assert text.startswith("## ❌ cudagate FAIL: 2 failed · 3 passed (2 with a warning) · 1 skipped of 6")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "kernel × case" not in line
             and not line.startswith("| ---")]
     assert [row.split(" | ")[1] for row in rows] == ["scale2 × perf", "scale2 × edge", "scale2 × perf_tall",

@@ -151,7 +151,7 @@ class Filler:
 def carrying_every_field(document: dict) -> dict:
     """The fixture report with the optional parts it lacks: a library baseline (and one that failed),
     a release comparison, a run-spread judgement, the comparison split by inputs, notes, discarded and
-    kept chunks, a class selection, a report folder and GitHub's run facts."""
+    kept chunks, a class selection, a report folder, GitHub's run facts and compile facts."""
     document = copy.deepcopy(document)
     items = {item["case"]: item for item in document["items"]}
     regressed, incomparable, failed = items["perf"], items["perf_tall"], items["edge"]
@@ -175,6 +175,11 @@ def carrying_every_field(document: dict) -> dict:
     run["options"].update(classes=["default"], deselected_by_class=["scale/cudagate.yaml::scale2::perf_odd"])
     run.update(report_dir="report", github={"repository": "octo/kernels", "run_id": "12", "job": "gate", "ref": "refs/pull/7",
                                             "sha": None, "server_url": "https://github.com", "runner": "gpu-1"})
+    facts = {"suite": "scale", "kernel": "scale2", "variant": "wide", "entry": "scale2", "arch": "sm_90",
+             "compiler": "NVRTC 13.0", "ok": True, "registers": 16, "spill_store_bytes": 0, "spill_load_bytes": 0,
+             "shared_static_bytes": 0, "compile_s": 0.5}
+    run["compiles"] = [facts, {**facts, "variant": None, "ok": False, "registers": None, "spill_store_bytes": None,
+                               "spill_load_bytes": None, "shared_static_bytes": None, "compile_s": None}]
     return document
 
 

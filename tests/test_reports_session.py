@@ -52,6 +52,8 @@ def pytest_sessionfinish(session, exitstatus):
     scenario.outcomes[1].message += "\\nenvironment dump: " + leak
     runtime.outcomes[:] = scenario.outcomes
     runtime.skipped[:] = scenario.skipped
+    runtime.tested.clear()  # ... and pytest's counts of the items they stand for
+    runtime.tested.update(failed=2, passed=3, skipped=1)
     runtime.fingerprint = scenario.fingerprint
     runtime.trust = {{str(scenario.suite.path): scenario.trust[str(scenario.suite.path)] + " key " + leak}}
     pytest_hooks.session_finish(session.config, runtime, exitstatus)
@@ -104,7 +106,7 @@ def test_pytest_session_writes_report_benchmark_summary_and_annotations(pytester
     written = [p for p in pytester.path.rglob("*") if p.is_file() and p.suffix in (".json", ".html", ".md")]
     assert len(written) >= 9  # report.json, report.html, 5 requests, bench.json, summary.md
     assert_no_secret(written, out)
-    assert "1 passed · 1 skipped of 6" in summary.read_text()  # short flag values ("1") were left alone
+    assert "3 passed (2 with a warning) · 1 skipped of 6" in summary.read_text()  # short flag values ("1") were left alone
 
 
 def test_no_report_no_work(pytester):

@@ -125,6 +125,12 @@ def test_two_workers_report_what_one_process_reports(pytester):
     assert len(one["items"]) == len(two["items"]) == 2 * 2 * len(CASES)
     assert _verdicts(two) == _verdicts(one)
     assert one["counts"] == two["counts"] and one["verdict"] == two["verdict"] == "fail"
+    # the workers' compile items are counted, and their builds reach the controller's report
+    def builds(document):
+        return sorted(json.dumps({k: v for k, v in f.items() if k != "compile_s"}, sort_keys=True)
+                      for f in document["runs"][0]["compiles"])
+    assert builds(one) == builds(two) and len(builds(one)) == 4  # 2 suites of 2 kernels
+    assert one["counts"]["total"] == len(one["items"]) + 4 == sum(two["runs"][0]["pytest_counts"].values())
     assert {k: v for k, v in two["runs"][0]["fingerprint"].items() if k != "fields"} == \
         {k: v for k, v in one["runs"][0]["fingerprint"].items() if k != "fields"}
     assert two["suites"] == one["suites"]

@@ -128,6 +128,7 @@ class CompileResult:
     lowered_name: str | None = None
     resources: dict = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
+    compiler: str = ""  # what built it and its version, as reports show it ("NVRTC 13.0")
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -242,7 +243,7 @@ def compile_kernel(
     start = time.perf_counter()
     memory_mb, problem = memory_cap_mb()
     if problem:
-        return CompileResult(False, arch, key, False, 0.0, problem)
+        return CompileResult(False, arch, key, False, 0.0, problem, compiler=f"NVRTC {nvrtc_version()}")
     failed = (key, source_name, limits.seconds, memory_mb)
     note = ""
     if use_cache:
@@ -254,10 +255,10 @@ def compile_kernel(
         if hit is not None:
             meta, cubin = hit
             return CompileResult(True, arch, key, True, time.perf_counter() - start, meta["log"],
-                                 meta["lowered_name"], meta["resources"], cubin)
+                                 meta["lowered_name"], meta["resources"], cubin, f"NVRTC {nvrtc_version()}")
     ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers, limits, memory_mb)
     result = CompileResult(ok, arch, key, False, time.perf_counter() - start, "\n".join(filter(None, [note, log])),
-                           lowered, parse_resources(log) if ok else {}, cubin)
+                           lowered, parse_resources(log) if ok else {}, cubin, f"NVRTC {nvrtc_version()}")
     if use_cache:
         if ok:
             _cache_write(key, result)

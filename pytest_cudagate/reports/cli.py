@@ -11,7 +11,7 @@ from pathlib import Path
 from pytest_cudagate.boundary.options import NAME, PATH, nonempty
 from pytest_cudagate.host import output
 from pytest_cudagate.host.paths import display_path
-from pytest_cudagate.reports import comment, github
+from pytest_cudagate.reports import comment, fmt, github
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.reports.writer import REPORT_HTML, read_report, write_report
@@ -26,8 +26,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     path = write_report(out_dir, built, scrubber)
     document = scrubber.data(built.document)
     print(f"merged {len(args.reports)} report(s), {len(document['runs'])} run(s): "
-          f"{document['verdict'].upper()} ({document['counts']['failed']} failed, "
-          f"{document['counts']['warning']} warnings, {document['counts']['passed']} passed)")
+          f"{document['verdict'].upper()} ({fmt.counts_line(document['counts'])})")
     print(f"wrote {display_path(path)} and {display_path(out_dir / REPORT_HTML)}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if github.in_actions() and summary:

@@ -117,33 +117,59 @@ def _entry(index: int, item: dict, runs: list[dict]) -> Entry:
     return Entry(group, (*order, index), tuple(cells))
 
 
-def _section(group: str, entries: list[Entry], header: list[str], budget: int) -> str:
-    """The section's Markdown, at most ``budget`` UTF-16 units: as many rows as fit, then a note."""
-    title = f"{_TITLES[group]} ({len(entries)})"
-    if group in FOLDED:
-        opening, closing = [f"<details><summary>{title}</summary>", ""], ["", "</details>"]
+def _section(title: str, folded: bool, rows: list[tuple[str, ...]], header: list[str], budget: int,
+             noun: str = "case", icon: str = "") -> str:
+    """A table's Markdown, at most ``budget`` UTF-16 units: as many rows as fit, then a note."""
+    heading = f"{title} ({len(rows)})"
+    if folded:
+        opening, closing = [f"<details><summary>{heading}</summary>", ""], ["", "</details>"]
     else:
-        opening, closing = [f"#### {_ICONS[group]} {title}", ""], []
+        opening, closing = [f"#### {icon} {heading}", ""], []
     lines = [*opening, "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     used = sum(_units(line) + 1 for line in lines) + _NOTE_ROOM
     shown = 0
-    for entry in entries:
-        row = "| " + " | ".join(entry.cells) + " |"
+    for cells in rows:
+        row = "| " + " | ".join(cells) + " |"
         if used + _units(row) + 1 > budget:
             break
         lines.append(row)
         used += _units(row) + 1
         shown += 1
-    if shown < len(entries):
-        left = len(entries) - shown
-        note = (f"…and {left} more {'case' if left == 1 else 'cases'} not shown here (a comment holds at most "
-                f"{COMMENT_LIMIT:,} characters): the full report lists every case.")
+    if shown < len(rows):
+        left = len(rows) - shown
+        note = (f"…and {left} more {noun if left == 1 else noun + 's'} not shown here (a comment holds at most "
+                f"{COMMENT_LIMIT:,} characters): the full report lists every {noun}.")
         if not shown:
-            lines = [f"**{_TITLES[group]}: {len(entries)}**, not shown (a comment holds at most {COMMENT_LIMIT:,} "
-                     "characters): the full report lists every case."]
+            lines = [f"**{title}: {len(rows)}**, not shown (a comment holds at most {COMMENT_LIMIT:,} "
+                     f"characters): the full report lists every {noun}."]
             return "\n".join(lines) if _units(lines[0]) <= budget else ""
         lines += ["", note]
     return "\n".join(lines + closing)
+
+
+def _builds(runs: list[dict]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The compile facts as a table: one row per build and entry (the entry named where a kernel has
+    several), a GPU column where there are several runs."""
+    several = len(runs) > 1
+    header = ["kernel", *(["GPU"] if several else []), "arch", "registers", "spills (store / load)", "static shared",
+              "compiler", "compile"]
+    facts = [(run, f) for run in runs for f in run.get("compiles") or []]
+    entries: dict[tuple, int] = {}
+    for run, f in facts:
+        key = (id(run), f["suite"], f["kernel"], f["variant"])
+        entries[key] = entries.get(key, 0) + 1
+    rows = []
+    for run, f in facts:
+        name = " · ".join(filter(None, (f["suite"], f["kernel"], f["variant"] and f"class {f['variant']}",
+                                        f["entry"] if entries[(id(run), f["suite"], f["kernel"], f["variant"])] > 1 else None)))
+        spills = ("–" if f["spill_store_bytes"] is None and f["spill_load_bytes"] is None
+                  else f"{fmt.sig(f['spill_store_bytes'], 9)} / {fmt.sig(f['spill_load_bytes'], 9)} B")
+        rows.append((escape.markdown(name, NAME_CHARS), *([_gpu(run)] if several else []), escape.markdown(f["arch"], 20),
+                     fmt.sig(f["registers"], 9), spills,
+                     "–" if f["shared_static_bytes"] is None else f"{f['shared_static_bytes']} B",
+                     escape.markdown(f["compiler"] or "–", 40),
+                     fmt.compile_time(f["compile_s"]) if f["ok"] else "**failed**"))
+    return header, rows
 
 
 def _runs_lines(runs: list[dict]) -> list[str]:
@@ -177,12 +203,17 @@ def render(document: dict, *, report_url: str | None = None, comment_id: str | N
     sections = []
     for group in GROUPS:
         members = sorted((e for e in entries if e.group == group), key=lambda e: e.order)
-        section = _section(group, members, header, budget) if members else ""
+        section = (_section(_TITLES[group], group in FOLDED, [e.cells for e in members], header, budget,
+                            icon=_ICONS[group]) if members else "")
         if section:
             sections += [section, ""]
             budget -= _units(section) + 2
     if not entries:
         sections = ["The report holds no kernel × case: nothing was judged.", ""]
+    build_header, builds = _builds(runs)
+    section = _section("Builds", True, builds, build_header, budget, "build") if builds else ""
+    if section:
+        sections += [section, ""]
     return "\n".join(head + sections + foot)
 
 

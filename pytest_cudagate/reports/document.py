@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_cudagate import __version__
 from pytest_cudagate.gate import GateOptions
@@ -19,6 +19,9 @@ from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
 from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
 from pytest_cudagate.suite.model import DEFAULT_CLASS
+
+if TYPE_CHECKING:
+    from pytest_cudagate.worker.build import BuildFacts
 
 REPORT_FORMAT = "cudagate-report"
 REPORT_VERSION = 1
@@ -37,14 +40,27 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def summarize(items: list[dict]) -> tuple[str, dict[str, int]]:
-    """Overall verdict and counts. A case not replayed was not judged, so it cannot make a PASS;
+def summarize(items: list[dict], runs: list[dict]) -> tuple[str, dict[str, int]]:
+    """Overall verdict and counts. failed, errors, passed and skipped are pytest's for the gate's items
+    (compile and release items too), summed over the runs: a run that holds no pytest counts (a report
+    built from outcomes alone) counts its items. warning (cases that passed with a warning, among the
+    passed) and regressed count items. A case not replayed was not judged, so it cannot make a PASS;
     neither can a run that judged nothing."""
-    counts = {status: sum(1 for i in items if i["status"] == status) for status in STATUS_ORDER}
+    counts = {"failed": 0, "errors": 0, "passed": 0, "skipped": 0}
+    for number, run in enumerate(runs):
+        tested = run.get("pytest_counts")
+        if tested is None:
+            mine = [i["status"] for i in items if i["run"] == number]
+            tested = {"failed": mine.count("failed"), "passed": mine.count("passed") + mine.count("warning"),
+                      "skipped": mine.count("skipped")}
+        for name in counts:
+            counts[name] += tested.get(name, 0)
+    counts["total"] = sum(counts.values())
+    counts["warning"] = sum(1 for i in items if i["status"] == "warning")
     counts["regressed"] = sum(1 for i in items if (i.get("latency") or {}).get("verdict") == "regressed")
-    counts["total"] = len(items)
+    failed = counts["failed"] or counts["errors"] or any(i["status"] == "failed" for i in items)
     unjudged = counts["warning"] or counts["skipped"] or not items
-    verdict = "fail" if counts["failed"] else ("warn" if unjudged else "pass")
+    verdict = "fail" if failed else ("warn" if unjudged else "pass")
     return verdict, counts
 
 
@@ -139,7 +155,8 @@ def suites_section(items: Iterable[dict], trust: Mapping[str | os.PathLike, str]
     return sorted(suites.values(), key=lambda s: s["path"])
 
 
-def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | None, report_dir: str | None) -> dict:
+def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | None, report_dir: str | None,
+              tested: Mapping[str, int] | None = None, compiles: Iterable[BuildFacts] = ()) -> dict:
     github = None
     if os.environ.get("GITHUB_ACTIONS") == "true":
         github = {k: os.environ.get(v) for k, v in (("repository", "GITHUB_REPOSITORY"), ("run_id", "GITHUB_RUN_ID"),
@@ -150,6 +167,9 @@ def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | No
             "key": fingerprint.key(), "description": fingerprint.describe(), "fields": plain(fingerprint.to_dict())},
         "host": platform.node(), "created": now(), "tool_version": __version__, "exitstatus": exitstatus,
         "options": dict(options), "report_dir": report_dir, "github": github,
+        **({"pytest_counts": {name: int(tested.get(name, 0)) for name in ("failed", "errors", "passed", "skipped")}}
+           if tested is not None else {}),
+        "compiles": [facts.to_json() for facts in compiles],
     }
 
 
@@ -167,7 +187,11 @@ def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, 
                  trust: Mapping[str | os.PathLike, str] | None = None, root: Path | None = None,
                  exitstatus: int | None = None, report_dir: str | None = None,
                  selection: Mapping[str, Any] | None = None, trusted_ref: str | None = None,
-                 pull_request: int | None = None) -> Built:
+                 pull_request: int | None = None, tested: Mapping[str, int] | None = None,
+                 compiles: Iterable[BuildFacts] = ()) -> Built:
+    """The report of one run. ``tested``: pytest's counts of the gate's items by outcome (passed,
+    failed, skipped, errors), None outside a pytest session (the counts are then the items');
+    ``compiles``: what each compile item's builds came to."""
     opts = {**options_json(options, trusted_ref, pull_request), **(selection or {})}
     tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
     requests: dict[str, dict] = {}
@@ -179,12 +203,12 @@ def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, 
     for suite, kernel, case, kind in skipped:
         info = index.get((suite, kernel, case)) or from_requests((suite, kernel, case), [], root)
         items.append(_skipped_item((suite, kernel, case, kind), info, 0, root, opts))
-    return Built(assemble([run_entry(fingerprint, opts, exitstatus, report_dir)], items,
+    return Built(assemble([run_entry(fingerprint, opts, exitstatus, report_dir, tested, compiles)], items,
                           suites_section(items, trust or {}, root)), requests)
 
 
 def assemble(runs: list[dict], items: list[dict], suites: list[dict]) -> dict:
     items = sort_items(items)
-    verdict, counts = summarize(items)
+    verdict, counts = summarize(items, runs)
     return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "created": now(), "tool_version": __version__,
             "verdict": verdict, "counts": counts, "runs": runs, "suites": suites, "items": items}

@@ -55,14 +55,21 @@ def change(estimate: dict | None) -> str:
 
 
 def counts_line(counts: dict[str, int]) -> str:
-    parts = [f"{counts.get('failed', 0)} failed", f"{counts.get('warning', 0)} warnings",
-             f"{counts.get('passed', 0)} passed"]
-    if counts.get("skipped"):
-        parts.append(f"{counts['skipped']} skipped")
+    """The gate's items as pytest's summary line counts them (failed and passed always, the rest where
+    any), then the cases among the passed that warned and the latency regressions."""
+    parts = [f"{counts.get('failed', 0)} failed", f"{counts.get('passed', 0)} passed"]
+    if counts.get("warning"):
+        parts[-1] += f" ({counts['warning']} with a warning)"
+    parts += [f"{counts[name]} {name}" for name in ("skipped", "errors") if counts.get(name)]
     line = " · ".join(parts) + f" of {counts.get('total', 0)}"
     if counts.get("regressed"):
         line += f" ({counts['regressed']} latency regression{'s' if counts['regressed'] != 1 else ''})"
     return line
+
+
+def compile_time(seconds: float | None) -> str:
+    """A build's compile time, or that it came from the compile cache."""
+    return "cached" if seconds is None else f"{seconds:.2f} s"
 
 
 def clip(text: str, limit: int) -> str:

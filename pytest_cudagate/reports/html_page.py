@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page (inline CSS and SVG, no scripts, no fetches).
 
-Order follows what a reader needs: the verdict, then what failed and why, then every result,
-then the per-case evidence, hardware and suites.
+Order follows what a reader needs: the verdict, then what failed and why, then every result, what
+each kernel compiled to, then the per-case evidence, hardware and suites.
 """
 
 from __future__ import annotations
@@ -81,6 +81,29 @@ def runs_section(doc: dict) -> str:
     return "".join(parts)
 
 
+def builds_section(doc: dict) -> str:
+    """What every compile item built, per kernel build and entry: registers, spills, static shared
+    memory, the compiler and the compile time (or "cached")."""
+    several = len(doc["runs"]) > 1
+    head = ["suite", "kernel", "entry", *(["GPU"] if several else []), "arch", "registers", "spill stores", "spill loads",
+            "static shared", "compiler", "compile"]
+    rows = []
+    for number, run in enumerate(doc["runs"]):
+        for f in run.get("compiles") or []:
+            kernel = f["kernel"] + (f" (class {f['variant']})" if f["variant"] else "")
+            cells = [(f["suite"], ""), (kernel, ""), (f["entry"], "mono"), *([(_run_label(doc, number), "")] if several else []),
+                     (f["arch"], ""), (fmt.sig(f["registers"], 9), "num"),
+                     *((("–" if f[k] is None else f"{f[k]} B"), "num") for k in ("spill_store_bytes", "spill_load_bytes",
+                                                                                "shared_static_bytes")),
+                     (f["compiler"] or "–", ""), (fmt.compile_time(f["compile_s"]) if f["ok"] else "failed", "num")]
+            rows.append("<tr>" + "".join(f'<td class="{cls}">{escape.html(text)}</td>' if cls else f"<td>{escape.html(text)}</td>"
+                                         for text, cls in cells) + "</tr>")
+    if not rows:
+        return '<p class="note">No compile item ran.</p>'
+    return (f"<div class=scroll><table><tr>{''.join(f'<th>{escape.html(h)}</th>' for h in head)}</tr>{''.join(rows)}"
+            "</table></div>")
+
+
 def suites_section(doc: dict) -> str:
     body = "".join(f"<tr><td>{escape.html(s['name'])}</td><td><code>{escape.html(s['path'])}</code></td>"
                    f"<td>{escape.html(s['signature']) if s.get('signature') else '<span class=note>not reported</span>'}</td></tr>"
@@ -107,9 +130,11 @@ def render(doc: dict) -> str:
 <p class="meta">on {escape.html(on)} · created {escape.html(doc['created'])} · cudagate {escape.html(doc['tool_version'])}</p></div></header>
 <main>
 <h2 id="problems">Regressions and failures</h2>
-{results_table(doc, problems) if problems else _no_problems(doc['counts'])}
+{results_table(doc, problems) if problems else _no_problems(items)}
 <h2 id="results">All results</h2>
 {results_table(doc, pairs) if pairs else '<p class="note">No case was collected.</p>'}
+<h2 id="builds">Builds</h2>
+{builds_section(doc)}
 <h2 id="cases">Per kernel × case</h2>
 {articles}
 <h2 id="hardware">Hardware and run</h2>
@@ -120,8 +145,8 @@ def render(doc: dict) -> str:
 """
 
 
-def _no_problems(counts: dict) -> str:
+def _no_problems(items: list[dict]) -> str:
     """What the empty failures section says: a pass only where something was replayed."""
-    if counts.get("passed"):
+    if any(i["status"] == "passed" for i in items):
         return "<p>None: every replayed case passed.</p>"
-    return "<p>None, but no case was replayed (no CUDA device), so nothing passed either.</p>"
+    return "<p>None, but no case was replayed (no CUDA device), so no case passed either.</p>"

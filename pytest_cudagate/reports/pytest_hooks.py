@@ -39,6 +39,7 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
         trusted_ref=getattr(getattr(runtime, "trust_root", None), "ref", None),
         pull_request=getattr(getattr(runtime, "trust_root", None), "pull_request", None),
         trust=getattr(runtime, "trust", None) or {}, root=Path(config.rootpath),
+        tested=runtime.tested, compiles=runtime.compiles,
         exitstatus=None if exitstatus is None else int(exitstatus),
         report_dir=display_path(report_dir) if report_dir else None)
 

@@ -8,9 +8,12 @@ and one that failed is not started again in this process (:func:`~cudagate_harne
 from __future__ import annotations
 
 import hashlib
+import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 
-from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
+from cudagate_harness.compiler import (CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version,
+                                       parse_resources)
 from cudagate_harness import symbols
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
 
@@ -20,6 +23,62 @@ from pytest_cudagate.reports.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import KernelVersion, current_version, shown_log
 from pytest_cudagate.suite.model import Case, Param, Program, Suite
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+
+
+def entry_resources(result: CompileResult) -> dict:
+    """ptxas's resource use for the entry ``result`` looked up (registers, spills, static shared memory,
+    ...). ptxas reports every kernel of the source in turn, and ``result.resources`` is read from the
+    whole log, so it holds the first kernel's: read the entry's own section. Static shared memory is
+    0 where ptxas says nothing of it (it names only a nonzero size)."""
+    marks = list(_PTXAS_ENTRY.finditer(result.log))
+    found = dict(result.resources)
+    for number, mark in enumerate(marks):
+        if mark.group(1) == result.lowered_name:
+            end = marks[number + 1].start() if number + 1 < len(marks) else len(result.log)
+            found = parse_resources(result.log[mark.end():end])
+            break
+    if "registers" in found:
+        found.setdefault("shared_static_bytes", 0)
+    return found
+
+
+# Cache keys this process compiled rather than read from the on-disk cache, with the seconds each took:
+# a compile item reads back what compile_ahead built a moment before, and its facts show that cold time.
+_COLD: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class BuildFacts:
+    """What compiling one entry of one build came to, as reports show it: ptxas's registers, spills
+    and static shared memory (None where the compile failed), the compiler, and the seconds this run
+    spent compiling it (None: it came from the compile cache of an earlier run)."""
+
+    suite: str
+    kernel: str
+    variant: str | None  # the shape class of a class variant's build
+    entry: str
+    arch: str
+    compiler: str
+    ok: bool
+    registers: int | None
+    spill_store_bytes: int | None
+    spill_load_bytes: int | None
+    shared_static_bytes: int | None
+    compile_s: float | None
+
+    @classmethod
+    def of(cls, suite: str, program: Program, entry: str, result: CompileResult) -> BuildFacts:
+        res = entry_resources(result)
+        return cls(suite, program.name, program.variant, entry, result.arch, result.compiler, result.ok,
+                   res.get("registers"), res.get("spill_store_bytes"), res.get("spill_load_bytes"),
+                   res.get("shared_static_bytes"), None if result.cache_hit and result.key not in _COLD
+                   else _COLD.get(result.key, result.seconds))
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,
@@ -50,27 +109,38 @@ def compile_version(version: KernelVersion, arch: str, case: Case | None = None,
     except CompileOptionError as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log))
+    if result.key and not result.cache_hit:
+        _COLD[result.key] = result.seconds
     return result
 
 
+def entry_builds(program: Program, result: CompileResult, arch: str, *,
+                 timeout_s: float | None = None) -> dict[str, CompileResult]:
+    """Each entry of ``program`` compiled: its first entry's ``result``, and for a kernel of steps each
+    other entry it launches (a name expression of its own) compiled as :func:`compile_program` does."""
+    return {entry: result if entry == program.entry else compile_program(program, arch, timeout_s=timeout_s, entry=entry)
+            for entry in program.entries}
+
+
 def parameter_problems(program: Program, result: CompileResult, signature: tuple[Param, ...], arch: str, *,
-                       timeout_s: float | None = None) -> list[str]:
+                       timeout_s: float | None = None, built: dict[str, CompileResult] | None = None) -> list[str]:
     """How each compiled entry's own parameter list (read from its cubin) differs from what it is
     passed, one line each: the whole ``signature``, or for each step of a kernel of steps the
     parameters it names (its other entries compiled for ``arch`` as :func:`compile_program` does).
     Empty when they agree or the build did not compile (its log says why). On the host, so a kernel
-    whose parameters would be read wrongly on a GPU fails before it reaches one."""
+    whose parameters would be read wrongly on a GPU fails before it reaches one. ``built``: the
+    entries already compiled (:func:`entry_builds`)."""
     if not program.steps:
         return _layout_problems(result, [p.protocol() for p in signature], "the signature")
     named = {p.name: p.protocol() for p in signature}
+    built = built or entry_builds(program, result, arch, timeout_s=timeout_s)
     problems = []
     for number, step in enumerate(program.steps, 1):
-        built = result if step.entry == program.entry else compile_program(program, arch, timeout_s=timeout_s,
-                                                                            entry=step.entry)
-        if not built.ok and built is not result:
-            problems.append(f"step {number} ({step.entry}): does not compile: {built.log.strip().splitlines()[0]}")
+        step_result = built[step.entry]
+        if not step_result.ok and step_result is not result:
+            problems.append(f"step {number} ({step.entry}): does not compile: {step_result.log.strip().splitlines()[0]}")
         problems += [f"step {number} ({step.entry}): {p}"
-                     for p in _layout_problems(built, [named[a] for a in step.args], "the step")]
+                     for p in _layout_problems(step_result, [named[a] for a in step.args], "the step")]
     return problems
 
 

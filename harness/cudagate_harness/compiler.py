@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import os
+import posixpath
 import re
 import stat
 import subprocess
@@ -306,6 +307,8 @@ def _nvrtc(source, source_name, entry, arch, options, headers, limits: CompileLi
         request = {"source": source, "source_name": source_name, "entry": entry, "flags": flags,
                    "readable": [str(Path(tree).resolve()), str(NVRTC_INCLUDE), *toolkit_include_dirs()], "memory_bytes": memory_mb << 20}
         reply = _run_confined(request, limits)
+        if "log" in reply:
+            reply["log"] = _header_names(reply["log"], Path(tree), source_dir)
     if reply.get("stopped"):
         what = (f"stopped after {limits.seconds:g} s ({limits.why})" if reply["stopped"] == "time" else
                 f"ran out of its {memory_mb} MiB memory cap (${MEMORY_ENV} sets another)")
@@ -347,6 +350,14 @@ def _header_tree(tree: Path, headers: dict[str, str]) -> Path:
         except OSError as exc:
             raise CompileOptionError(f"header {name!r} cannot be written to the header tree: {exc.strerror}") from None
     return source_dir
+
+
+def _header_names(log: str, tree: Path, source_dir: Path) -> str:
+    """``log`` with each header of the tree named as the request names it (its path from the source's
+    folder, ``common/util.cuh``), never by the temporary folder NVRTC opened it in."""
+    prefixes = sorted({re.escape(str(tree)), re.escape(str(tree.resolve()))}, key=len, reverse=True)
+    pattern = re.compile(rf"(?:{'|'.join(prefixes)})(/[^\s()\"':,]*)")
+    return pattern.sub(lambda m: posixpath.normpath(os.path.relpath(f"{tree}{m.group(1)}", source_dir)), log)
 
 
 def _make_folder(folder: Path, name: str) -> None:

@@ -7,6 +7,7 @@ Light on purpose: the pytest plugin imports this module on every pytest run.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_KEYS = {"suites", "arch", "timeout_s", "trusted_keys", "release_tags"}
+_KEYS = {"suites", "arch", "timeout_s", "trusted_keys", "release_tags", "include"}
 
 DEFAULT_ARCH = "sm_90"  # compile target when no GPU is present (the H200's)
 DEFAULT_TIMEOUT_S = 60.0  # watchdog per case: a kernel silent for longer is killed
@@ -38,6 +39,27 @@ class Settings:
     timeout_s: float | None = None  # per-case watchdog
     trusted_keys: tuple[str, ...] = field(default_factory=tuple)
     release_tags: str = DEFAULT_RELEASE_TAGS  # fnmatch pattern of release tags
+    include: tuple[str, ...] = ()  # folders of shared headers, searched after a kernel's own folder
+
+    def include_folders(self) -> tuple[Path, ...]:
+        """``include`` as folders of :attr:`root`, each checked on disk: a folder, inside the project, and
+        reached through no link that leads out of it (:class:`FileError` naming pyproject.toml)."""
+        folders, problems = [], []
+        root = Path(os.path.realpath(self.root))
+        for entry in self.include:
+            folder = self.root / entry
+            real = Path(os.path.realpath(folder))
+            fix = "name a folder of the project, by its path from pyproject.toml's folder"
+            if real != root and root not in real.parents:
+                problems.append(f"tool.cudagate.include: {entry[:80]!r} leads out of the project (to {str(real)[:120]}) "
+                                f"through a link; {fix}, with no link out of it")
+            elif not real.is_dir():
+                problems.append(f"tool.cudagate.include: {entry[:80]!r} is not a folder of the project; {fix}")
+            else:
+                folders.append(folder)
+        if problems:
+            raise FileError(self.root / "pyproject.toml", problems)
+        return tuple(folders)
 
 
 def settings_problems(raw: dict) -> list[str]:
@@ -46,7 +68,7 @@ def settings_problems(raw: dict) -> list[str]:
     if unknown:
         return [f"tool.cudagate: unknown key(s) {', '.join(unknown)[:200]}; allowed: {', '.join(sorted(_KEYS))}"]
     problems = []
-    for key in ("suites", "trusted_keys"):
+    for key in ("suites", "trusted_keys", "include"):
         value = raw.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > 256:
             problems.append(f"tool.cudagate.{key}: expected a list of relative paths (strings), e.g. {key} = [\"...\"]")
@@ -110,6 +132,7 @@ def settings_from_table(root: Path, raw: dict, path) -> Settings:
         timeout_s=raw.get("timeout_s"),
         trusted_keys=tuple(raw.get("trusted_keys", ())),
         release_tags=raw.get("release_tags", DEFAULT_RELEASE_TAGS),
+        include=tuple(raw.get("include", ())),
     )
 
 
@@ -129,6 +152,7 @@ class GateConfig:
     fresh_seed: int | None = None
     allow_unsigned: bool = False
     require_gpu: bool = False
+    include: tuple[Path, ...] = ()  # the include folders of [tool.cudagate] (the trusted commit's, under a trust root)
 
 
 def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | None = None, **options) -> GateConfig:
@@ -137,6 +161,7 @@ def resolve(settings: Settings, *, arch: str | None = None, timeout_s: float | N
     ``options`` are the remaining :class:`GateConfig` fields, as given."""
     given = {k: v for k, v in options.items() if v is not None}
     return GateConfig(arch=arch or settings.arch or DEFAULT_ARCH, release_tags=settings.release_tags,
+                      include=settings.include_folders(),
                       timeout_s=next(t for t in (timeout_s, settings.timeout_s, DEFAULT_TIMEOUT_S) if t is not None),
                       **given)
 

@@ -80,7 +80,7 @@ class GateSession:
                                        options=options, lock_timeout_s=gate.lock_timeout_s,
                                        allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
                                        root=Path(config.rootpath), release_ref=gate.release_ref,
-                                       release_tags=gate.release_tags, spawned=spawned))
+                                       release_tags=gate.release_tags, include=gate.include, spawned=spawned))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -318,7 +318,7 @@ class SuiteFile(pytest.File):
 
     def collect(self):
         try:
-            suite = load_suite(self.path)
+            suite = load_suite(self.path, self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime.include)
         except CudagateError as exc:
             yield SuiteErrorItem.from_parent(self, name="suite", message=str(exc))
             return

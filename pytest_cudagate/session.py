@@ -93,6 +93,7 @@ class GateRuntime:
     root: Path = Path(".")  # the project (pytest's rootdir): the release ref is read from its repository
     release_ref: str | None = None  # --cuda-gate-release=REF; None: the newest tag matching release_tags
     release_tags: str = DEFAULT_RELEASE_TAGS
+    include: tuple[Path, ...] = ()  # where suites' kernels find shared headers (GateConfig.include)
     outcomes: list[CaseOutcome] = field(default_factory=list)
     selection: dict = field(default_factory=dict)  # --cuda-gate-class: the classes run and the cases left out
     skipped: list[tuple[str, str, str, str]] = field(default_factory=list)

@@ -365,6 +365,23 @@ for _name, _toml in [
     bad("settings", _name)(lambda d, t=_toml: settings(d, t))
 
 
+def include_setting(d: Path, toml: str) -> tuple[str, list[str]]:
+    """An include folder setting beside a suite (cudagate check); d/out links out of the project."""
+    (d / "elsewhere").mkdir(parents=True)
+    (d / "project" / "common").mkdir(parents=True)
+    (d / "project" / "out").symlink_to(d / "elsewhere", target_is_directory=True)
+    path = suite_with(d / "project")
+    (d / "project" / "pyproject.toml").write_text("[tool.cudagate]\n" + toml)
+    return "cudagate", ["check", "--allow-unsigned", str(path)]
+
+
+for _name, _toml in [("include folder outside the project", 'include = ["../elsewhere"]\n'),
+                     ("include folder a link out of the project", 'include = ["out"]\n'),
+                     ("include folder missing", 'include = ["missing"]\n'),
+                     ("include not a list", 'include = "common"\n')]:
+    bad("includes", _name)(lambda d, t=_toml: include_setting(d, t))
+
+
 for _name, _toml in [("trusted_keys a root walk (cudagate verify)", 'trusted_keys = ["/"]\n'),
                      ("nested 10k deep (cudagate verify)", "x = " + "[" * 10000 + "]" * 10000 + "\n"),
                      ("timeout_s a list (cudagate verify)", "timeout_s = [1]\n")]:

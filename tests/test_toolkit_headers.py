@@ -1,13 +1,15 @@
 """CUDA headers on a machine without a toolkit: <cuda_bf16.h>, <cuda_fp8.h>, CUB and libcu++ from the
 pinned nvidia-cuda-runtime, -crt and -cccl packages, compiled by the real NVRTC in its confined child.
 
-Each kernel compiles twice: from the packages (the toolkit roots hidden, as on a clean CI machine)
-and from a toolkit when this machine has one.
+Each kernel compiles from the packages (``CUDA_HOME`` naming no toolkit, as a user picks them on a
+machine that has one), from a toolkit-like folder made of those packages (the toolkit route on a clean
+CI machine), and from this machine's toolkit when it has one (CUDA 13.0's CCCL 3.0 here).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -70,8 +72,11 @@ KERNELS = {"bf16": (BF16_CU, "axpy_bf16"), "fp8": (FP8_CU, "requantise"), "cub":
            "libcu++": (LIBCUXX_CU, "clamp_to_max<float>")}
 
 
+MACHINE_TOOLKIT = Path("/usr/local/cuda")
+
+
 def _has_toolkit() -> bool:
-    return any((root / "include" / "cuda_fp16.h").is_file() for root in toolkit.roots())
+    return (MACHINE_TOOLKIT / "include" / "cuda_fp16.h").is_file()
 
 
 @pytest.fixture
@@ -82,17 +87,40 @@ def fresh_headers():
     compiler.toolkit_headers.cache_clear()
 
 
+def _use_packages(monkeypatch, tmp_path: Path) -> None:
+    """The header packages, as a user picks them: $CUDA_HOME names a folder holding no toolkit."""
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no-toolkit"))
+
+
+def _package_toolkit(monkeypatch, tmp_path: Path) -> None:
+    """A toolkit's layout (include/ with crt/ and cccl/) made of the installed header packages, named by
+    $CUDA_HOME: the toolkit route, on a machine that has no toolkit."""
+    packages = Path(toolkit.wheel_headers(int(compiler.nvrtc_version().split(".")[0])).dirs[0])
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "include").symlink_to(packages, target_is_directory=True)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+
+
+def _machine_toolkit(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+
+
+HEADER_SOURCES = {"packages": _use_packages, "package-toolkit": _package_toolkit, "toolkit": _machine_toolkit}
+
+
 @pytest.fixture
-def packages_only(fresh_headers, monkeypatch):
-    """No toolkit on this machine: the header packages are all there is, as on a clean CI machine."""
-    monkeypatch.setattr(toolkit, "roots", lambda: [])
+def packages_only(fresh_headers, monkeypatch, tmp_path):
+    """No toolkit: the header packages are all there is, as on a clean CI machine."""
+    _use_packages(monkeypatch, tmp_path)
 
 
-@pytest.fixture(params=["packages", pytest.param("toolkit", marks=pytest.mark.skipif(
-    not _has_toolkit(), reason="no CUDA toolkit on this machine"))])
-def headers_from(request, fresh_headers, monkeypatch):
-    if request.param == "packages":
-        monkeypatch.setattr(toolkit, "roots", lambda: [])
+@pytest.fixture(params=["packages", "package-toolkit", pytest.param("toolkit", marks=pytest.mark.skipif(
+    not _has_toolkit(), reason=f"no CUDA toolkit at {MACHINE_TOOLKIT} on this machine"))])
+def headers_from(request, fresh_headers, monkeypatch, tmp_path):
+    HEADER_SOURCES[request.param](monkeypatch, tmp_path)
     return request.param
 
 
@@ -112,6 +140,103 @@ def test_a_kernel_using_cuda_headers_compiles_for_sm_90(kind, headers_from, cach
         assert result.lowered_name.startswith("_Z")  # found through its name expression
     else:
         assert result.lowered_name == entry
+
+
+CONSTANTS_CU = """\
+#if INT_MAX != 2147483647 || CHAR_BIT != 8 || LLONG_MAX != 9223372036854775807LL
+#error the integer limits
+#endif
+static_assert(FLT_MAX == 0x1.fffffep127f && FLT_MIN == 0x1p-126f && FLT_EPSILON == 0x1p-23f, "float.h");
+static_assert(DBL_MAX == 0x1.fffffffffffffp1023 && DBL_EPSILON == 0x1p-52, "float.h");
+static_assert(INFINITY > FLT_MAX && -INFINITY < -FLT_MAX && NAN != NAN && HUGE_VAL > DBL_MAX, "math.h");
+static_assert(M_PI > 3.14159265358 && M_PI < 3.14159265359 && M_E > 2.71828182845 && M_E < 2.71828182846, "math.h");
+static_assert(M_SQRT2 * M_SQRT2 > 1.99999999 && M_LN2 > 0.69314718 && M_LN2 < 0.69314719, "math.h");
+__device__ constexpr float kBig = FLT_MAX;
+extern "C" __global__ void clamp_inf(float* y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && (y[i] == INFINITY || isnan(y[i]))) y[i] = kBig / static_cast<float>(M_PI) - INT_MAX;
+}
+"""
+
+C_LIBRARY_CU = """\
+#include <stdio.h>
+#include <math.h>
+#include <float.h>
+#include <limits.h>
+#include <stdint.h>
+#include <cstdio>
+#include <cmath>
+#include <cfloat>
+#include <climits>
+#include <cstdint>
+extern "C" __global__ void norms(const float* x, float* y, int n)
+{
+    const std::int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    const uint64_t wide = UINT32_MAX;
+    if (i >= n) return;
+    if (i == 0) printf("n = %d, wide = %llu\\n", n, (unsigned long long)wide);
+    y[i] = std::sqrt(std::fabs(x[i])) + (std::isnan(x[i]) ? FLT_MAX : 0.0f) + sqrtf(M_PI);
+}
+"""
+
+OWN_DEFINITIONS_CU = """\
+#define M_PI 3.14f
+#define FLT_MAX 1.0e30f
+#include <cuda/std/cmath>
+static_assert(M_PI == 3.14f && FLT_MAX == 1.0e30f, "the kernel's own definitions hold");
+extern "C" __global__ void own(float* y) { y[0] = M_PI + FLT_MAX + INFINITY + NAN + (DBL_MAX > M_E); }
+"""
+
+CUB_UMBRELLA_CU = """\
+#include <cub/cub.cuh>
+#include <cuda/std/limits>
+extern "C" __global__ void block_max(const float* x, float* out)
+{
+    using Reduce = cub::BlockReduce<float, 128>;
+    using Warp = cub::WarpReduce<float>;
+    __shared__ typename Reduce::TempStorage block;
+    __shared__ typename Warp::TempStorage warp[4];
+    const float v = x[blockIdx.x * 128 + threadIdx.x];
+    const float top = Reduce(block).Reduce(v, cuda::maximum<>{});
+    const float lane = Warp(warp[threadIdx.x / 32]).Sum(v);
+    if (threadIdx.x == 0) out[blockIdx.x] = top > cuda::std::numeric_limits<float>::max() ? 0.0f : top + lane;
+}
+"""
+
+NVRTC_STD = {"constants": (CONSTANTS_CU, "clamp_inf"), "C library": (C_LIBRARY_CU, "norms"),
+             "own definitions": (OWN_DEFINITIONS_CU, "own"), "cub.cuh": (CUB_UMBRELLA_CU, "block_max")}
+
+
+@pytest.mark.parametrize("kind", list(NVRTC_STD))
+def test_what_nvcc_gets_from_the_host_compiles_under_nvrtc(kind, headers_from, cache):
+    """The standard constants without an #include, the C library's headers a kernel file includes, and
+    <cub/cub.cuh>'s block and warp primitives: from the packages, a toolkit made of them, and this
+    machine's toolkit (CCCL 3.0, where cub.cuh pulled in CUB's host-side device algorithms)."""
+    source, entry = NVRTC_STD[kind]
+    result = compile_kernel(source, entry=entry, arch="sm_90", source_name="k.cu")
+    assert result.ok, result.log
+    assert "warning" not in result.log  # a kernel's own #define takes the harness's place silently
+
+
+def test_the_harness_headers_are_part_of_the_compile_cache_key(tmp_path, monkeypatch):
+    before = _key()
+    copy = tmp_path / "nvrtc_include"
+    shutil.copytree(compiler.NVRTC_INCLUDE, copy)
+    (copy / compiler.NVRTC_PRELUDE).write_text((copy / compiler.NVRTC_PRELUDE).read_text() + "#define EXTRA 1\n")
+    monkeypatch.setattr(compiler, "NVRTC_INCLUDE", copy)
+    compiler.nvrtc_std_identity.cache_clear()
+    try:
+        assert _key() != before
+    finally:
+        compiler.nvrtc_std_identity.cache_clear()
+
+
+def test_cuda_home_naming_no_toolkit_picks_the_packages(tmp_path, fresh_headers, monkeypatch):
+    """A user picks the header packages with CUDA_HOME, even where /usr/local/cuda holds a toolkit."""
+    _use_packages(monkeypatch, tmp_path)
+    assert [line.split()[0] for line in compiler.toolkit_headers().identity] == [
+        "nvidia-cuda-runtime", "nvidia-cuda-crt", "nvidia-cuda-cccl"]
 
 
 def test_the_packages_give_their_folders_and_name_their_versions(packages_only):

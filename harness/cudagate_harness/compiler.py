@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import os
+import posixpath
 import re
 import stat
 import subprocess
@@ -152,6 +153,27 @@ def default_flags() -> list[str]:
     return [*DEFAULT_OPTIONS, *(f"-I{folder}" for folder in toolkit_include_dirs())]
 
 
+# The harness's own headers for NVRTC, which has no C library (nvrtc_include/): the standard constants,
+# pre-included (cudagate_prelude.h), and <stdio.h>, <math.h>, <float.h>, <limits.h>, <stdint.h> (and
+# their <c...> spellings) and a device-side <cub/cub.cuh>, searched before the CUDA headers.
+NVRTC_INCLUDE = Path(__file__).resolve().parent / "nvrtc_include"
+NVRTC_PRELUDE = "cudagate_prelude.h"
+
+
+def nvrtc_std_flags() -> list[str]:
+    return [f"--include-path={NVRTC_INCLUDE}", f"--pre-include={NVRTC_INCLUDE / NVRTC_PRELUDE}"]
+
+
+@lru_cache(maxsize=1)
+def nvrtc_std_identity() -> str:
+    """The SHA-256 of nvrtc_include/'s files (names and texts): they change the preprocessed source,
+    so they are part of the compile cache key."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in NVRTC_INCLUDE.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(NVRTC_INCLUDE).as_posix()}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=1)
 def nvrtc_version() -> str:
     from cuda.bindings import nvrtc
@@ -202,7 +224,7 @@ def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str,
     blob = json.dumps(
         {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry, "source_name": source_name,
          "options": default_flags() + list(options), "source": source, "toolkit": toolkit_headers().identity,
-         "headers": sorted(headers.items())},
+         "nvrtc_std": nvrtc_std_identity(), "headers": sorted(headers.items())},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -281,12 +303,14 @@ def _nvrtc(source, source_name, entry, arch, options, headers, limits: CompileLi
     with tempfile.TemporaryDirectory(prefix="cudagate-headers-") as tree:
         source_dir = _header_tree(Path(tree), headers)
         include = [f"--include-path={source_dir}"] if headers else []
-        flags = [f"--gpu-architecture={arch}", *default_flags(), *include, *options]
+        flags = [f"--gpu-architecture={arch}", *nvrtc_std_flags(), *default_flags(), *include, *options]
         # The working folder is "/" (unreadable to the child), so the binary's line table never names
         # a temporary folder and one source compiles to one cubin.
         request = {"source": source, "source_name": source_name, "entry": entry, "flags": flags,
-                   "readable": [str(Path(tree).resolve()), *toolkit_include_dirs()], "memory_bytes": memory_mb << 20}
+                   "readable": [str(Path(tree).resolve()), str(NVRTC_INCLUDE), *toolkit_include_dirs()], "memory_bytes": memory_mb << 20}
         reply = _run_confined(request, limits)
+        if "log" in reply:
+            reply["log"] = _header_names(reply["log"], Path(tree), source_dir)
     if reply.get("stopped"):
         what = (f"stopped after {limits.seconds:g} s ({limits.why})" if reply["stopped"] == "time" else
                 f"ran out of its {memory_mb} MiB memory cap (${MEMORY_ENV} sets another)")
@@ -328,6 +352,14 @@ def _header_tree(tree: Path, headers: dict[str, str]) -> Path:
         except OSError as exc:
             raise CompileOptionError(f"header {name!r} cannot be written to the header tree: {exc.strerror}") from None
     return source_dir
+
+
+def _header_names(log: str, tree: Path, source_dir: Path) -> str:
+    """``log`` with each header of the tree named as the request names it (its path from the source's
+    folder, ``common/util.cuh``), never by the temporary folder NVRTC opened it in."""
+    prefixes = sorted({re.escape(str(tree)), re.escape(str(tree.resolve()))}, key=len, reverse=True)
+    pattern = re.compile(rf"(?:{'|'.join(prefixes)})(/[^\s()\"':,]*)")
+    return pattern.sub(lambda m: posixpath.normpath(os.path.relpath(f"{tree}{m.group(1)}", source_dir)), log)
 
 
 def _make_folder(folder: Path, name: str) -> None:

@@ -35,15 +35,15 @@ class Headers:
 def headers(nvrtc_major: int) -> Headers:
     """The CUDA headers kernels include with <...>, from one place, never mixed.
 
-    A toolkit wins ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda: the first whose include/ holds
-    cuda_fp16.h; its CCCL too, under include/cccl since CUDA 13). Else the header packages of
+    A toolkit wins (:func:`header_roots`: the first whose include/ holds cuda_fp16.h; its CCCL too,
+    under include/cccl since CUDA 13). Else the header packages of
     NVRTC's major, installed beside it: nvidia-cuda-nvrtc is published for CUDA 13 only, and within
     one major these headers compile with any NVRTC of it (13.0 headers with NVRTC 13.5 and 13.5 with
     13.0 were tried: cuda_bf16.h, cuda_fp8.h, mma.h, CUB, libcu++). Headers of another major (CUDA
     12's nvidia/cuda_runtime/include of other wheels) are never taken. None: no folders, and an
     #include <...> fails with NVRTC's "cannot open source file".
     """
-    for root in roots():
+    for root in header_roots():
         include = root / "include"
         if (include / "cuda_fp16.h").is_file():
             cccl = include / "cccl"
@@ -103,6 +103,14 @@ def _head(path: Path) -> bytes:
             return handle.read(_READ_LIMIT)
     except OSError:
         return b""
+
+
+def header_roots() -> list[Path]:
+    """Toolkits whose headers kernels may get: $CUDA_HOME and $CUDA_PATH where either is set (the
+    toolkit a user names is the one meant: ``CUDA_HOME=/nowhere`` picks the header packages even on a
+    machine with /usr/local/cuda), else /usr/local/cuda."""
+    named = [Path(r) for r in (os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")) if r]
+    return named or [Path("/usr/local/cuda")]
 
 
 def roots() -> list[Path]:

@@ -24,7 +24,7 @@ def judge(job: CaseJob, measured: Measured, bench: Bench, *, trusted: bool) -> N
         outcome.failed = True
         what = f" ({version.build_name(case)})" if case.shape_class in version.classes else ""
         outcome.message = (f"{version.source_file}{what} does not compile:\n"
-                           f"{shown_log(version.name, version.source_path, measured.compile.get('log', ''))}")
+                           f"{shown_log(version.name, version.source_path, measured.compile.get('log', ''), version.header_paths)}")
         return
     resolved = suite.resolved(case)
     with phases.clock(outcome, "checks"):

@@ -217,7 +217,7 @@ def include_problems(source: str, allowed_quoted: set[str]) -> list[str]:
 def allowed_headers(program: Program) -> set[str]:
     """Local headers the shipped kernel includes (by the spelling its source uses)."""
     try:
-        return set(quoted_includes(program.source))
+        return set(quoted_includes(program.source, include=program.include))
     except (OSError, CudagateError):
         return set()
 

@@ -1,4 +1,11 @@
-"""Which files a kernel's ``#include`` directives may bring along: files inside its suite folder only.
+"""Which files a kernel's ``#include`` directives may bring along: files inside its suite folder, and
+inside the project's include folders (``[tool.cudagate] include``).
+
+A quoted name is looked up as the compiler will look it up in the request's header tree, where the
+include folders' headers lie beside the kernel's source (a header's name is its path from the source's
+folder, or from its include folder): from the including file's folder, then from the source's folder;
+at each, in the suite first, then in each include folder in order. A name that climbs out of the
+source's folder (``../common/x.cuh``) is looked up in the suite only.
 
 The host reads a kernel's quoted includes to send them with the request (the compiler child sees
 only what is sent, plus the CUDA headers; see ``cudagate_harness.confine``). Each name is resolved
@@ -18,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, clipped, read_text
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.host.paths import visible
+from pytest_cudagate.host.paths import display_path, visible
 
 SUITE_FILENAME = "cudagate.yaml"
 # The headers one kernel build carries (in every request, and into the compile cache key): a real
@@ -76,7 +83,7 @@ def suite_folder(source: Path) -> Path:
     return source.parent
 
 
-def resolve_quoted(spelled: str, folder: Path, root: Path, where: str) -> Path | None:
+def resolve_quoted(spelled: str, folder: Path, root: Path, where: str, what: str = "the suite folder") -> Path | None:
     """The file ``#include "spelled"`` in ``folder`` names, when it lies inside ``root``; None when there
     is no such file (a toolkit header, left to the confined compiler). :class:`IncludeError` when the
     name, or a symlink on its way, leads out of ``root``, or when it cannot be looked up (a name too
@@ -91,8 +98,9 @@ def resolve_quoted(spelled: str, folder: Path, root: Path, where: str) -> Path |
         resolved = Path(os.path.realpath(candidate))
         inside = resolved == real_root or real_root in resolved.parents
         if not inside and (candidate.exists() or candidate.is_symlink()):
-            raise IncludeError(f"{shown} leads to {clipped(visible(str(resolved)))}, outside the suite folder "
-                               f"{visible(str(root))}; a kernel may include files of its suite only")
+            raise IncludeError(f"{shown} leads to {clipped(visible(str(resolved)))}, outside {what} "
+                               f"{visible(str(root))}; a kernel may include files of its suite and of the include "
+                               "folders that [tool.cudagate] include names only")
         if candidate.is_symlink() and not candidate.exists():
             raise IncludeError(f"{shown}: a link that leads to no file (a loop of links, or a missing target); "
                                "replace it with the header itself")
@@ -104,14 +112,22 @@ def resolve_quoted(spelled: str, folder: Path, root: Path, where: str) -> Path |
                            "that the file system can open") from None
 
 
-def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
+def local_headers(source: Path, text: str | None = None, include: tuple[Path, ...] = ()) -> dict[str, str]:
+    """:func:`header_files`' texts, by name."""
+    return {name: body for name, (_, body) in header_files(source, text, include).items()}
+
+
+def header_files(source: Path, text: str | None = None, include: tuple[Path, ...] = ()) -> dict[str, tuple[Path, str]]:
     """Headers ``source`` pulls in with ``#include "..."``, recursively, keyed by path from the source's
-    folder: they travel inline so a request replays anywhere and the compile cache key sees them.
+    folder (an include folder's by its path from that folder, ``include``: the project's include folders,
+    in order): they travel inline so a request replays anywhere and the compile cache key sees them.
     At most :data:`MAX_HEADERS` of them and :data:`MAX_HEADER_BYTES` in all, counted as carried: a
     file reached under several names (links to it) counts once per name. A header the host cannot
-    read as text (over the source cap, not UTF-8, not a regular file) is an :class:`IncludeError`."""
+    read as text (over the source cap, not UTF-8, not a regular file) is an :class:`IncludeError`.
+    Each name comes with the file it was read from."""
     root = suite_folder(source)
     headers: dict[str, str] = {}
+    files: dict[str, Path] = {}
     passages: dict[str, tuple[str, str]] = {}  # a spelling that enters a folder and leaves it -> (name, shown)
     carried = 0  # bytes
 
@@ -133,25 +149,31 @@ def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
             if directive.quoted is None:
                 continue
             at = f"{where}:{directive.line}"
-            path = resolve_quoted(directive.quoted, folder, root, at)
+            shown = f'{at}: #include "{clipped(visible(directive.quoted))}"'
+            try:
+                path = resolve_quoted(directive.quoted, folder, root, at)
+            except IncludeError as exc:
+                raise IncludeError(f"{exc}{_include_hint(folder / directive.quoted, include)}") from None
             if path is None:
+                found = _from_include_folders(directive.quoted, folder, source.parent, root, include, at)
+                if found is not None:
+                    name, path = found
+                    if name not in headers:
+                        carry(name, _read_header(path, shown), shown)
+                        files[name] = path
+                        todo.append((source.parent / PurePosixPath(name).parent, headers[name], name))
                 continue
             # Keyed by path from the source's folder, not by spelling: one file reached as
             # "inc/math.cuh" and as "math.cuh" stays one header, so #pragma once holds.
             spelled = (Path(os.path.relpath(folder, source.parent)) / directive.quoted).as_posix()
             name = Path(os.path.normpath(spelled)).as_posix()
-            shown = f'{at}: #include "{clipped(visible(directive.quoted))}"'
             if ".." in Path(spelled).parts[1:]:
                 passages.setdefault(spelled, (name, shown))
             if name in headers:
                 continue
-            try:
-                header = read_text(path, MAX_SOURCE_BYTES, "CUDA header")
-            except FileError as exc:
-                raise IncludeError(f"{shown}: {exc.problems[0]}") from None
-            except OSError as exc:
-                raise IncludeError(f"{shown}: cannot be read ({exc.strerror})") from None
+            header = _read_header(path, shown)
             carry(name, header, shown)
+            files[name] = path
             todo.append(((folder / directive.quoted).parent, header, name))
     # A spelling such as "sub/../ok.h" whose folder (sub) no carried header lies in travels under that
     # spelling too, so that the compiler's header tree holds the folder the file system needs to open
@@ -162,4 +184,46 @@ def local_headers(source: Path, text: str | None = None) -> dict[str, str]:
         entered = {posixpath.normpath("/".join(parts[:n])) for n in range(1, len(parts)) if parts[n - 1] != ".."}
         if not entered <= present:
             carry(spelled, headers[name], shown)
-    return headers
+            files[spelled] = files[name]
+    return {name: (files[name], body) for name, body in headers.items()}
+
+
+def _read_header(path: Path, shown: str) -> str:
+    try:
+        return read_text(path, MAX_SOURCE_BYTES, "CUDA header")
+    except FileError as exc:
+        raise IncludeError(f"{shown}: {exc.problems[0]}") from None
+    except OSError as exc:
+        raise IncludeError(f"{shown}: cannot be read ({exc.strerror})") from None
+
+
+def _from_include_folders(spelled: str, folder: Path, source_dir: Path, root: Path, include: tuple[Path, ...],
+                          at: str) -> tuple[str, Path] | None:
+    """(name, file) of ``#include "spelled"`` (in ``folder``, a place of the source's view) that no file of
+    the suite answers: looked up from ``folder``, then from the source's folder (the compiler's include
+    path), in the suite and in each include folder in order, as the header tree will hold them."""
+    if not include or Path(spelled).is_absolute():
+        return None
+    here = Path(os.path.relpath(folder, source_dir)) / spelled
+    for name in dict.fromkeys(Path(os.path.normpath(n)).as_posix() for n in (here, Path(spelled))):
+        if name == ".." or name.startswith("../"):
+            continue
+        own = resolve_quoted(name, source_dir, root, at) if name != Path(os.path.normpath(here)).as_posix() else None
+        if own is not None:
+            return name, own  # the suite's file at the source's folder comes before the include folders
+        for folder_in in include:
+            found = resolve_quoted(name, folder_in, folder_in, at, "the include folder")
+            if found is not None:
+                return name, found
+    return None
+
+
+def _include_hint(candidate: Path, include: tuple[Path, ...]) -> str:
+    """How to include a file that an include folder holds, where its spelling climbs out of the suite."""
+    real = Path(os.path.realpath(candidate))
+    for folder in include:
+        inside = Path(os.path.realpath(folder))
+        if inside in real.parents:
+            return (f" (it lies in the include folder {display_path(folder)}: include it as "
+                    f'"{real.relative_to(inside).as_posix()}")')
+    return ""

@@ -22,6 +22,7 @@ from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, clipped, non_finite, read_text, walk, walk_tree
 from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
+from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
@@ -66,7 +67,9 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def load_suite(path: str | Path) -> Suite:
+def load_suite(path: str | Path, include: tuple[Path, ...] | None = None) -> Suite:
+    """The suite file at ``path``; its kernels look for shared headers in ``include`` (None: the
+    include folders of the project holding it, :func:`project_include`)."""
     path = Path(path)
     try:
         text = read_text(path, MAX_SUITE_BYTES, "suite file")
@@ -78,7 +81,7 @@ def load_suite(path: str | Path) -> Suite:
         raise FileError(path, ["(top level): expected a mapping with keys suite, signature, reference, kernels, cases, tolerance"])
     _refuse_placeholders(path, raw, locate)
     schema.validate(raw, "suite", path, locate)
-    checker = _Checker(path, locate)
+    checker = _Checker(path, locate, project_include(path) if include is None else include)
     for parts, value in non_finite(raw):  # JSON Schema cannot say "finite"
         checker.add(parts, f"{value} is not a finite number; write a finite value")
     checker.raise_if_any()
@@ -103,8 +106,14 @@ def _refuse_placeholders(path: Path, raw: dict, locate) -> None:
                                           f"`{command('cudagate', 'cases', 'generate', path)}`"])
 
 
+def project_include(path: Path) -> tuple[Path, ...]:
+    """The include folders ``[tool.cudagate] include`` names in the project that holds ``path``."""
+    return load_settings(project_root(path)).include_folders()
+
+
 class _Checker:
-    def __init__(self, path: Path, locate):
+    def __init__(self, path: Path, locate, include: tuple[Path, ...] = ()):
+        self.include = include
         self.path = path
         self.locate = locate
         self.problems: list[str] = []
@@ -190,6 +199,7 @@ class _Checker:
                                                     f"{raw['source']}: candidates are built where the kernel is, so "
                                                     "put the template next to it")
         return Program(
+            include=self.include,
             name=name,
             source=source,
             entry=entry,
@@ -248,6 +258,7 @@ class _Checker:
                 self.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} is "
                                             "taken by no step; add it to the `args` of the step that writes it")
         return Program(
+            include=self.include,
             name=name, source=source, entry=steps[0].entry, options=tuple(raw.get("options", [])),
             launch=Steps(tuple(steps)), arch_suffix=raw.get("arch_suffix", ""),
             classes={shape_class: self.variant(variant, parts + ["classes", shape_class], scalars, {}, case_classes)
@@ -261,7 +272,7 @@ class _Checker:
         a step's entry must appear; None where they cannot be read (the source check says why)."""
         try:
             text = read_text(source, MAX_SOURCE_BYTES, "source file")
-            return "\n".join([text, *local_headers(source, text).values()])
+            return "\n".join([text, *local_headers(source, text, self.include).values()])
         except (OSError, FileError, IncludeError):
             return None
 

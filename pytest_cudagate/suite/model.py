@@ -324,6 +324,9 @@ class Program:
     # Informational only (never a verdict), so not signed, as tunables are not: the manifest signs a
     # kernel's entry and launches, and a pull request that edits the mapping changes only a column.
     library_baseline: LibraryBaseline | None = None
+    # The project's include folders ([tool.cudagate] include), searched for quoted includes after the
+    # suite: their headers travel with the kernel like the suite's, and count in its identity.
+    include: tuple[Path, ...] = ()
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,

@@ -108,7 +108,8 @@ def compile_version(version: KernelVersion, arch: str, case: Case | None = None,
                                 limits=CompileLimits.case_timeout(timeout_s))
     except CompileOptionError as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
-    result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log))
+    result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log,
+                                           version.header_paths))
     if result.key and not result.cache_hit:
         _COLD[result.key] = result.seconds
     return result

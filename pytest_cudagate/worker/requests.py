@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cudagate_harness.stopping import Settle
 
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.host.paths import display_path
-from pytest_cudagate.suite.includes import local_headers
+from pytest_cudagate.suite.includes import header_files, local_headers
 from pytest_cudagate.suite.model import Case, Launch, LibraryBaseline, Program, Steps, Suite, Variant, launch_from_record
 
 REQUEST_PROTOCOL = 1
@@ -25,10 +25,10 @@ REQUEST_PROTOCOL = 1
 LIBRARY_SETTLE = (0.5, 0.005)  # (quantile, within)
 
 
-def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
-    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name;
-    only files inside the suite folder (see :mod:`pytest_cudagate.suite.includes`)."""
-    return local_headers(source, text)
+def quoted_includes(source: Path, text: str | None = None, include: tuple[Path, ...] = ()) -> dict[str, str]:
+    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name; only
+    files inside the suite folder and the include folders (see :mod:`pytest_cudagate.suite.includes`)."""
+    return local_headers(source, text, include)
 
 
 def nvrtc_name(kernel: str) -> str:
@@ -38,9 +38,16 @@ def nvrtc_name(kernel: str) -> str:
     return f"{kernel}.cu"
 
 
-def shown_log(kernel: str, path: str, log: str) -> str:
-    """A compile log of ``kernel`` naming its file (``path``) where NVRTC named :func:`nvrtc_name`."""
-    return re.sub(rf"(?<![\w./-]){re.escape(nvrtc_name(kernel))}(?![\w.])", path, log)
+def shown_log(kernel: str, path: str, log: str, headers: dict[str, str] | None = None) -> str:
+    """A compile log of ``kernel`` naming its file (``path``) where NVRTC named :func:`nvrtc_name`, and
+    each header as ``headers`` shows it (name, as the harness names it in the log -> the file the
+    project holds): ``util.cuh(12): error`` becomes ``kernels/common/util.cuh(12): error``. A header is
+    renamed where the log says where (``name(line)``, ``of name``), never in quoted source."""
+    log = re.sub(rf"(?<![\w./-]){re.escape(nvrtc_name(kernel))}(?![\w.])", path, log)
+    for name in sorted(headers or {}, key=len, reverse=True):
+        log = re.sub(rf"(?m)(^|(?<= of )){re.escape(name)}(?=\(\d+\)|$|\s)", lambda m: m.group(1) + headers[name],
+                     log)
+    return log
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class KernelVersion:
     source_file: Path | None = None  # the current version's file
     source_path: str | None = None  # that file as shown (reports and compile logs)
     library: LibraryBaseline | None = None  # the current version's library baseline
+    header_paths: dict[str, str] = field(default_factory=dict)  # the current version's: header name -> file as shown
 
     def options_for(self, case: Case | None) -> tuple[str, ...]:
         variant = self.classes.get(case.shape_class) if case is not None else None
@@ -93,7 +101,8 @@ class KernelVersion:
 def current_version(program: Program, source_text: str | None = None) -> KernelVersion:
     """``program`` as the working tree holds it (``source_text`` in place of its file: a proposal)."""
     text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
-    headers = quoted_includes(program.source, text)
+    files = header_files(program.source, text, program.include)
+    headers = {name: body for name, (_, body) in files.items()}
     variants = {name: variant.to_json() for name, variant in sorted(program.classes.items())}
     identity = {
         "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
@@ -105,7 +114,8 @@ def current_version(program: Program, source_text: str | None = None) -> KernelV
     return KernelVersion(program.name, text, headers, program.entry, program.options, program.arch_suffix, program.launch,
                    dict(program.launch_overrides), dict(program.classes), identity,
                    source_file=program.source, source_path=display_path(program.source),
-                   library=program.library_baseline)
+                   library=program.library_baseline,
+                   header_paths={name: display_path(path) for name, (path, _) in files.items()})
 
 
 def pinned_version(kernel: str, source: str, headers: dict[str, str], record: dict) -> KernelVersion:

@@ -1,0 +1,3 @@
+// cudagate under NVRTC: <math.h>'s constants come from cudagate_prelude.h (pre-included); the device
+// math functions are NVRTC's built-ins.
+#pragma once

@@ -1,0 +1,3 @@
+// cudagate under NVRTC: the fixed-width integer types and their limits, from libcu++.
+#pragma once
+#include <cuda/std/cstdint>

@@ -177,3 +177,27 @@ def _strip_qualifiers(c_type: str) -> str:
 
 def _squeeze(name: str) -> str:
     return re.sub(r"\s+", "", name).removeprefix("::")
+
+
+def type_problems(kernel: Kernel, signature: list[dict], source: str = "the signature") -> list[str]:
+    """How the C types ``kernel``'s mangled name spells differ from ``signature``'s dtypes, one line
+    each (a ``float*`` where an int32 buffer is passed, an ``int`` for a float32 scalar): mismatches
+    of one size that the parameter layout cannot show. None for an ``extern "C"`` kernel, whose name
+    carries no types, and nothing said of a type the signature cannot name (a struct, ``void*``)."""
+    if kernel.params is None:
+        return []
+    problems = []
+    for number, (c_type, wanted) in enumerate(zip(kernel.params, signature), start=1):
+        pointer = _strip_qualifiers(c_type).endswith("*")
+        if wanted["kind"] == "buffer":
+            found = pointee_dtype(c_type) if pointer else scalar_dtype(c_type)
+            wrong = not pointer or (found is not None and found != wanted["dtype"])
+            said = f"a {wanted['dtype']} buffer"
+        else:
+            found = scalar_dtype(c_type)
+            wrong = pointer or (found is not None and found != wanted["dtype"])
+            said = f"a {wanted['dtype']} scalar"
+        if wrong:
+            problems.append(f"parameter {number} {wanted['name']!r}: the kernel takes `{c_type}` ({kernel.name}), "
+                            f"{source} says {said}")
+    return problems

@@ -271,7 +271,7 @@ def _compiled(*, source, entry, arch, source_name, options, headers, use_cache, 
             tool = nvcc.find(int(nvrtc_version().split(".")[0]))
         except nvcc.NvccMissing as exc:
             return CompileResult(False, arch, "", False, 0.0, f"{source_name} needs nvcc (it holds host code, or its "
-                                 f"kernel's `compiler:` says nvcc) and {exc}", compiler="nvcc")
+                                 f"kernel's `compiler:` says nvcc): {exc}", compiler="nvcc")
     label = tool.label if tool else f"NVRTC {nvrtc_version()}"
     key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch, source_name=source_name,
                     nvcc_tool=tool)

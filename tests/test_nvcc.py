@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import stat
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -356,9 +357,15 @@ def test_pytest_cuda_gate_compiles_the_host_code_file_and_runs_its_kernels(pytes
     host_suite(pytester.path / "scale", data=True)
     (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
-                                           "-rA", "scale", timeout=300)
+                                           "-rA", "--junitxml=report.xml", "scale", timeout=300)
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out
     assert re.search(r"(\d+) passed", out) and "failed" not in out, out
     for name in ("scale2", "scale_t", "scale_u"):
         assert re.search(rf"PASSED .*{name}.*compile", out), out
+        assert re.search(rf"PASSED .*{name}.*small", out), out  # its correctness case, on the fake GPU
+    compiles = [case for case in ET.parse(pytester.path / "report.xml").iter("testcase") if case.get("name") == "compile"]
+    assert len(compiles) == 3
+    for case in compiles:
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert properties["compiler"].startswith("nvcc ") and int(properties["registers"]) > 0, properties

@@ -5,9 +5,12 @@ without editing it. Real compiles on the CPU: nvcc from a CUDA toolkit or the nv
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
+import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import pytest
 
 from cudagate_harness import compiler, nvcc
 from helpers import SUITE_YAML, replace_once, write_suite
+from pytest_cudagate.approvals.ledger import Ledger, approval_for
 from pytest_cudagate.approvals.release import BuildRecord, build_drift
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
@@ -335,6 +339,49 @@ def test_a_build_record_names_the_compiler_and_a_change_of_it_is_reported(tmp_pa
         f"toolchain: NVRTC 13.5 -> {record['compiler']} since v1: NOT measured (the release's cubin was not kept and "
         "today's compiler cannot rebuild it; both versions were built with today's compiler)")
     assert not build_drift(built, built).changed
+
+
+def test_an_approval_pins_the_compiler_and_reads_back_as_the_same_version(tmp_path):
+    path = host_suite(tmp_path / "scale", kernels=KERNEL + "    compiler: nvcc\n")
+    suite = load_suite(path)
+    ledger = Ledger.for_suite(suite)
+    ledger.approvals["scale2"] = approval_for(ledger, suite.kernels[0], approved_by="a", approved_at="now", git={},
+                                              tool_version="test")
+    ledger.save()
+    assert json.loads(ledger.path.read_text())["approvals"]["scale2"]["compiler"] == "nvcc"
+    again = Ledger.for_suite(suite)
+    approved = again.approved_version(again.approvals["scale2"])
+    assert approved.compiler == "nvcc" and approved.kernel(None)["compiler"] == "nvcc"
+    assert again.approvals["scale2"].identity() == approved.identity == current_version(suite.kernels[0]).identity
+    # Without the field (auto), the ledger entry has none: as approvals written before it.
+    plain = load_suite(host_suite(tmp_path / "plain"))
+    entry = approval_for(Ledger.for_suite(plain), plain.kernels[0], approved_by="a", approved_at="now", git={},
+                         tool_version="test")
+    assert "compiler" not in entry.signed_payload() and "compiler" not in entry.identity()
+
+
+@needs_nvcc
+def test_an_nvcc_compile_stops_at_its_time_limit_with_every_process_it_started(tmp_path):
+    levels = ["#define A0 acc = sinf(acc) * acc + acc / (acc + 1.0f);",
+              *(f"#define A{i} A{i - 1} A{i - 1}" for i in range(1, 15))]
+    bomb = HOST_CU.replace("    const int r = blockIdx.x;\n    if (r >= rows) return;",
+                           "    float acc = threadIdx.x;\n    A14\n    y[0] = acc;\n    const int r = blockIdx.x;\n"
+                           "    if (r >= rows) return;", 1)
+    bomb = "\n".join(levels) + "\n" + bomb
+    began = time.perf_counter()
+    result = compiler.compile_kernel(bomb, entry="scale2", arch="sm_90", source_name="scale.cu", use_cache=False,
+                                     limits=compiler.CompileLimits(3, "the case timeout"))
+    assert not result.ok and time.perf_counter() - began < 8, result.log
+    assert result.log == ("compile of scale2 (scale.cu): stopped after 3 s (the case timeout): a source that expands "
+                          "this much is refused")
+    # nvcc's steps run in its private folder; once killed, none of them is left (SIGKILL takes a moment).
+    for _ in range(20):
+        left = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout.splitlines()
+        left = [line for line in left if "cudagate-nvcc-" in line and not line.startswith("Z")]
+        if not left:
+            break
+        time.sleep(0.25)
+    assert not left, left
 
 
 CONFTEST = """

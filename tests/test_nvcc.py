@@ -109,7 +109,7 @@ def kernel_named(path: Path, name: str):
 
 
 def test_auto_takes_nvcc_for_host_code_and_nvrtc_for_device_code():
-    assert compiler.chosen("auto", HOST_CU, {}) == (True, "it holds host code (#include <stdio.h>)")
+    assert compiler.chosen("auto", HOST_CU, {}) == (True, "it holds host code: #include <stdio.h>")
     device_only = HOST_CU.split("void launch_scale")[0].replace("#include <stdio.h>\n", "")
     assert compiler.chosen("auto", device_only, {}) == (False, "it holds device code only")
     # A header's host code counts; a commented-out one does not.
@@ -301,8 +301,8 @@ def test_a_missing_nvcc_says_how_to_install_one(tmp_path, monkeypatch):
     result = compile_program(kernel_named(host_suite(tmp_path / "scale"), "scale2"), "sm_90")
     major = compiler.nvrtc_version().split(".")[0]
     assert not result.ok and result.log == (
-        f"{display_path(tmp_path / 'scale' / 'scale.cu')} needs nvcc (it holds host code, or its kernel's `compiler:` "
-        f"says nvcc): ${nvcc.NVCC_ENV} names no nvcc (looked in $PATH, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda and "
+        f"{display_path(tmp_path / 'scale' / 'scale.cu')} needs nvcc (it holds host code: #include <stdio.h>; the "
+        f"kernel's `compiler:` field): ${nvcc.NVCC_ENV} names no nvcc (looked in $PATH, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda and "
         f"the nvidia-cuda-nvcc package): install the CUDA {major} toolkit (or point ${nvcc.NVCC_ENV} at its nvcc), or "
         f"`pip install 'nvidia-cuda-nvcc=={major}.*'`")
 
@@ -321,7 +321,7 @@ def test_nvcc_of_another_major_than_nvrtc_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(nvcc.NVCC_ENV, str(fake_nvcc(tmp_path / "cuda12" / "bin", "12.4.131")))
     result = compile_program(kernel_named(host_suite(tmp_path / "scale"), "scale2"), "sm_90")
     major = compiler.nvrtc_version().split(".")[0]
-    assert not result.ok and (f"says nvcc): nvcc and NVRTC must be of one CUDA major: NVRTC is {major}, "
+    assert not result.ok and (f"`compiler:` field): nvcc and NVRTC must be of one CUDA major: NVRTC is {major}, "
                               f"{tmp_path}/cuda12/bin/nvcc is nvcc 12.4.131: install the CUDA {major} toolkit") in result.log
 
 

@@ -1,5 +1,8 @@
 """NVRTC compilation to a cubin for one exact architecture, with an on-disk cache.
 
+A .cu file with host code beside its kernels is compiled by nvcc instead (:mod:`.nvcc`; :func:`chosen`
+decides per kernel), through the same caches, limits and confinement.
+
 Always a cubin, never PTX: a newer NVRTC (PyPI's) than the driver produces PTX the driver refuses
 (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), while its cubin for the exact SM loads. The cache key covers
 everything that changes the binary: source, headers, entry, options, architecture, NVRTC version,
@@ -241,12 +244,12 @@ def compile_kernel(
     headers = dict(headers or {})
     limits = limits or CompileLimits()
     check_options(options)
-    use_nvcc, _ = chosen(compiler, source, headers)
+    use_nvcc, why = chosen(compiler, source, headers)
     build = dict(source=source, entry=entry, arch=arch, source_name=source_name, options=options, headers=headers,
                  use_cache=use_cache, limits=limits)
-    result = _compiled(**build, with_nvcc=use_nvcc)
+    result = _compiled(**build, nvcc_because=why if use_nvcc else None)
     if compiler == "auto" and not use_nvcc and not result.ok and nvcc.HOST_REFUSAL in result.log:
-        result = _compiled(**build, with_nvcc=True)
+        result = _compiled(**build, nvcc_because="NVRTC refuses its host functions")
     return result
 
 
@@ -259,19 +262,21 @@ def chosen(compiler: str, source: str, headers: dict[str, str]) -> tuple[bool, s
     if compiler != "auto":
         return compiler == "nvcc", f"compiler: {compiler}"
     marker = nvcc.host_code(source, headers)
-    return marker is not None, (f"it holds host code ({marker})" if marker else "it holds device code only")
+    return marker is not None, (f"it holds host code: {marker}" if marker else "it holds device code only")
 
 
-def _compiled(*, source, entry, arch, source_name, options, headers, use_cache, limits, with_nvcc) -> CompileResult:
+def _compiled(*, source, entry, arch, source_name, options, headers, use_cache, limits,
+              nvcc_because: str | None) -> CompileResult:
+    """One compiler's build through the caches: nvcc's where ``nvcc_because`` says why, else NVRTC's."""
     start = time.perf_counter()
     tool = None
-    if with_nvcc:
+    if nvcc_because:
         nvcc.check_options(options)
         try:
             tool = nvcc.find(int(nvrtc_version().split(".")[0]))
         except nvcc.NvccMissing as exc:
-            return CompileResult(False, arch, "", False, 0.0, f"{source_name} needs nvcc (it holds host code, or its "
-                                 f"kernel's `compiler:` says nvcc): {exc}", compiler="nvcc")
+            return CompileResult(False, arch, "", False, 0.0, f"{source_name} needs nvcc ({nvcc_because}; the "
+                                 f"kernel's `compiler:` field): {exc}", compiler="nvcc")
     label = tool.label if tool else f"NVRTC {nvrtc_version()}"
     key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch, source_name=source_name,
                     nvcc_tool=tool)

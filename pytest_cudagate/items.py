@@ -386,7 +386,7 @@ class CompileItem(GateItem):
         builds = compile_builds(node.program, node.cases, arch, timeout_s=timeout_s)
         for number, (build, result) in enumerate(builds):
             if not number:
-                self.user_properties.append(("arch", result.arch))
+                self.user_properties += [("arch", result.arch), ("compiler", result.compiler)]
             for key, value in entry_resources(result).items():  # a class variant's prefixed with its class
                 self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
             # every entry of a kernel of steps is a build of its own, with its own registers

@@ -1006,6 +1006,56 @@ def _(d):
     return gate(repo)
 
 
+# -- a kernel's compiler: nvcc beside NVRTC (issue 42, item 1) ------------------------------------------------------
+
+HOST_CODE = '#include <stdio.h>\n'  # makes `compiler: auto` choose nvcc
+
+
+def compiled_by(d: Path, extra: str = "", *, source: str = "", nvcc_env: str | None = None,
+                entry: str = "pytest") -> tuple[str, list[str]]:
+    """The suite with its case data, its kernel's file prefixed with ``source`` (host code) and its
+    kernel entry followed by ``extra``; ``nvcc_env``: $CUDAGATE_NVCC for this input's process."""
+    path = suite_with(d)
+    path.write_text(replace_once(path.read_text(), "    launch: {grid: [rows], block: [128]}\n",
+                                 "    launch: {grid: [rows], block: [128]}\n" + extra))
+    kernel = path.parent / "scale.cu"
+    kernel.write_text(source + kernel.read_text())
+    if nvcc_env is not None:
+        os.environ["CUDAGATE_NVCC"] = nvcc_env
+    if entry == "pytest":
+        return "pytest", [str(path), "--cuda-gate", "--cuda-gate-allow-unsigned"]
+    return check(path)
+
+
+def nvcc_of_cuda_12(folder: Path) -> str:
+    """A script that answers --version and -dryrun as CUDA 12.4's nvcc does."""
+    script = folder / "cuda-12.4" / "bin" / "nvcc"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n"
+                      f"echo '#$ _HERE_={script.parent}' >&2\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+bad("compiler", "compiler: gcc (check)")(lambda d: compiled_by(d, "    compiler: gcc\n", entry="cudagate"))
+bad("compiler", "compiler: [nvcc] (check)")(lambda d: compiled_by(d, "    compiler: [nvcc]\n", entry="cudagate"))
+# A file with host code: `compiler: auto` takes nvcc, which may not be given these.
+for _option in ("-Xcompiler=-fplugin=/tmp/p.so", "-ccbin=/tmp", "--run", "-odir=/tmp", "--keep",
+                "--dependency-output=/tmp/d", "-Xlinker=-T", "--compiler-bindir=/tmp"):
+    bad("compiler", f"nvcc option {_option} (check)")(
+        lambda d, o=_option: compiled_by(d, f"    options: ['{o}']\n", source=HOST_CODE, entry="cudagate"))
+bad("compiler", "host code and no nvcc (pytest)", cpu_s=GATE_SECONDS)(
+    lambda d: compiled_by(d, source=HOST_CODE, nvcc_env=str(d / "no-nvcc")))
+bad("compiler", "nvcc of CUDA 12 beside NVRTC 13 (pytest)", cpu_s=GATE_SECONDS)(
+    lambda d: compiled_by(d, source=HOST_CODE, nvcc_env=nvcc_of_cuda_12(d)))
+bad("compiler", "a host-code file whose kernel launches another (pytest)", cpu_s=GATE_SECONDS)(
+    lambda d: compiled_by(d, source=HOST_CODE + '__global__ void child(float* y) { y[0] = 1; }\n'
+                          '__global__ void parent(float* y) { child<<<1, 1>>>(y); }\n'))
+bad("compiler", "a host-code file with an extern __device__ of another file (pytest)", cpu_s=GATE_SECONDS)(
+    lambda d: compiled_by(d, source=HOST_CODE + 'extern __device__ float gain;\n'
+                          '__global__ void uses(float* y) { y[0] = gain; }\n'))
+
+
 # -- the driver -------------------------------------------------------------------------------------
 
 def cpu_seconds() -> float:

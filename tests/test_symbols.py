@@ -49,3 +49,13 @@ def test_a_damaged_cubin_is_one_error_not_a_crash(cubin):
     with pytest.raises(ParamInfoError):
         symbols.kernels(cubin[:200])
     assert symbols.demangle("not_mangled") is None
+
+
+def test_an_unsigned_template_argument_is_found_without_its_suffix():
+    source = ("template <unsigned B> __global__ void tile(float* x) { x[B] = 0; }\n"
+              "template __global__ void tile<256>(float*);\n")
+    result = compile_kernel(source, entry="tile<256>", arch="sm_90", use_cache=False)
+    assert result.ok, result.log
+    assert symbols.find(result.cubin, "tile<256u>")[0].name == "tile<256u>"
+    assert symbols.find(result.cubin, "tile<256>")[0].name == "tile<256u>"
+    assert symbols.find(result.cubin, "tile<25>")[0] is None

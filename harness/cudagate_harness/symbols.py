@@ -25,6 +25,7 @@ from .protocol import DTYPES
 _SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym
 _STT_FUNC = 2
 _STO_CUDA_ENTRY = 0x10
+_LITERAL_SUFFIX = re.compile(r"(?<![\w.])(\d+)(?:[uU](?:ll|LL|l|L)?|(?:ll|LL|l|L)[uU]?)(?![\w.])")
 _MAX_NAME = 4096  # a mangled name longer than this is not one a suite can name
 # Pointee C types the demangler spells for each signature dtype (``const`` and ``__restrict__`` aside).
 C_TYPES: dict[str, frozenset[str]] = {
@@ -87,6 +88,11 @@ def find(cubin: bytes, entry: str) -> tuple[Kernel | None, tuple[Kernel, ...]]:
     if len(matches) != 1:
         # "reduce0<float>" also names "::reduce0<float>"; an unqualified name matches a scoped one only alone.
         matches = matches or [k for k in every if _squeeze(k.name).split("::")[-1] == wanted]
+    if not matches:
+        # The demangler spells a template's unsigned or long arguments with a suffix ("256u"), which a
+        # suite need not write: "reduce4<float, 256>" names "reduce4<float, 256u>" where it is the only one.
+        plain = _unsuffixed(wanted)
+        matches = [k for k in every if _unsuffixed(_squeeze(k.name)) == plain]
     return (matches[0] if len(matches) == 1 else None), every
 
 
@@ -213,5 +219,10 @@ def _strip_qualifiers(c_type: str) -> str:
     return " ".join(text.split())
 
 
+def _unsuffixed(name: str) -> str:
+    return _LITERAL_SUFFIX.sub(r"\1", name)
+
+
 def _squeeze(name: str) -> str:
     return re.sub(r"\s+", "", name).removeprefix("::")
+

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from cudagate_harness import nvcc
 from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.library import ADAPTERS
 from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
@@ -215,6 +216,7 @@ class _Checker:
                      for shape_class, variant in raw.get("classes", {}).items()},
             library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
                               if "library_baseline" in raw else None),
+            compiler=self.compiler(raw, parts, source),
         )
 
     def stepped(self, raw: dict, parts: list, scalars: set[str], name: str, source: Path,
@@ -265,7 +267,23 @@ class _Checker:
                      for shape_class, variant in raw.get("classes", {}).items() if "launch" not in variant},
             library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
                               if "library_baseline" in raw else None),
+            compiler=self.compiler(raw, parts, source),
         )
+
+    def compiler(self, raw: dict, parts: list, source: Path) -> str:
+        """The kernel's ``compiler:``; where nvcc builds it (named, or `auto` on a file with host code),
+        each of its options nvcc may be given."""
+        compiler = raw.get("compiler", "auto")
+        options = raw.get("options", [])
+        if options and compiler != "nvrtc":
+            text = self.defined_names(source) if compiler == "auto" else ""
+            if compiler == "nvcc" or (text is not None and nvcc.host_code(text, {})):
+                for i, option in enumerate(options):
+                    try:
+                        nvcc.check_options([option])
+                    except CompileOptionError as exc:
+                        self.add(parts + ["options", i], f"{exc}; remove it")
+        return compiler
 
     def defined_names(self, source: Path) -> str | None:
         """The kernel source and the headers it includes from the suite folder, as one text in which

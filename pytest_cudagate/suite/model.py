@@ -327,6 +327,8 @@ class Program:
     # The project's include folders ([tool.cudagate] include), searched for quoted includes after the
     # suite: their headers travel with the kernel like the suite's, and count in its identity.
     include: tuple[Path, ...] = ()
+    # auto, nvcc or nvrtc (cudagate_harness.compiler.chosen): pinned by an approval like the options.
+    compiler: str = "auto"
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,

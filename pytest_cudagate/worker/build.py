@@ -105,7 +105,7 @@ def compile_version(version: KernelVersion, arch: str, case: Case | None = None,
     try:
         result = compile_kernel(spec["source"], entry=entry or spec["entry"], arch=target, source_name=spec["source_name"],
                                 options=spec["options"], headers=spec["headers"],
-                                limits=CompileLimits.case_timeout(timeout_s))
+                                limits=CompileLimits.case_timeout(timeout_s), compiler=version.compiler)
     except CompileOptionError as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log,
@@ -185,7 +185,7 @@ def _layout_problems(result: CompileResult, passed: list[dict], source: str) -> 
         layout = entry_params(result.cubin, result.lowered_name)
         kernel, _ = symbols.find(result.cubin, result.lowered_name)
     except ParamInfoError as exc:
-        return [f"its parameters cannot be read from the cubin NVRTC produced: {exc}"]
+        return [f"its parameters cannot be read from the cubin {result.compiler or 'the compiler'} produced: {exc}"]
     # A C++ entry's mangled name spells its parameters' C types; an extern "C" one's says nothing (sizes only).
     types = kernel.params if kernel is not None and kernel.params is not None else ()
     return signature_problems(layout, passed, source) + symbols.type_problems(types, layout, passed, source)
@@ -214,11 +214,12 @@ def compile_ahead(programs: list[tuple[Program, list]], arch: str, *, timeout_s:
 
 def build_record(version: KernelVersion, arch: str, *, timeout_s: float | None = None) -> dict | None:
     """How ``version`` builds here, as an approval's ``build`` records it: the NVRTC version, the
-    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile
+    compiler that built it with its exact version, the kernel's options and the cubin's SHA-256 for
+    ``arch`` + its suffix. None when it does not compile
     (within ``timeout_s``, as :func:`compile_program`). A kernel with class variants records its
     shared build (the variants differ by options only)."""
     result = compile_version(version, arch, timeout_s=timeout_s)
     if not result.ok or result.cubin is None:
         return None
-    return {"nvrtc_version": nvrtc_version(), "options": list(version.options),
+    return {"nvrtc_version": nvrtc_version(), "compiler": result.compiler, "options": list(version.options),
             "cubin_sha256": {result.arch: hashlib.sha256(result.cubin).hexdigest()}}

@@ -248,9 +248,12 @@ def test_a_cpp_entry_of_other_types_than_the_signature_is_caught(tmp_path, host)
     result = compile_program(suite.kernels[0], "sm_90")
     assert result.ok and result.compiler.split()[0] == ("nvcc" if host else "NVRTC"), result.log
     assert parameter_problems(suite.kernels[0], result, suite.signature, "sm_90") == [
-        "parameter 1 'x': the kernel takes `int const*` (scale_t<int>), the signature says a float32 buffer",
-        "parameter 2 'y': the kernel takes `int*` (scale_t<int>), the signature says a float32 buffer",
-        "parameter 3 'rows': the kernel takes `float` (scale_t<int>), the signature says a int32 scalar",
+        "parameter 1 'x': the kernel takes 'int const*' (an int32 buffer), the signature says a float32 buffer: "
+        "write `buffer: int32`, or make the kernel's parameter float*",
+        "parameter 2 'y': the kernel takes 'int*' (an int32 buffer), the signature says a float32 buffer: "
+        "write `buffer: int32`, or make the kernel's parameter float*",
+        "parameter 3 'rows': the kernel takes 'float' (a float32 scalar), the signature says an int32 scalar: "
+        "write `scalar: float32`, or make the kernel's parameter int",
     ]
 
 

@@ -147,7 +147,9 @@ def find(nvrtc_major: int) -> Nvcc:
     """The nvcc of NVRTC's major: ``$CUDAGATE_NVCC``, else the PATH's or a toolkit's
     (:func:`toolkit.find_tool`), else the nvidia-cuda-nvcc package's; raises :class:`NvccMissing`."""
     found = []
-    for path in dict.fromkeys(filter(None, [toolkit.find_tool("nvcc", NVCC_ENV), _package_nvcc()])):
+    # $CUDAGATE_NVCC, where set, is the only nvcc: a named one that is missing is not replaced by another.
+    named = [toolkit.find_tool("nvcc", NVCC_ENV)] + ([] if os.environ.get(NVCC_ENV) else [_package_nvcc()])
+    for path in dict.fromkeys(filter(None, named)):
         tool = _describe(str(Path(path).resolve()))
         if tool is None:
             continue

@@ -100,7 +100,8 @@ def cmd_check(args) -> int:
                 result = compile_version(version, arch)
                 if result.ok:
                     res = result.resources
-                    print(f"  {program.build_name}: compiles for {result.arch} in {result.seconds * 1000:.0f} ms"
+                    print(f"  {program.build_name}: compiles for {result.arch} with {result.compiler} in "
+                          f"{result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
                     mismatch = parameter_problems(program, result, suite.signature, arch)

@@ -372,7 +372,7 @@ class CompileItem(GateItem):
         builds = compile_builds(node.program, node.cases, self.runtime.arch(), timeout_s=self.runtime.timeout_s)
         for number, (build, result) in enumerate(builds):
             if not number:
-                self.user_properties.append(("arch", result.arch))
+                self.user_properties += [("arch", result.arch), ("compiler", result.compiler)]
             for key, value in result.resources.items():  # a class variant's prefixed with its class
                 self.user_properties.append((f"{build.variant}.{key}" if build.variant else key, value))
             what = f" ({build.build_name})" if build.variant else ""

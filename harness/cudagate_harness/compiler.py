@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from . import toolkit
+from . import nvcc, toolkit
 
 CACHE_FORMAT = 1
 # -lineinfo maps sanitizer and profiler findings to source lines at no run-time cost; -v makes
@@ -128,6 +128,7 @@ class CompileResult:
     lowered_name: str | None = None
     resources: dict = field(default_factory=dict)
     cubin: bytes | None = field(default=None, repr=False)
+    compiler: str = ""  # which compiled it and its exact version: "NVRTC 13.5", "nvcc 13.0.88"
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -196,12 +197,13 @@ def private_dir(directory: Path) -> Path | None:
 
 
 def cache_key(source: str, *, entry: str, options: list[str], headers: dict[str, str], arch: str,
-              source_name: str = "kernel.cu") -> str:
+              source_name: str = "kernel.cu", nvcc_tool: nvcc.Nvcc | None = None) -> str:
     # The source name is an input too: it is __FILE__, and the file named in the cubin's line info.
+    # nvcc's builds add the compiler: its exact version, where it lies, and the host compiler's version.
     blob = json.dumps(
         {"format": CACHE_FORMAT, "nvrtc": nvrtc_version(), "arch": arch, "entry": entry, "source_name": source_name,
          "options": default_flags() + list(options), "source": source, "toolkit": toolkit_headers().identity,
-         "headers": sorted(headers.items())},
+         "headers": sorted(headers.items()), **({"nvcc": nvcc.identity(nvcc_tool)} if nvcc_tool else {})},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -225,23 +227,57 @@ def compile_kernel(
     headers: dict[str, str] | None = None,
     use_cache: bool = True,
     limits: CompileLimits | None = None,
+    compiler: str = "auto",
 ) -> CompileResult:
     """Compile ``source`` for ``arch`` (e.g. ``sm_90``) and look up ``entry``, within ``limits``
-    (default: :data:`COMPILE_TIMEOUT_S`) and the memory cap (:func:`memory_cap_mb`).
+    (default: :data:`COMPILE_TIMEOUT_S`) and the memory cap (:func:`memory_cap_mb`), with ``compiler``:
+    "nvrtc", "nvcc", or "auto" (:func:`chosen`).
 
-    A compile error is a result (``ok=False`` with NVRTC's log), not an exception: the gate reports
-    it as the item's failure. Refused options raise :class:`CompileOptionError`. With ``use_cache``,
-    a compile that failed before in this process is answered from memory (``cache_hit``).
+    A compile error is a result (``ok=False`` with the compiler's log), not an exception: the gate
+    reports it as the item's failure. Refused options raise :class:`CompileOptionError`. With
+    ``use_cache``, a compile that failed before in this process is answered from memory (``cache_hit``).
     """
     options = list(options)
     headers = dict(headers or {})
     limits = limits or CompileLimits()
     check_options(options)
-    key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch, source_name=source_name)
+    use_nvcc, _ = chosen(compiler, source, headers)
+    build = dict(source=source, entry=entry, arch=arch, source_name=source_name, options=options, headers=headers,
+                 use_cache=use_cache, limits=limits)
+    result = _compiled(**build, with_nvcc=use_nvcc)
+    if compiler == "auto" and not use_nvcc and not result.ok and nvcc.HOST_REFUSAL in result.log:
+        result = _compiled(**build, with_nvcc=True)
+    return result
+
+
+def chosen(compiler: str, source: str, headers: dict[str, str]) -> tuple[bool, str]:
+    """Whether ``compiler`` compiles with nvcc, and why. "auto" takes nvcc where the source or a quoted
+    header holds a host-only marker (:func:`nvcc.host_code`), else NVRTC (:func:`compile_kernel` then
+    turns to nvcc where NVRTC refuses a host function)."""
+    if compiler not in nvcc.COMPILERS:
+        raise CompileOptionError(f"compiler {compiler!r} is not one of {', '.join(nvcc.COMPILERS)}")
+    if compiler != "auto":
+        return compiler == "nvcc", f"compiler: {compiler}"
+    marker = nvcc.host_code(source, headers)
+    return marker is not None, (f"it holds host code ({marker})" if marker else "it holds device code only")
+
+
+def _compiled(*, source, entry, arch, source_name, options, headers, use_cache, limits, with_nvcc) -> CompileResult:
     start = time.perf_counter()
+    tool = None
+    if with_nvcc:
+        nvcc.check_options(options)
+        try:
+            tool = nvcc.find(int(nvrtc_version().split(".")[0]))
+        except nvcc.NvccMissing as exc:
+            return CompileResult(False, arch, "", False, 0.0, f"{source_name} needs nvcc (it holds host code, or its "
+                                 f"kernel's `compiler:` says nvcc) and {exc}", compiler="nvcc")
+    label = tool.label if tool else f"NVRTC {nvrtc_version()}"
+    key = cache_key(source, entry=entry, options=options, headers=headers, arch=arch, source_name=source_name,
+                    nvcc_tool=tool)
     memory_mb, problem = memory_cap_mb()
     if problem:
-        return CompileResult(False, arch, key, False, 0.0, problem)
+        return CompileResult(False, arch, key, False, 0.0, problem, compiler=label)
     failed = (key, source_name, limits.seconds, memory_mb)
     note = ""
     if use_cache:
@@ -253,10 +289,18 @@ def compile_kernel(
         if hit is not None:
             meta, cubin = hit
             return CompileResult(True, arch, key, True, time.perf_counter() - start, meta["log"],
-                                 meta["lowered_name"], meta["resources"], cubin)
-    ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers, limits, memory_mb)
+                                 meta["lowered_name"], meta["resources"], cubin, label)
+    if tool:
+        ok, log, lowered, cubin, resources = _nvcc(tool, source, source_name, entry, arch, options, headers, limits,
+                                                   memory_mb)
+    else:
+        ok, log, lowered, cubin = _nvrtc(source, source_name, entry, arch, options, headers, limits, memory_mb)
+        resources = log
+        if not ok and nvcc.HOST_REFUSAL in log:
+            log += (f"\n{source_name} holds host code, which NVRTC cannot compile: give its kernel `compiler: nvcc` "
+                    "(or `compiler: auto`, the default)")
     result = CompileResult(ok, arch, key, False, time.perf_counter() - start, "\n".join(filter(None, [note, log])),
-                           lowered, parse_resources(log) if ok else {}, cubin)
+                           lowered, parse_resources(resources) if ok else {}, cubin, label)
     if use_cache:
         if ok:
             _cache_write(key, result)
@@ -292,6 +336,19 @@ def _nvrtc(source, source_name, entry, arch, options, headers, limits: CompileLi
     if not reply.get("ok"):
         return False, _explain_log(reply.get("log", ""), entry, source_name), None, None
     return True, reply["log"], reply["lowered_name"], base64.b64decode(reply["cubin"])
+
+
+def _nvcc(tool: nvcc.Nvcc, source, source_name, entry, arch, options, headers, limits: CompileLimits, memory_mb: int):
+    """nvcc's build (:func:`nvcc.build`): ok, log, lowered name, cubin, and the log of the entry's resources."""
+    reply = nvcc.build(tool, source, source_name, entry, arch, options, headers, list(DEFAULT_OPTIONS), limits.seconds,
+                       memory_mb << 20, _header_tree)
+    if reply.get("stopped"):
+        what = (f"stopped after {limits.seconds:g} s ({limits.why})" if reply["stopped"] == "time" else
+                f"ran out of its {memory_mb} MiB memory cap (${MEMORY_ENV} sets another)")
+        return False, f"compile of {entry} ({source_name}): {what}: {REFUSED_TAIL}", None, None, ""
+    if not reply.get("ok"):
+        return False, reply.get("log", ""), None, None, ""
+    return True, reply["log"], reply["lowered_name"], reply["cubin"], reply["resources_log"]
 
 
 def _header_tree(tree: Path, headers: dict[str, str]) -> Path:

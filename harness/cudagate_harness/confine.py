@@ -1,4 +1,4 @@
-"""NVRTC in a child process that can read only the request's header tree and the CUDA headers.
+"""NVRTC (or nvcc) in a child process that can read only the request's header tree and the CUDA headers.
 
 Kernel text is untrusted: an ``#include`` of any path makes NVRTC read that file and quote it in its
 log. No filter over the text can be complete (``\\f``, trigraphs, line splices, macro-built names...),
@@ -7,6 +7,10 @@ returns, the kernel refuses every file the child opens outside the folders liste
 preprocessor was asked to read. Libraries NVRTC loads lazily are loaded by a warm-up compile first.
 Before NVRTC is loaded the child caps its own address space (RLIMIT_AS, ``memory_bytes``), so a
 source that expands without end fails its allocations instead of taking the host's memory.
+
+nvcc (``"compiler": "nvcc"``, :mod:`.nvcc`) is a driver that runs the host compiler, cicc and ptxas
+as processes of its own: Landlock's rules bind them too, so the child may also execute the files and
+folders the request names (nvcc's, the host compiler's, /bin/sh) and write its private temporary folder.
 
 Protocol: one JSON request on stdin, one JSON reply on stdout (``cubin`` as base64).
 """
@@ -18,18 +22,22 @@ import ctypes
 import json
 import os
 import platform
+import re
 import resource
+import subprocess
 import sys
 
 # Landlock (Linux >= 5.13); the syscall numbers are shared by x86_64 and aarch64.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_EXECUTE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 2, 1 << 3
 # Writing beneath a folder: write, remove a file or folder, make a folder or a regular file (ABI 1);
 # link or rename within it (refer, ABI 2) and truncate (ABI 3) where the kernel knows them.
 _WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 7) | (1 << 8)
 _REFER, _TRUNCATE = 1 << 13, 1 << 14
+# The rights a rule on one file (not a folder) may hold: Landlock refuses the others there.
+_FILE_RIGHTS = _EXECUTE | (1 << 1) | (1 << 2) | _TRUNCATE
 _PR_SET_NO_NEW_PRIVS = 38
 _WARM_UP = b'extern "C" __global__ void cudagate_warm_up() {}'
 
@@ -59,11 +67,12 @@ def _handled_access(abi: int) -> int:
     return handled
 
 
-def restrict_to(readable: list[str], writable: list[str] = ()) -> None:
-    """From now on this process may only read files and list folders beneath ``readable``, and also
-    create, write and remove files and folders beneath ``writable``.
+def restrict_to(readable: list[str], writable: list[str] = (), executable: list[str] = ()) -> None:
+    """From now on this process may only read files and list folders beneath ``readable``, also
+    create, write and remove files and folders beneath ``writable``, and run the files beneath
+    ``executable`` (a folder or one file; read too).
 
-    Everything else on the filesystem (executing a file included) is denied. Irreversible, inherited
+    Everything else on the filesystem (executing any other file included) is denied. Irreversible, inherited
     by threads and processes created later; raises :class:`ConfinementError` when the kernel cannot
     enforce it.
     """
@@ -83,9 +92,12 @@ def restrict_to(readable: list[str], writable: list[str] = ()) -> None:
     read = _READ_FILE | _READ_DIR
     write = read | _WRITE | (attr.handled_access_fs & (_REFER | _TRUNCATE))
     try:
-        for folder, allowed in [*((f, read) for f in readable), *((f, write) for f in writable)]:
+        for folder, allowed in [*((f, read) for f in readable), *((f, write) for f in writable),
+                                *((f, read | _EXECUTE) for f in executable)]:
             fd = os.open(folder, os.O_PATH | os.O_CLOEXEC)
             try:
+                if not os.path.isdir(folder):
+                    allowed &= _FILE_RIGHTS & attr.handled_access_fs
                 rule = _PathBeneathAttr(allowed, fd)
                 if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
                                 ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
@@ -156,8 +168,57 @@ def serve(request: dict) -> dict:
                     request["entry"].encode())
 
 
+# A PTX line that names a source file: nvcc writes the absolute path, which holds the private
+# temporary folder; the cubin's line table copies it.
+_PTX_FILE = re.compile(r'^(\s*\.file\s+\d+\s+")([^"]*)(")', re.MULTILINE)
+
+
+def serve_nvcc(request: dict) -> dict:
+    """Cap memory, confine, then run nvcc twice in ``cwd`` (the source's folder in the header tree):
+    ``ptx_argv`` to PTX, whose file names are made relative to that folder (so one source compiles to
+    one cubin wherever its temporary folder lies), then ``cubin_argv`` from that PTX to the cubin."""
+    if request.get("memory_bytes"):
+        cap_memory(int(request["memory_bytes"]))
+    try:
+        restrict_to(request["readable"], request["writable"], request["executable"])
+    except ConfinementError as exc:
+        return {"ok": False, "log": f"the compiler was not started: {exc}", "confined": False}
+    logs = []
+    for argv in (request["ptx_argv"], request["cubin_argv"]):
+        try:
+            done = subprocess.run(argv, cwd=request["cwd"], env=request["env"], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        except OSError as exc:
+            return {"ok": False, "log": "\n".join([*logs, f"nvcc could not be started: {exc.strerror}"])}
+        logs.append(done.stdout.decode(errors="replace").strip())
+        if done.returncode != 0:
+            return {"ok": False, "log": "\n".join(filter(None, logs))}
+        if argv is request["ptx_argv"]:
+            _relative_files(request["ptx"], request["cwd"], request["tree"])
+    with open(request["cubin"], "rb") as handle:
+        cubin = handle.read()
+    return {"ok": True, "log": "\n".join(filter(None, logs)), "cubin": base64.b64encode(cubin).decode()}
+
+
+def _relative_files(ptx: str, cwd: str, tree: str) -> None:
+    with open(ptx, encoding="utf-8", errors="surrogateescape") as handle:
+        text = handle.read()
+
+    def relative(match: re.Match) -> str:
+        name = match.group(2)
+        if name.startswith(cwd + "/"):
+            name = name[len(cwd) + 1:]
+        elif name.startswith(tree + "/"):
+            name = "cudagate-headers/" + name[len(tree) + 1:]
+        return match.group(1) + name + match.group(3)
+
+    with open(ptx, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(_PTX_FILE.sub(relative, text))
+
+
 def main() -> int:
-    reply = serve(json.loads(sys.stdin.buffer.read()))
+    request = json.loads(sys.stdin.buffer.read())
+    reply = serve_nvcc(request) if request.get("compiler") == "nvcc" else serve(request)
     sys.stdout.write(json.dumps(reply))
     return 0
 

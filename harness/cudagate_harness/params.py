@@ -102,7 +102,12 @@ def entry_params(cubin: bytes, lowered_name: str) -> ParamLayout:
 
 
 def _section(elf: bytes, name: bytes) -> bytes | None:
-    """The contents of the section named ``name``, or None; every header and range checked."""
+    """The contents of the section named ``name``, or None."""
+    return sections(elf).get(name)
+
+
+def sections(elf: bytes) -> dict[bytes, bytes]:
+    """Every section's contents by name (the first of a name); every header and range checked."""
     if len(elf) < 64 or elf[:4] != _ELF_MAGIC:
         raise ParamInfoError("not an ELF file")
     if elf[4] != _ELFCLASS64 or elf[5] != _ELFDATA2LSB:
@@ -121,14 +126,17 @@ def _section(elf: bytes, name: bytes) -> bytes | None:
         return elf[offset:offset + size]
 
     names = contents(headers[shstrndx])
+    found: dict[bytes, bytes] = {}
     for header in headers:
         start = header[0]
         if start >= len(names):
             raise ParamInfoError("an ELF section name lies outside the section name table")
         end = names.find(b"\x00", start)
-        if (names[start:] if end < 0 else names[start:end]) == name:
-            return contents(header)
-    return None
+        name = names[start:] if end < 0 else names[start:end]
+        if name not in found:
+            # SHT_NOBITS (8) holds no bytes in the file, whatever its offset says.
+            found[name] = b"" if header[1] == 8 else contents(header)
+    return found
 
 
 def expected_size(param: dict) -> int:

@@ -170,14 +170,15 @@ class Worker:
         # Every case of a compare request names the approved kernel again: compile each exact input
         # set once per worker (the on-disk cache would still read and hash the cubin every time).
         memo = json.dumps([kernel["source"], kernel["entry"], arch, kernel.get("source_name", "kernel.cu"),
-                           kernel.get("options", []), kernel.get("headers", {})], sort_keys=True)
+                           kernel.get("options", []), kernel.get("headers", {}), kernel.get("compiler", "auto")],
+                          sort_keys=True)
         if memo in self._compiled:
             result, function = self._compiled[memo]
             return dataclasses.replace(result, cache_hit=True, seconds=0.0), function
         result = compile_kernel(kernel["source"], entry=kernel["entry"], arch=arch,
                                 source_name=kernel.get("source_name", "kernel.cu"),
                                 options=kernel.get("options", []), headers=kernel.get("headers", {}),
-                                limits=self.compile_limits)
+                                limits=self.compile_limits, compiler=kernel.get("compiler", "auto"))
         if not result.ok:
             return result, None
         if result.key not in self.modules:

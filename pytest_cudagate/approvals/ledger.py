@@ -66,6 +66,9 @@ class Approval:
     # The kernel's class variants, {class: {"options": [...], "launch": {...}}} (launch optional);
     # absent from ledgers of kernels without variants, whose entries and identities stay as they were.
     classes: dict[str, dict] = field(default_factory=dict)
+    # The kernel's `compiler:` (nvcc or nvrtc); None, and absent from the ledger, for auto: approvals
+    # of kernels without the field keep their entries and identities.
+    compiler: str | None = None
 
     def identity(self) -> dict:
         """The build this approval pins; equal to the identity of an unchanged kernel's current version."""
@@ -75,6 +78,7 @@ class Approval:
             "entry": self.entry, "options": list(self.options), "launch": self.launch,
             "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
             **({"classes": self.classes} if self.classes else {}),
+            **({"compiler": self.compiler} if self.compiler else {}),
         }
 
     def signed_payload(self) -> dict:
@@ -84,6 +88,8 @@ class Approval:
             data.pop("build")
         if not data["classes"]:
             data.pop("classes")
+        if data["compiler"] is None:
+            data.pop("compiler")
         return data
 
 
@@ -209,6 +215,7 @@ def approval_for(ledger: Ledger, program: Program, *, approved_by: str, approved
         launch_overrides={k: v.to_json() for k, v in program.launch_overrides.items()},
         arch_suffix=program.arch_suffix, approved_at=approved_at, approved_by=approved_by, git=git,
         tool_version=tool_version, classes=variants_record(program),
+        compiler=None if program.compiler == "auto" else program.compiler,
     )
 
 

@@ -66,12 +66,18 @@ class BuildRecord:
     nvrtc_version: str
     options: tuple[str, ...]
     cubin_sha256: dict[str, str]  # arch ("sm_90", "sm_90a") -> SHA-256 of the cubin
+    compiler: str = ""  # "nvcc 13.0.88"; empty in records made before it was recorded (NVRTC's)
 
     @classmethod
     def from_json(cls, raw: dict) -> BuildRecord:
         """From an approval's ``build``; raises TypeError, KeyError or AttributeError when malformed."""
         return cls(str(raw["nvrtc_version"]), tuple(str(o) for o in raw["options"]),
-                   {str(k): str(v) for k, v in raw.get("cubin_sha256", {}).items()})
+                   {str(k): str(v) for k, v in raw.get("cubin_sha256", {}).items()}, str(raw.get("compiler", "")))
+
+    @property
+    def built_by(self) -> str:
+        """The compiler and its exact version: a record without one was NVRTC's."""
+        return self.compiler or f"NVRTC {self.nvrtc_version}"
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class ReleasedApproval:
     launch_overrides: dict[str, dict]
     build: BuildRecord | None
     classes: dict[str, dict] = field(default_factory=dict)  # the approval's class variants, as recorded
+    compiler: str | None = None  # the kernel's `compiler:` as approved; None: auto
 
     @functools.cached_property
     def version(self) -> KernelVersion:
@@ -98,7 +105,8 @@ class ReleasedApproval:
         the kernel's, as for the approved version)."""
         return pinned_version(self.kernel, self.source, self.headers, {
             "entry": self.entry, "options": list(self.options), "arch_suffix": self.arch_suffix, "launch": self.launch,
-            "launch_overrides": self.launch_overrides, "classes": self.classes})
+            "launch_overrides": self.launch_overrides, "classes": self.classes,
+            **({"compiler": self.compiler} if self.compiler else {})})
 
     def identity(self) -> dict:
         """The build it pins, in the shape of ``Approval.identity``: equal for the same kernel."""
@@ -108,6 +116,7 @@ class ReleasedApproval:
             "entry": self.entry, "options": list(self.options), "launch": self.launch,
             "launch_overrides": self.launch_overrides, "arch_suffix": self.arch_suffix,
             **({"classes": self.classes} if self.classes else {}),
+            **({"compiler": self.compiler} if self.compiler else {}),
         }
 
 
@@ -133,7 +142,7 @@ class BuildDrift:
     """
 
     options: str | None  # e.g. "options [] -> ['-Xptxas', '-O1']"
-    nvrtc: str | None  # e.g. "NVRTC 12.8 -> 13.0"
+    nvrtc: str | None  # the compiler, e.g. "NVRTC 12.8 -> 13.0" or "NVRTC 13.5 -> nvcc 13.0.88"
     unrecorded: bool = False  # the release's ledger predates build records
     cubin_only: bool = False  # same NVRTC and options, another cubin (default flags or headers of the toolkit)
 
@@ -149,8 +158,9 @@ class BuildDrift:
             parts.append(f"{self.options} since {label}: measured (the release's options are built and timed "
                          f"against today's)")
         if self.nvrtc:
+            which = "compiler" if "nvcc" in self.nvrtc else "NVRTC"
             parts.append(f"{self.nvrtc} since {label}: NOT measured (the release's cubin was not kept and today's "
-                         f"NVRTC cannot rebuild it; both versions were built with today's NVRTC)")
+                         f"{which} cannot rebuild it; both versions were built with today's {which})")
         if self.cubin_only:
             parts.append(f"the cubin differs from {label}'s with the same NVRTC and options (toolkit headers or "
                          f"default flags): NOT measured")
@@ -331,6 +341,7 @@ def _released(ref: ReleaseRef, suite_dir: str, ledger_path: str, name: str, entr
                           for case, raw in field("launch_overrides", dict).items()},
         build=_build(entry.get("build"), where),
         classes=_variants(entry.get("classes", {}), where, launch),
+        compiler=_compiler(entry.get("compiler"), where),
     )
 
 
@@ -366,6 +377,12 @@ def _pinned_text(ref: ReleaseRef, suite_dir: str, blob: object, expected_sha: st
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ReleaseError(f"{path} at {ref.label}: not UTF-8 text") from None
+
+
+def _compiler(raw: object, where: str) -> str | None:
+    if raw is None or raw in ("nvcc", "nvrtc"):
+        return raw
+    raise ReleaseError(f"{where}: field 'compiler' is {str(raw)[:40]!r}, not nvcc or nvrtc")
 
 
 def _build(raw: object, where: str) -> BuildRecord | None:
@@ -465,8 +482,11 @@ def build_drift(released: BuildRecord | None, current: BuildRecord) -> BuildDrif
         return BuildDrift(None, None, unrecorded=True)
     options = (f"options {list(released.options)} -> {list(current.options)}"
                if released.options != current.options else None)
-    nvrtc = (f"NVRTC {released.nvrtc_version} -> {current.nvrtc_version}"
-             if released.nvrtc_version != current.nvrtc_version else None)
+    nvrtc = None
+    if released.built_by != current.built_by:
+        both_nvrtc = not released.compiler.startswith("nvcc") and not current.compiler.startswith("nvcc")
+        nvrtc = (f"NVRTC {released.nvrtc_version} -> {current.nvrtc_version}" if both_nvrtc
+                 else f"{released.built_by} -> {current.built_by}")
     same_arch = set(released.cubin_sha256) & set(current.cubin_sha256)
     cubin_only = (not options and not nvrtc
                   and any(released.cubin_sha256[a] != current.cubin_sha256[a] for a in same_arch))

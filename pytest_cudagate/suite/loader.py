@@ -187,6 +187,7 @@ class _Checker:
                      for shape_class, variant in raw.get("classes", {}).items()},
             library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
                               if "library_baseline" in raw else None),
+            compiler=raw.get("compiler", "auto"),
         )
 
     def stepped(self, raw: dict, parts: list, scalars: set[str], name: str, source: Path,
@@ -236,6 +237,7 @@ class _Checker:
                      for shape_class, variant in raw.get("classes", {}).items() if "launch" not in variant},
             library_baseline=(self.library_baseline(raw["library_baseline"], parts + ["library_baseline"], signature)
                               if "library_baseline" in raw else None),
+            compiler=raw.get("compiler", "auto"),
         )
 
     def defined_names(self, source: Path) -> str | None:

@@ -324,6 +324,8 @@ class Program:
     # Informational only (never a verdict), so not signed, as tunables are not: the manifest signs a
     # kernel's entry and launches, and a pull request that edits the mapping changes only a column.
     library_baseline: LibraryBaseline | None = None
+    # auto, nvcc or nvrtc (cudagate_harness.compiler.chosen): pinned by an approval like the options.
+    compiler: str = "auto"
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from cudagate_harness.compiler import CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version
 from cudagate_harness.params import ParamInfoError, entry_params, signature_problems
+from cudagate_harness.symbols import described, type_problems
 
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.host.paths import command
@@ -45,7 +46,7 @@ def compile_version(version: KernelVersion, arch: str, case: Case | None = None,
     try:
         result = compile_kernel(spec["source"], entry=entry or spec["entry"], arch=target, source_name=spec["source_name"],
                                 options=spec["options"], headers=spec["headers"],
-                                limits=CompileLimits.case_timeout(timeout_s))
+                                limits=CompileLimits.case_timeout(timeout_s), compiler=version.compiler)
     except CompileOptionError as exc:
         result = CompileResult(ok=False, arch=target, key="", cache_hit=False, seconds=0.0, log=str(exc))
     result.log = Scrubber().text(shown_log(version.name, version.source_path or version.name, result.log))
@@ -112,8 +113,9 @@ def _layout_problems(result: CompileResult, passed: list[dict], source: str) -> 
     try:
         layout = entry_params(result.cubin, result.lowered_name)
     except ParamInfoError as exc:
-        return [f"its parameters cannot be read from the cubin NVRTC produced: {exc}"]
-    return signature_problems(layout, passed, source)
+        return [f"its parameters cannot be read from the cubin {result.compiler or 'the compiler'} produced: {exc}"]
+    # Sizes first; where they agree, a C++ entry's mangled name still tells a float from an int.
+    return signature_problems(layout, passed, source) or type_problems(described(result.lowered_name), passed, source)
 
 
 def compile_builds(program: Program, cases, arch: str, source_text: str | None = None, *,
@@ -139,11 +141,12 @@ def compile_ahead(programs: list[tuple[Program, list]], arch: str, *, timeout_s:
 
 def build_record(version: KernelVersion, arch: str, *, timeout_s: float | None = None) -> dict | None:
     """How ``version`` builds here, as an approval's ``build`` records it: the NVRTC version, the
-    kernel's options and the cubin's SHA-256 for ``arch`` + its suffix. None when it does not compile
+    compiler that built it with its exact version, the kernel's options and the cubin's SHA-256 for
+    ``arch`` + its suffix. None when it does not compile
     (within ``timeout_s``, as :func:`compile_program`). A kernel with class variants records its
     shared build (the variants differ by options only)."""
     result = compile_version(version, arch, timeout_s=timeout_s)
     if not result.ok or result.cubin is None:
         return None
-    return {"nvrtc_version": nvrtc_version(), "options": list(version.options),
+    return {"nvrtc_version": nvrtc_version(), "compiler": result.compiler, "options": list(version.options),
             "cubin_sha256": {result.arch: hashlib.sha256(result.cubin).hexdigest()}}

@@ -63,6 +63,7 @@ class KernelVersion:
     source_file: Path | None = None  # the current version's file
     source_path: str | None = None  # that file as shown (reports and compile logs)
     library: LibraryBaseline | None = None  # the current version's library baseline
+    compiler: str = "auto"  # the kernel's `compiler:` (cudagate_harness.compiler.chosen)
 
     def options_for(self, case: Case | None) -> tuple[str, ...]:
         variant = self.classes.get(case.shape_class) if case is not None else None
@@ -81,6 +82,7 @@ class KernelVersion:
             **({"source_path": self.source_path} if self.source_path is not None else {}),
             "headers": dict(self.headers), "options": list(self.options_for(case)), "arch_suffix": self.arch_suffix,
             **({"entries": self.launch.entries} if isinstance(self.launch, Steps) else {}),
+            **({"compiler": self.compiler} if self.compiler != "auto" else {}),
         }
 
     def build_name(self, case: Case) -> str:
@@ -101,11 +103,13 @@ def current_version(program: Program, source_text: str | None = None) -> KernelV
         "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
         "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
         "arch_suffix": program.arch_suffix, **({"classes": variants} if variants else {}),
+        # Only where set: kernels without the field keep the identities their approvals pinned.
+        **({"compiler": program.compiler} if program.compiler != "auto" else {}),
     }
     return KernelVersion(program.name, text, headers, program.entry, program.options, program.arch_suffix, program.launch,
                    dict(program.launch_overrides), dict(program.classes), identity,
                    source_file=program.source, source_path=display_path(program.source),
-                   library=program.library_baseline)
+                   library=program.library_baseline, compiler=program.compiler)
 
 
 def pinned_version(kernel: str, source: str, headers: dict[str, str], record: dict) -> KernelVersion:
@@ -119,10 +123,12 @@ def pinned_version(kernel: str, source: str, headers: dict[str, str], record: di
         "entry": record["entry"], "options": list(record["options"]), "launch": record["launch"],
         "launch_overrides": record["launch_overrides"], "arch_suffix": record["arch_suffix"],
         **({"classes": record["classes"]} if record.get("classes") else {}),
+        **({"compiler": record["compiler"]} if record.get("compiler") else {}),
     }
     return KernelVersion(kernel, source, dict(headers), record["entry"], tuple(record["options"]), record["arch_suffix"],
                    launch_from_record(record["launch"]),
-                   {case: launch_from_record(raw) for case, raw in record["launch_overrides"].items()}, classes, identity)
+                   {case: launch_from_record(raw) for case, raw in record["launch_overrides"].items()}, classes, identity,
+                   compiler=record.get("compiler") or "auto")
 
 
 def kernel_spec(program: Program, source_text: str | None = None) -> dict:

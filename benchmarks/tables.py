@@ -204,6 +204,12 @@ def render_hostile_kernels(files: list[Kept]) -> str:
     return "\n\n".join(tables(f.document["truth"], f.document["rows"], f.document["meta"]) for f in files)
 
 
+def render_public_kernels(files: list[Kept]) -> str:
+    from public_kernels import tables
+
+    return "\n\n".join(tables(f.document) for f in files)
+
+
 SECTIONS = (
     Section("decisions", "Gate power: the decision rows (A/A, +3 %, +5 %)",
             ("**/gate-power-decisions-*.json", "trust-2026-12-02/gate-power-after-d6781b0.json"), "newest", render_gate_power,
@@ -258,6 +264,10 @@ SECTIONS = (
             "tensor-core work after its product, and honest A/A copies (timing on fresh inputs on, and off for its "
             "cost), each judged by fresh gate processes; every variant also timed alone by `cudagate run` on the "
             "signed inputs (the keyed one on other inputs too)."),
+    Section("public-kernels", "Kernels nobody here wrote: three public projects, unmodified",
+            ("**/public-kernels-*.json",), "newest", render_public_kernels,
+            "cuda-samples' reduction, SGEMM_CUDA and llm.c's dev/cuda files as their authors keep them (tests/public/): "
+            "each version's verdict and median latency, against the order its authors publish."),
     Section("digest-cost", "Output digests: what checking every timed launch costs",
             ("**/digest-cost-*.json",), "newest", render_digest_cost,
             "The digest of each timed launch's outputs, against the same loop without it."),

@@ -35,8 +35,8 @@ from pytest_cudagate.host import trash
 from pytest_cudagate.cli import main as cudagate
 from pytest_cudagate.defences.fresh_inputs import make_sets, prepare
 from pytest_cudagate.judge.correctness import judge_case
-from pytest_cudagate.suite.cases import generate
-from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.client import RunResult
 

@@ -14,8 +14,8 @@ from pytest_cudagate.suite.cases import (
     case_data_fix,
     case_seed,
     check_case_data,
-    generate,
 )
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.defences.reference import ReferenceFailure, python_expected
 from pytest_cudagate.suite.loader import load_suite
 

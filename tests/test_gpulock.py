@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.worker.gpulock import GpuLock, GpuLockTimeout, default_lock_dir, read_holder
+from pytest_cudagate.errors import GpuLockTimeout
+from pytest_cudagate.worker.gpulock import GpuLock, default_lock_dir, read_holder
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses POSIX signals")
 

@@ -19,7 +19,7 @@ from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer
 from pytest_cudagate.defences import fresh_inputs as fresh
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
@@ -33,7 +33,7 @@ from pytest_cudagate.suite.draw import draw, draw_fresh
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.trust.manifest import collect_manifest
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from cudagate_harness.runner import _changed
 
 RACE_REPORT = """========= COMPUTE-SANITIZER

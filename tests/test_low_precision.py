@@ -21,13 +21,14 @@ from fake_worker import FakeKernel, FakeWorker
 from helpers import replace_once
 
 from cudagate_harness.protocol import encode, numpy_dtype, values
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.defences.fresh_inputs import make_sets
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
-from pytest_cudagate.suite.cases import check_case_data, generate
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.suite.cases import check_case_data
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import load_trusted_keys, sign_suite, verify_suite
 

@@ -262,7 +262,7 @@ import sys
 
 import pytest
 
-LAZY = ("git", "gitdb", "smmap", "scipy", "pytest_cudagate.approvals.release", "pytest_cudagate.trust.base_ref",
+LAZY = ("git", "gitdb", "smmap", "scipy", "pytest_cudagate.trust.release", "pytest_cudagate.trust.base_ref",
         "pytest_cudagate.reports.writer", "pytest_cudagate.reports.document", "pytest_cudagate.reports.html_page",
         "pytest_cudagate.reports.plots", "pytest_cudagate.reports.benchmark_json")
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import REFERENCE_PY
 from pytest_cudagate.cli import main
 from pytest_cudagate.boundary.schema import problems
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 
 pytest_plugins = ["pytester"]

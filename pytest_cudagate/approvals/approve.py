@@ -22,7 +22,7 @@ from typing import TextIO
 import git
 
 from pytest_cudagate import __version__
-from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.trust.approvals import Baseline, Ledger, approval_for, build_identity, git_state
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome

@@ -313,7 +313,7 @@ sys.path.insert(0, {tests!r})
 from fake_worker import FakeWorker, scale_kernels  # noqa: E402
 
 import pytest_cudagate.gate.lookahead as lookahead  # noqa: E402
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import use_client  # noqa: E402
 
 lookahead.cores = lambda: {cores}
 threads = []
@@ -330,7 +330,7 @@ def pytest_sessionfinish(session):
         handle.write(__import__("json").dumps(threads))
 
 
-gate_session.HarnessClient = lambda **options: Recording(scale_kernels(), **options)
+use_client(lambda **options: Recording(scale_kernels(), **options))
 """
 
 

@@ -281,8 +281,3 @@ class ReferenceRunner:
         except Exception:  # noqa: BLE001 - the worker refused or died: no fresh expected outputs
             return [None] * len(candidates)
         return [None if isinstance(r, str) else r for r in results]
-
-
-def python_expected(suite: Suite, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The Python reference's checked outputs for one input set."""
-    return ReferenceRunner(suite).python(case, inputs)

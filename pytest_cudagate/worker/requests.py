@@ -25,12 +25,6 @@ REQUEST_PROTOCOL = 1
 LIBRARY_SETTLE = (0.5, 0.005)  # (quantile, within)
 
 
-def quoted_includes(source: Path, text: str | None = None) -> dict[str, str]:
-    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name;
-    only files inside the suite folder (see :mod:`pytest_cudagate.suite.includes`)."""
-    return local_headers(source, text)
-
-
 def nvrtc_name(kernel: str) -> str:
     """The source name every build of ``kernel`` reaches NVRTC under (its ``__FILE__``, and the file in
     its cubin's line info): the kernel's signed name, never a path, which a pull request may rename,
@@ -93,7 +87,7 @@ class KernelVersion:
 def current_version(program: Program, source_text: str | None = None) -> KernelVersion:
     """``program`` as the working tree holds it (``source_text`` in place of its file: a proposal)."""
     text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
-    headers = quoted_includes(program.source, text)
+    headers = local_headers(program.source, text)
     variants = {name: variant.to_json() for name, variant in sorted(program.classes.items())}
     identity = {
         "source_sha256": hashlib.sha256(text.encode()).hexdigest(),

@@ -43,7 +43,7 @@ import yaml
 from evidence_header import with_header
 from gate_power import Prepared, calibrate, describe, log, nvbench, slowed, visible_gpus
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.cli import main as cudagate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import SIGNING_KEY_ENV, TRUSTED_IDS_ENV

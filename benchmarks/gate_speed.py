@@ -203,7 +203,7 @@ def scale_rows(x, rows, cols):
 
 def xdist_suite(root: Path) -> Path:
     """A suite of XDIST_KERNELS copies of a row-scaling kernel and XDIST_CASES timed cases, data generated."""
-    from pytest_cudagate.suite.cases import generate
+    from pytest_cudagate.defences.expected import generate
     from pytest_cudagate.suite.loader import load_suite
 
     names = [f"scale{k}" for k in range(XDIST_KERNELS)]

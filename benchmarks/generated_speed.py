@@ -33,10 +33,10 @@ from cudagate_harness.runner import _changed
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.host import trash
 from pytest_cudagate.cli import main as cudagate
-from pytest_cudagate.defences.fresh_inputs import make_sets, prepare
+from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.judge.correctness import judge_case
-from pytest_cudagate.suite.cases import generate
-from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.client import RunResult
 
@@ -117,8 +117,8 @@ def one_run(path: Path, work: Path, seed: int) -> dict[str, float]:
     case = suite.case("large")
     seconds = {}
     seconds["rebuild"], _ = timed(lambda: materialise(suite, case, client=None, root=work / "generated"))
-    seconds["fresh"], (sets, notes) = timed(lambda: make_sets(suite, case, count=2, adversarial=True, seed=seed,
-                                                              root=work / "fresh"))
+    seconds["fresh"], (sets, notes) = timed(lambda: prepare(suite, case, count=2, adversarial=True, seed=seed,
+                                                            root=work / "fresh").finish())
     assert len(sets) == 2, notes
     resolved = suite.resolved(case)
     expected = resolved.expected_outputs()

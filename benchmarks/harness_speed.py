@@ -23,7 +23,7 @@ from cudagate_harness.compiler import compile_kernel
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
 from pytest_cudagate.plugin import RUNTIME
 from pytest_cudagate.reports.plots import timing_svg
-from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.loader import load_suite
 
@@ -115,7 +115,7 @@ def fresh_input_costs(rows):
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(3):
             t0 = time.perf_counter()
-            make_sets(suite, case, count=2, adversarial=True, seed=k, root=Path(tmp) / str(k))
+            prepare(suite, case, count=2, adversarial=True, seed=k, root=Path(tmp) / str(k)).finish()
             times.append(time.perf_counter() - t0)
     rows.append(("fresh inputs of fir perf_131072x32768, 2 sets with the reference (median of 3)",
                  ms(statistics.median(times)), ""))

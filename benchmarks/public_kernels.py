@@ -99,7 +99,7 @@ def quick_copy(folder: Path, dest: Path) -> Path:
 
 def measure(folders: list[Path], quick: bool, work: Path) -> list[dict]:
     """One row per kernel and case."""
-    from pytest_cudagate.approvals.ledger import Ledger
+    from pytest_cudagate.trust.approvals import Ledger
     from pytest_cudagate.gate import Gate, GateOptions
     from pytest_cudagate.session import open_worker
     from pytest_cudagate.suite.loader import load_suite

@@ -20,7 +20,7 @@ from pytest_cudagate import __version__
 from pytest_cudagate.approvals.approve import approve
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
 from pytest_cudagate.approvals.diff import kernel_diff
-from pytest_cudagate.errors import EXIT_FAILED, CudagateError, run_command
+from pytest_cudagate.errors import EXIT_FAILED, CudagateError
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.errors import EXIT_INPUT, FileError
 from pytest_cudagate import boundary
@@ -31,16 +31,17 @@ from pytest_cudagate.reports.cli import register as register_reports
 from pytest_cudagate.history.cli import register as register_history
 from pytest_cudagate.bisect.search import register as register_bisect
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
-from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.host.paths import display_path, run_command
 from pytest_cudagate.boundary.options import (LOCK_TIMEOUT_S, NAME, PATH, PULL_REQUEST, TIMEOUT_S, OneLineParser, count,
                                               nonempty)
 from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.session import open_worker
-from pytest_cudagate.suite.cases import case_data_fix, check_case_data, generate, large_case_warning, stale_files
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.suite.cases import case_data_fix, check_case_data, large_case_warning, stale_files
 from pytest_cudagate.suite.loader import discover, load_suite
-from pytest_cudagate.suite.recheck import add_recheck_budget
+from pytest_cudagate.defences.recheck import add_recheck_budget
+from pytest_cudagate.defences.recheck_child import recheck_expected
 from pytest_cudagate.suite.scaffold import init, next_steps
-from pytest_cudagate.suite.recheck_child import recheck_expected
 from pytest_cudagate.suite.model import Tolerance, load_arrays
 from pytest_cudagate.trust import SIGNING_KEY_ENV, UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.trust.cli import register as register_trust

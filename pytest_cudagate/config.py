@@ -16,11 +16,6 @@ from pathlib import Path
 from pytest_cudagate import boundary
 from pytest_cudagate.errors import FileError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 _KEYS = {"suites", "arch", "timeout_s", "trusted_keys", "release_tags", "include"}
 
 DEFAULT_ARCH = "sm_90"  # compile target when no GPU is present (the H200's)
@@ -101,6 +96,11 @@ def load_settings(root: Path) -> Settings:
     path = root / "pyproject.toml"
     if not path.is_file():
         return Settings(root)
+    # here, not at the top: the plugin's options import this module on every pytest run
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(boundary.read_text(path, boundary.MAX_SETTINGS_BYTES, "project file"))
     except (OSError, tomllib.TOMLDecodeError, RecursionError) as exc:

@@ -411,7 +411,7 @@ class ReleaseItem(GateItem):
     run_phase = "release"
 
     def runtest(self) -> None:
-        from pytest_cudagate.approvals.release import BuildRecord  # release mode only
+        from pytest_cudagate.trust.release import BuildRecord  # release mode only
 
         node: ProgramNode = self.parent
         runtime = self.runtime

@@ -1,11 +1,13 @@
 """The pytest plugin's entry point: the ``--cuda-gate`` options and the hook that starts a gate
 session. Everything else (collection, items, the worker) lives in :mod:`pytest_cudagate.items`.
 
-Registering options and hooks imports nothing heavy (no numpy, scipy, jsonschema, cryptography,
-CUDA bindings or git), so a plain ``pytest`` run in a project that installs cudagate pays nothing:
-the heavy modules are imported in :func:`pytest_configure`, and only under ``--cuda-gate``, after
-the harness worker's process is started (:mod:`pytest_cudagate.worker.spawn`, light) so that its
-CUDA start overlaps them.
+Installed, it is loaded by every pytest run of the environment, so until ``--cuda-gate`` is given it
+imports pytest and the standard library only (tests/test_plugin_entry.py pins what it loads): the
+options' converters and defaults when pytest asks for the options, the rest in
+:func:`pytest_configure` under ``--cuda-gate``, after the harness worker's process is started
+(:mod:`pytest_cudagate.worker.spawn`, light) so that its CUDA start overlaps them.
+PYTEST_DONT_REWRITE: it holds no test assertion, and pytest would otherwise parse and rewrite it on
+every run without bytecode caches.
 """
 
 from __future__ import annotations
@@ -16,25 +18,24 @@ from typing import TYPE_CHECKING, Callable
 
 import pytest
 
-from pytest_cudagate import phases
-from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, PATH, TIMEOUT_S, count, finite, nonempty,
-                                            ref_or_bare)
-from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, load_settings, resolve
-from pytest_cudagate.errors import FileError
-
 if TYPE_CHECKING:
     from pytest_cudagate.items import GateSession
     from pytest_cudagate.session import GateRuntime
     from pytest_cudagate.worker.client import Worker
 
 RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
-# A fraction, never silently replaced by the suite's: 0.02 = 2 %.
-THRESHOLD = finite(0, 1, above=True, below=True, hint="0.02 = 2%; leave it out to use each suite's gate.threshold")
 
 
 def add_gate_options(add: Callable[..., object]) -> None:
     """The ``--cuda-gate*`` options, given to ``add``: pytest's ``group.addoption`` here, an argparse
     ``add_argument`` for ``cudagate gate --help`` and its refusals (one definition, never typed twice)."""
+    # Light (the standard library, and no TOML parser until a settings file is read): every pytest run.
+    from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, PATH, TIMEOUT_S, count, finite, nonempty,
+                                                ref_or_bare)
+    from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S
+
+    # A fraction, never silently replaced by the suite's: 0.02 = 2 %.
+    threshold = finite(0, 1, above=True, below=True, hint="0.02 = 2%; leave it out to use each suite's gate.threshold")
     add("--cuda-gate", action="store_true", help="collect cudagate.yaml suites and replay them on the GPU")
     add("--cuda-gate-require-gpu", action="store_true",
         help="fail (instead of skip) replay items when no CUDA device is present; for reserved GPU runners")
@@ -54,7 +55,7 @@ def add_gate_options(add: Callable[..., object]) -> None:
              "--cuda-gate-release=REF, or the bare flag after the paths")
     add("--cuda-gate-budget", type=BUDGET_S, default=DEFAULT_BUDGET_S, metavar="S",
         help=f"measurement time per performance case for the interleaved comparison (default {DEFAULT_BUDGET_S:g})")
-    add("--cuda-gate-threshold", type=THRESHOLD, default=None, metavar="F",
+    add("--cuda-gate-threshold", type=threshold, default=None, metavar="F",
         help="latency drift tolerated, as a fraction strictly between 0 and 1 (overrides each suite's "
              "gate.threshold)")
     add("--cuda-gate-fresh-seed", type=count(0, 2**64 - 1), default=None, metavar="N",
@@ -100,6 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.issue_config_time_warning(pytest.PytestConfigWarning(
                 "--cuda-gate-require-gpu does nothing without --cuda-gate"), stacklevel=2)
         return
+    from pytest_cudagate import phases
+
     if not hasattr(config, "workerinput"):  # an xdist worker's output is not the job's log
         from pytest_cudagate.reports import github
 
@@ -130,6 +133,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
     """Settings and options resolved, the session registered; a bad setting is one usage error."""
     # The one lazy import point (see the module docstring): suites, the worker, the judge and trust.
+    from pytest_cudagate.config import load_settings, resolve
+    from pytest_cudagate.errors import FileError
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
 
     trust_root = load_trust_root(config)

@@ -16,7 +16,7 @@ from pytest_cudagate import phases
 
 from pytest_cudagate.host import trash
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.config import DEFAULT_ARCH, DEFAULT_LOCK_TIMEOUT_S, DEFAULT_RELEASE_TAGS, DEFAULT_TIMEOUT_S
 from pytest_cudagate.worker.client import HarnessClient, Worker, WorkerUnavailable
 from pytest_cudagate.worker.fingerprint import Fingerprint
@@ -30,7 +30,7 @@ from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
 
 if TYPE_CHECKING:  # release mode and `cudagate gate --trusted-ref` only
-    from pytest_cudagate.approvals.release import ReleaseSource
+    from pytest_cudagate.trust.release import ReleaseSource
     from pytest_cudagate.trust.base_ref import TrustRoot
     from pytest_cudagate.worker.build import BuildFacts
 
@@ -65,7 +65,7 @@ def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float =
     ``approve`` and ``optimize``. ``spawned``: a process the pytest session started early
     (:mod:`pytest_cudagate.worker.spawn`), taken over here (closed on failure like one started here).
     Raises :class:`WorkerUnavailable` without a usable GPU and
-    :class:`~pytest_cudagate.worker.gpulock.GpuLockTimeout` when the card stays busy.
+    :class:`~pytest_cudagate.errors.GpuLockTimeout` when the card stays busy.
     """
     client = spawned if spawned is not None else HarnessClient(timeout_s=timeout_s, env=xdist_device_env())
     client.timeout_s = timeout_s
@@ -164,7 +164,7 @@ class GateRuntime:
     def release(self) -> ReleaseSource | None:
         """Release mode's reference, resolved once per session (None outside release mode)."""
         if self._release is None and self.options.release:
-            from pytest_cudagate.approvals.release import ReleaseSource
+            from pytest_cudagate.trust.release import ReleaseSource
 
             self._release = ReleaseSource(self.root, self.release_ref, self.release_tags,
                                           release_verifier(self.trust_root, self.allow_unsigned))

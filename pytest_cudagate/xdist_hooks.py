@@ -28,6 +28,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.judge.wire import outcome_from_wire, outcome_to_wire
 from pytest_cudagate.reports.hashes import case_files
 from pytest_cudagate.reports.locate import ItemInfo, Key
+from pytest_cudagate.reports.pytest_hooks import GATHERED
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import BuildFacts
 from pytest_cudagate.worker.fingerprint import Fingerprint
@@ -36,7 +37,6 @@ PAYLOAD = "cudagate_payload"  # the report attribute that carries a case item's 
 COMPILES = "cudagate_compiles"  # ... and a compile item's build facts
 GATE_ITEM = "cudagate_item"  # set on every report of a cudagate item: the controller counts them as pytest does
 SEED_KEY = "cudagate_fresh_seed"  # in xdist's workerinput
-_INDEX = pytest.StashKey[dict]()  # controller: (suite, kernel, case) -> ItemInfo of the gathered items
 
 
 def gpu_count() -> int:
@@ -123,13 +123,8 @@ def gather(config: pytest.Config, report: pytest.TestReport, runtime: Any) -> No
     runtime.trust.update(data["trust"])
     if data["fingerprint"] is not None and runtime.fingerprint is None:
         runtime.fingerprint = Fingerprint.from_dict(data["fingerprint"])
-    index = config.stash.setdefault(_INDEX, {})
+    index = config.stash.setdefault(GATHERED, {})
     index[key] = _item_info(report.nodeid, Path(data["suite_path"]), key, index)
-
-
-def gathered_index(config: pytest.Config) -> dict[Key, ItemInfo]:
-    """The controller's stand-in for its (uncollected) items, for the report's locations."""
-    return dict(config.stash.get(_INDEX, {}))
 
 
 def _item_info(nodeid: str, suite_path: Path, key: Key, index: dict) -> ItemInfo:

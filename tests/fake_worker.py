@@ -28,6 +28,7 @@ from cudagate_harness.driver import CudaError
 from cudagate_harness.protocol import numpy_dtype
 from cudagate_harness.worker import Worker
 from pytest_cudagate import session
+from pytest_cudagate.worker import spawn
 from pytest_cudagate.worker.client import CompareResult, RunResult
 
 LIMITS = {
@@ -410,8 +411,16 @@ def install(monkeypatch, tmp_path: Path, kernels: Kernels) -> list[FakeWorker]:
         return started[-1]
 
     monkeypatch.setattr(session, "HarnessClient", start)
+    monkeypatch.setattr(spawn, "HarnessClient", start)
     monkeypatch.setenv("CUDAGATE_LOCK_DIR", str(tmp_path / "locks"))
     return started
+
+
+def use_client(factory) -> None:
+    """Make every worker a run in this process starts ``factory(**options)``: the process the plugin
+    spawns early (worker/spawn.py) and the one open_worker starts (session.py); for a pytester
+    project's conftest, which outlives any monkeypatch."""
+    session.HarnessClient = spawn.HarnessClient = factory
 
 
 def fake_gpu_project(folder: Path) -> Path:
@@ -425,9 +434,9 @@ import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 from fake_worker import FakeWorker, scale_kernels  # noqa: E402
 
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import use_client  # noqa: E402
 
-gate_session.HarnessClient = lambda **options: FakeWorker(scale_kernels(), **options)
+use_client(lambda **options: FakeWorker(scale_kernels(), **options))
 os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".locks")
 """)
     return folder / ".locks"

@@ -7,7 +7,7 @@ its case data is generated without a GPU; its kernel compiles with the NVRTC fro
 from __future__ import annotations
 
 from pathlib import Path
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 
 SUITE_YAML = """\
@@ -92,7 +92,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def changed_after_approval(suite):
     """``suite``'s kernel approved as it is, then its source changed: (the reloaded suite, its ledger),
     so every performance case is timed interleaved against the approved version."""
-    from pytest_cudagate.approvals.ledger import Ledger, approval_for
+    from pytest_cudagate.trust.approvals import Ledger, approval_for
 
     ledger = Ledger.for_suite(suite)
     program = suite.kernels[0]

@@ -10,7 +10,7 @@ import pytest
 
 from fake_worker import install, scale_kernels, scale_xy
 from helpers import write_suite
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.judge.stats import run_level
 from pytest_cudagate.suite.loader import load_suite

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cudagate_harness import compiler
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.optimize.proposers.openai import public_url
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair, load_private_key, sign_suite

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import load_private_key, sign_suite
 from test_attacks import EXAMPLE, SECRET, Repo, repo  # noqa: F401 - the fixture

@@ -25,7 +25,7 @@ from pytest_cudagate import boundary
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.reports import github
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 
 # A name or source line that, printed as it is, would raise an annotation, mask a word of the log and
 # stop the gate's own annotations (each on a line of its own), and the legacy form within a line.

@@ -14,9 +14,9 @@ from pytest_cudagate.suite.cases import (
     case_data_fix,
     case_seed,
     check_case_data,
-    generate,
 )
-from pytest_cudagate.defences.reference import ReferenceFailure, python_expected
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
 from pytest_cudagate.suite.loader import load_suite
 
 
@@ -167,9 +167,9 @@ def test_reference_may_return_a_dict_or_tuple(tmp_path):
     case = suite.case("small")
     x = np.arange(150, dtype=np.float32).reshape(3, 50)
     (path.parent / "reference.py").write_text("def scale_rows(x, rows, cols):\n    return {'y': x * 3}\n")
-    np.testing.assert_array_equal(python_expected(suite, case, {"x": x})["y"], x * 3)
+    np.testing.assert_array_equal(ReferenceRunner(suite).python(case, {"x": x})["y"], x * 3)
     (path.parent / "reference.py").write_text("def scale_rows(x, rows, cols):\n    return (x * 4,)\n")
-    np.testing.assert_array_equal(python_expected(suite, case, {"x": x})["y"], x * 4)
+    np.testing.assert_array_equal(ReferenceRunner(suite).python(case, {"x": x})["y"], x * 4)
 
 
 def test_reference_cannot_change_the_inputs_written(tmp_path):
@@ -267,5 +267,5 @@ def test_committed_softmax_expected_outputs_are_the_reference(tmp_path):
     for case in suite.cases:
         x = np.load(suite.input_path(case, suite.signature[0]))
         y = np.load(suite.expected_path(case, suite.signature[1]))
-        np.testing.assert_array_equal(y, python_expected(suite, case, {"x": x})["y"])
+        np.testing.assert_array_equal(y, ReferenceRunner(suite).python(case, {"x": x})["y"])
         assert len(np.unique(x)) > x.size // 2

@@ -12,7 +12,8 @@ from cudagate_harness import compiler
 from cudagate_harness.compiler import CompileOptionError, cache_key, check_options, compile_kernel, parse_resources
 from helpers import BROKEN_CU, KERNEL_CU, write_suite
 from pytest_cudagate.worker.build import compile_program
-from pytest_cudagate.worker.requests import kernel_spec, quoted_includes
+from pytest_cudagate.suite.includes import local_headers
+from pytest_cudagate.worker.requests import kernel_spec
 from pytest_cudagate.suite.loader import load_suite
 
 SHARED_CU = """\
@@ -215,7 +216,7 @@ def test_quoted_includes_are_found_recursively_and_compiled(tmp_path, cache):
             '// #include "missing.cuh" is skipped: not a file next to the source\n#include "missing.cuh"\n'
             'extern "C" __global__ void k(float* y) { y[threadIdx.x] = twice(1.0f) + EXTRA; }\n')
     source.write_text(text)
-    headers = quoted_includes(source)
+    headers = local_headers(source)
     assert headers == {
         "inc/ops.cuh": (tmp_path / "inc" / "ops.cuh").read_text(),
         "inc/consts.cuh": (tmp_path / "inc" / "consts.cuh").read_text(),
@@ -234,7 +235,7 @@ def test_quoted_includes_stop_at_cycles(tmp_path):
     (tmp_path / "a.cuh").write_text('#ifndef A\n#define A\n#include "b.cuh"\n#endif\n')
     (tmp_path / "b.cuh").write_text('#ifndef B\n#define B\n#include "a.cuh"\n#endif\n')
     (tmp_path / "main.cu").write_text('#include "a.cuh"\n')
-    assert sorted(quoted_includes(tmp_path / "main.cu")) == ["a.cuh", "b.cuh"]
+    assert sorted(local_headers(tmp_path / "main.cu")) == ["a.cuh", "b.cuh"]
 
 
 def test_a_header_reached_by_two_spellings_is_included_once(tmp_path, cache):
@@ -246,7 +247,7 @@ def test_a_header_reached_by_two_spellings_is_included_once(tmp_path, cache):
             'extern "C" __global__ void k(float* y) { y[threadIdx.x] = mul(twice(1.0f), 3.0f); }\n')
     (tmp_path / "main.cu").write_text(text)
     result = compile_kernel(text, entry="k", arch="sm_90", source_name="main.cu",
-                            headers=quoted_includes(tmp_path / "main.cu"))
+                            headers=local_headers(tmp_path / "main.cu"))
     assert result.ok, result.log
 
 
@@ -261,13 +262,13 @@ def test_a_name_through_a_folder_and_back_compiles_as_the_file_system_opens_it(t
     text = ('#include "sub/../ok.h"\n#include "ok.h"\n#include "inc/../inc/two.h"\n'
             'extern "C" __global__ void k(float* y) { y[threadIdx.x] = two(); }\n')
     (tmp_path / "main.cu").write_text(text)
-    headers = quoted_includes(tmp_path / "main.cu")
+    headers = local_headers(tmp_path / "main.cu")
     assert sorted(headers) == ["inc/../sub/../ok.h", "inc/two.h", "ok.h", "sub/../ok.h"]
     result = compile_kernel(text, entry="k", arch="sm_90", source_name="main.cu", headers=headers)
     assert result.ok, result.log
     # a folder that is not there is not made up: the compiler says so, as it would on the suite's own disk
     (tmp_path / "main.cu").write_text(text.replace("sub/../ok.h", "nowhere/../ok.h"))
-    assert "nowhere/../ok.h" not in quoted_includes(tmp_path / "main.cu")
+    assert "nowhere/../ok.h" not in local_headers(tmp_path / "main.cu")
 
 
 @pytest.mark.parametrize("headers, refusal", [

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from report_fixtures import build_scenario, built_report
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.cli import main
 from pytest_cudagate.approvals.diff import kernel_diff
 from pytest_cudagate.errors import CudagateError

@@ -20,10 +20,10 @@ from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate.gate import lookahead, prepare as prepare_module
 from pytest_cudagate import items as items_module
 from pytest_cudagate import xdist_hooks
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.defences import fresh_ahead, fresh_inputs
 from pytest_cudagate.gate import Gate, GateOptions
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 
 pytest_plugins = ["pytester"]

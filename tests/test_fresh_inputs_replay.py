@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.suite.loader import load_suite
 
 NORMAL_X = replace_once(SUITE_YAML, "tolerance:", "inputs:\n  x: {distribution: normal, mean: 0.5, std: 2}\ntolerance:")
@@ -26,7 +26,7 @@ NORMAL_X = replace_once(SUITE_YAML, "tolerance:", "inputs:\n  x: {distribution: 
 def test_a_fresh_seed_draws_the_sets_it_drew_before(tmp_path, yaml_text, digest):
     suite = load_suite(write_suite(tmp_path / "s", yaml_text=yaml_text))
     case = suite.case("perf")
-    sets, notes = make_sets(suite, case, count=4, adversarial=True, seed=1234, root=tmp_path / "fresh")
+    sets, notes = prepare(suite, case, count=4, adversarial=True, seed=1234, root=tmp_path / "fresh").finish()
     assert [s.label for s in sets] == ["resampled", "adversarial", "resampled-2", "adversarial-2"] and notes == []
     h = hashlib.sha256()
     for fresh in sets:

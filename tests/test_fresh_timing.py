@@ -14,7 +14,7 @@ from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, scale_xy
 from helpers import SUITE_YAML, changed_after_approval, write_suite
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.latency import MIN_SET_ROUNDS, Latency, inputs_check
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint
 

@@ -7,7 +7,7 @@ import pytest
 
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest
 from helpers import SUITE_YAML, write_suite
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.client import RunResult

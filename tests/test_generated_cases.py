@@ -14,7 +14,7 @@ from fake_worker import FakeWorker, install, scale_kernels
 from helpers import EXAMPLES, KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.cli import main
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate

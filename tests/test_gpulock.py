@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.worker.gpulock import GpuLock, GpuLockTimeout, default_lock_dir, read_holder
+from pytest_cudagate.errors import GpuLockTimeout
+from pytest_cudagate.worker.gpulock import GpuLock, default_lock_dir, read_holder
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses POSIX signals")
 
@@ -128,7 +129,7 @@ def test_a_command_kept_waiting_for_the_gpu_says_so_in_one_line(tmp_path, holder
     monkeypatch.setenv("CUDAGATE_LOCK_DIR", str(tmp_path))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     stub = [sys.executable, str(REPO / "tests" / "stub_worker.py")]
-    monkeypatch.setattr(session, "HarnessClient", partial(HarnessClient, command=stub))
+    monkeypatch.setattr(session, "HarnessClient", partial(HarnessClient, command=stub))  # `cudagate run` starts it
     _, args = request(tmp_path / "request", "cudagate", lambda body: body)
     assert main([*args, "--lock-timeout", "0.2"]) == 3
     err = capsys.readouterr().err

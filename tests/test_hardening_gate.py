@@ -20,11 +20,11 @@ from helpers import SUITE_YAML, replace_once, write_suite
 from fake_worker import FakeDevice, FakeKernel, FakeWorker, Launch, honest, make_worker, scale_xy
 
 from cudagate_harness.runner import Launchable, LaunchRefused, check_launch
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.requests import kernel_spec, case_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.trust import sign_suite
 from pytest_cudagate.judge.correctness import judge_case
 

@@ -19,7 +19,7 @@ from test_hardening_gate import Fingerprint, kernels_for
 
 from cudagate_harness import sanitizer
 from pytest_cudagate.defences import fresh_inputs as fresh
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.judge.elementwise import check_output
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
@@ -33,7 +33,7 @@ from pytest_cudagate.suite.draw import draw, draw_fresh
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.trust.manifest import collect_manifest
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from cudagate_harness.runner import _changed
 
 RACE_REPORT = """========= COMPUTE-SANITIZER
@@ -190,7 +190,7 @@ def test_fresh_set_labels():
 
 def test_fresh_sets_are_new_values_with_reference_outputs(scale_suite, tmp_path):
     case = scale_suite.case("perf")
-    sets, notes = fresh.make_sets(scale_suite, case, count=2, adversarial=True, seed=11, root=tmp_path)
+    sets, notes = fresh.prepare(scale_suite, case, count=2, adversarial=True, seed=11, root=tmp_path).finish()
     assert [s.label for s in sets] == ["resampled", "adversarial"] and notes == []
     signed = np.load(scale_suite.input_path(case, scale_suite.buffers[0]))
     for item in sets:
@@ -204,7 +204,7 @@ def test_fresh_sets_are_new_values_with_reference_outputs(scale_suite, tmp_path)
     big = float(np.max(np.abs(adversarial)))
     assert big > 1e20 and np.isfinite(2.0 * big)  # scaled far up, the reference's 2x still finite
     assert sets[1].atol_scale["y"] > 1e15  # atol follows the output's scale
-    again, _ = fresh.make_sets(scale_suite, case, count=2, adversarial=True, seed=11, root=tmp_path / "again")
+    again, _ = fresh.prepare(scale_suite, case, count=2, adversarial=True, seed=11, root=tmp_path / "again").finish()
     assert np.array_equal(np.load(again[1].spec(scale_suite, case)["inputs"]["x"]), adversarial)  # a seed replays
 
 
@@ -243,7 +243,7 @@ def test_adversarial_values_stop_where_the_reference_overflows(tmp_path):
     (folder / "squares.py").write_text("import numpy as np\n\ndef squares(x, rows, cols):\n"
                                        "    return (x.astype(np.float64) ** 2).astype(np.float32)\n")
     suite = load_suite(write_suite(folder, yaml_text=squares))
-    sets, notes = fresh.make_sets(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f")
+    sets, notes = fresh.prepare(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f").finish()
     y = np.load(sets[1].spec(suite, suite.case("small"))["expected"]["y"])
     assert np.all(np.isfinite(y)) and np.max(y) <= np.finfo(np.float32).max * 2.0 ** -8
 
@@ -258,7 +258,7 @@ def test_positive_inputs_stay_positive(tmp_path):
     x = np.abs(np.random.default_rng(0).normal(size=(3, 50))).astype(np.float32) + 0.5
 
     write_case(suite, suite.case("small"), {"x": x}, {"y": np.log(x)})
-    sets, notes = fresh.make_sets(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f")
+    sets, notes = fresh.prepare(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f").finish()
     assert [s.label for s in sets] == ["resampled", "adversarial"] and notes == []  # no signed zeros: log stays finite
 
 
@@ -271,7 +271,7 @@ def test_a_reference_that_fails_on_adversarial_values_skips_them_with_a_note(tmp
                                      "        raise ValueError('out of domain')\n"
                                      "    return (2.0 * x.astype(np.float64)).astype(np.float32)\n")
     suite = load_suite(write_suite(folder, yaml_text=picky))
-    sets, notes = fresh.make_sets(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f")
+    sets, notes = fresh.prepare(suite, suite.case("small"), count=2, adversarial=True, seed=5, root=tmp_path / "f").finish()
     assert [s.label for s in sets] == ["resampled"]
     assert notes == ["adversarial fresh inputs skipped on case small: the reference's own output is not finite on "
                      "them at any scale tried (or it refused them)"]
@@ -374,7 +374,7 @@ def test_fresh_sets_with_a_cuda_reference_run_through_the_worker_once_per_candid
     device = client.worker.device
     before, requests = device.launches, len(client.requests)
     case = suite.case("perf")
-    sets, notes = fresh.make_sets(suite, case, count=2, adversarial=True, seed=9, root=tmp_path / "fresh", client=client)
+    sets, notes = fresh.prepare(suite, case, count=2, adversarial=True, seed=9, root=tmp_path / "fresh").finish(client)
     assert [s.label for s in sets] == ["resampled", "adversarial"] and notes == []
     # One request: one launch for the resampled set, one per candidate scale of the adversarial set
     # (SCALE_STEPS + 1 of them here), no second validation launch.

@@ -14,7 +14,7 @@ from cudagate_harness.params import KernelParam, ParamInfoError, ParamLayout, en
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_FAILED, FileError
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.worker.build import compile_program, parameter_problems
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for, build_identity
+from pytest_cudagate.trust.approvals import Baseline, Ledger, approval_for, build_identity
 from pytest_cudagate.errors import FileError
 from fake_worker import FakeWorker, scale_kernels
 from helpers import write_suite

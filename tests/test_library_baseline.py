@@ -23,7 +23,7 @@ from pytest_cudagate.gate import baseline_timing
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.library import LibraryResult
 from pytest_cudagate.judge.outcome import plain
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import suite_manifest
 from pytest_cudagate.worker.requests import run_request

@@ -21,13 +21,14 @@ from fake_worker import FakeKernel, FakeWorker
 from helpers import replace_once
 
 from cudagate_harness.protocol import encode, numpy_dtype, values
-from pytest_cudagate.approvals.ledger import Ledger
-from pytest_cudagate.defences.fresh_inputs import make_sets
+from pytest_cudagate.trust.approvals import Ledger
+from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
-from pytest_cudagate.suite.cases import check_case_data, generate
+from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.suite.cases import check_case_data
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import load_trusted_keys, sign_suite, verify_suite
 
@@ -200,7 +201,7 @@ def test_fresh_inputs_stay_in_range_and_the_reference_gets_float32(replayed, tmp
     dtype = suite.signature[0].dtype
     record = tmp_path / "record.json"
     monkeypatch.setenv("LOWP_RECORD", str(record))
-    sets, notes = make_sets(suite, suite.case("perf"), count=2, adversarial=True, seed=5, root=tmp_path / "fresh")
+    sets, notes = prepare(suite, suite.case("perf"), count=2, adversarial=True, seed=5, root=tmp_path / "fresh").finish()
     assert [s.label for s in sets] == ["resampled", "adversarial"], notes
     assert json.loads(record.read_text()) == {"x": "float32"}
     largest = float(ml_dtypes.finfo(TYPES[dtype]).max)

@@ -18,8 +18,8 @@ import pytest
 
 from cudagate_harness import compiler, nvcc
 from helpers import SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
-from pytest_cudagate.approvals.release import BuildRecord, build_drift
+from pytest_cudagate.trust.approvals import Ledger, approval_for
+from pytest_cudagate.trust.release import BuildRecord, build_drift
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
 from pytest_cudagate.host.paths import display_path

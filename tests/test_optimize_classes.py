@@ -14,7 +14,7 @@ from fake_worker import FakeWorker
 from optimize_fakes import (OPT_SUITE_YAML, ScriptedServer, answer, build_defines, committed_project, fake_source,
                             write_proposals)
 from helpers import replace_once, write_suite
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate

@@ -11,7 +11,7 @@ import pytest
 
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, scale_xy
 from optimize_fakes import fake_source, opt_suite
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.candidate import Candidate

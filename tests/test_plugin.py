@@ -249,12 +249,40 @@ def test_a_gate_run_that_finds_no_suite_says_where_it_looked_and_how_to_list_sui
     result.stdout.fnmatch_lines(["*cudagate: no cudagate.yaml found under empty*[[]tool.cudagate[]] suites*"])
 
 
-def test_registering_the_plugin_imports_nothing_heavy(pytester):
-    script = ("import sys\nimport pytest_cudagate.plugin\n"
-              "heavy = ('numpy', 'scipy', 'jsonschema', 'cryptography', 'cuda', 'git', 'pytest_cudagate.items')\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n")
+HEAVY = ("numpy", "scipy", "jsonschema", "yaml", "cryptography", "git", "cuda")
+# What an installed plugin loads in every pytest run of its environment, --cuda-gate or not: the
+# options' converters (boundary.options, in the boundary package) and defaults (config).
+OPTIONS_MODULES = {"pytest_cudagate", "pytest_cudagate.plugin", "pytest_cudagate.boundary",
+                   "pytest_cudagate.boundary.options", "pytest_cudagate.config", "pytest_cudagate.errors",
+                   "pytest_cudagate.host", "pytest_cudagate.host.paths"}
+LOADED = ("import sys\n"
+          "def loaded(before):\n"
+          "    new = set(sys.modules) - before\n"
+          "    print('ours', sorted(m for m in new if m.split('.')[0] == 'pytest_cudagate'))\n"
+          "    print('other', sorted(m for m in new if m.split('.')[0] not in sys.stdlib_module_names\n"
+          "                          and m.split('.')[0] not in ('pytest_cudagate', '_pytest', 'pytest')))\n")
+
+
+def test_importing_the_plugin_loads_pytest_and_the_standard_library_only(pytester):
+    script = LOADED + "import pytest\nbefore = set(sys.modules)\nimport pytest_cudagate.plugin\nloaded(before)\n"
     result = pytester.run(sys.executable, "-c", script)
-    assert result.stdout.lines[-1] == "[]"
+    assert result.stdout.lines[-2:] == ["ours ['pytest_cudagate', 'pytest_cudagate.plugin']", "other []"]
+    import pytest_cudagate.plugin
+
+    assert "PYTEST_DONT_REWRITE" in pytest_cudagate.plugin.__doc__  # pytest leaves it unparsed
+
+
+def test_a_pytest_run_without_the_gate_loads_only_the_options_of_the_plugin(pytester):
+    pytester.makeconftest("import sys\n"
+                          "def pytest_unconfigure(config):\n"
+                          "    print('ours', sorted(m for m in sys.modules if m.split('.')[0] == 'pytest_cudagate'))\n"
+                          f"    print('heavy', sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s")
+    assert result.ret == pytest.ExitCode.OK
+    ours = next(line for line in result.stdout.lines if line.startswith("ours "))
+    assert "'pytest_cudagate.plugin'" in ours and set(eval(ours[5:])) <= OPTIONS_MODULES
+    result.stdout.fnmatch_lines(["heavy []"])
 
 
 MODULES_SEEN = """
@@ -262,7 +290,7 @@ import sys
 
 import pytest
 
-LAZY = ("git", "gitdb", "smmap", "scipy", "pytest_cudagate.approvals.release", "pytest_cudagate.trust.base_ref",
+LAZY = ("git", "gitdb", "smmap", "scipy", "pytest_cudagate.trust.release", "pytest_cudagate.trust.base_ref",
         "pytest_cudagate.reports.writer", "pytest_cudagate.reports.document", "pytest_cudagate.reports.html_page",
         "pytest_cudagate.reports.plots", "pytest_cudagate.reports.benchmark_json")
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import REFERENCE_PY, write_suite
 from pytest_cudagate.cli import main
-from pytest_cudagate.suite import recheck_child
+from pytest_cudagate.defences import recheck_child
 from pytest_cudagate.trust import SIGNATURE_FILENAME, SIGNING_KEY_ENV, default_key_dir, generate_key_pair
 
 PASSPHRASE_ENV = "CUDAGATE_SIGNING_KEY_PASSPHRASE"

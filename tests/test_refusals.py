@@ -8,7 +8,7 @@ import pytest
 
 from fake_worker import FakeWorker, scale_kernels
 from helpers import SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite

@@ -1,4 +1,4 @@
-"""The release reference (pytest_cudagate.approvals.release) on temporary git repositories built with the git CLI."""
+"""The release reference (pytest_cudagate.trust.release) on temporary git repositories built with the git CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.model import Case
-from pytest_cudagate.approvals.release import (
+from pytest_cudagate.trust.release import (
     FETCH_TAGS_FIX,
     AbsentAtRef,
     BuildRecord,

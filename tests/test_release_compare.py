@@ -13,11 +13,11 @@ from helpers import SUITE_YAML, write_suite
 from fake_worker import FakeKernel, FakeWorker
 
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.latency import Latency
-from pytest_cudagate.approvals.release import AbsentAtRef, NoReleaseYet, ReleasedApproval, ReleaseError
+from pytest_cudagate.trust.release import AbsentAtRef, NoReleaseYet, ReleasedApproval, ReleaseError
 from pytest_cudagate.reports.document import build_report
 from pytest_cudagate.suite.loader import load_suite
 
@@ -43,7 +43,7 @@ def timed(extra: float):
 
 
 class Release:
-    """What the gate asks of a :class:`~pytest_cudagate.approvals.release.ReleaseSource`."""
+    """What the gate asks of a :class:`~pytest_cudagate.trust.release.ReleaseSource`."""
 
     def __init__(self, found):
         self.found = found

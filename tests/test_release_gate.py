@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from helpers import write_suite
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.cli import main
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair

@@ -10,7 +10,6 @@ import html
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 

@@ -6,7 +6,7 @@ import pytest
 
 from report_fixtures import build_scenario, built_report
 from pytest_cudagate.reports import escape, github
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 
 
 @pytest.fixture(scope="module")

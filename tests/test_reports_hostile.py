@@ -35,7 +35,7 @@ from test_reports_comment import GITHUB_LINKED, render
 from pytest_cudagate.cli import main
 from pytest_cudagate.reports import github
 from pytest_cudagate.reports.document import Built
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 from pytest_cudagate.boundary.schema import validate
 from pytest_cudagate.reports.writer import REPORT_HTML, write_report
 

@@ -13,7 +13,7 @@ from report_fixtures import build_scenario, built_report
 from test_bounded_reads import cli, refused
 from test_history import Project
 from test_release import commit
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
+from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.reports.writer import REPORT_JSON, write_report
 

@@ -12,7 +12,7 @@ import pytest
 from report_fixtures import build_scenario, built_report
 from pytest_cudagate.cli import main
 from pytest_cudagate.reports.benchmark_json import benchmark_document
-from pytest_cudagate.reports.scrub import MASK, Scrubber
+from pytest_cudagate.host.scrub import MASK, Scrubber
 from pytest_cudagate.reports.writer import write_report
 from pytest_cudagate.boundary.schema import problems
 from pytest_cudagate.trust.keys import generate_key_pair

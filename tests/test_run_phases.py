@@ -23,9 +23,9 @@ import sys
 sys.path.insert(0, {tests!r})
 from fake_worker import FakeWorker, scale_kernels  # noqa: E402
 
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import use_client  # noqa: E402
 
-gate_session.HarnessClient = lambda **options: FakeWorker(scale_kernels(), **options)
+use_client(lambda **options: FakeWorker(scale_kernels(), **options))
 os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), "locks")
 """
 TITLE = "cudagate run phases: seconds of this process's wall time until this summary"

@@ -10,8 +10,8 @@ import pytest
 
 from cudagate_harness.compiler import compile_kernel
 from helpers import write_suite
-from pytest_cudagate.approvals.ledger import Ledger, approval_for
-from pytest_cudagate.approvals.release import ReleasedApproval
+from pytest_cudagate.trust.approvals import Ledger, approval_for
+from pytest_cudagate.trust.release import ReleasedApproval
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.worker.requests import KernelVersion, compare_request, current_version, kernel_spec

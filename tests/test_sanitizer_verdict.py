@@ -17,7 +17,7 @@ from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, install
 from helpers import fake_compute_sanitizer, write_suite
 from test_attacks import Repo
 from test_hardening_gate import Fingerprint, kernels_for
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite

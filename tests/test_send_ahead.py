@@ -17,7 +17,7 @@ import pytest_cudagate.gate.prepare as prepare_module
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest
 from helpers import SUITE_YAML, changed_after_approval, write_suite
 from test_gate_hang import Fingerprint
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.client import RunResult
@@ -313,7 +313,7 @@ sys.path.insert(0, {tests!r})
 from fake_worker import FakeWorker, scale_kernels  # noqa: E402
 
 import pytest_cudagate.gate.lookahead as lookahead  # noqa: E402
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import use_client  # noqa: E402
 
 lookahead.cores = lambda: {cores}
 threads = []
@@ -330,7 +330,7 @@ def pytest_sessionfinish(session):
         handle.write(__import__("json").dumps(threads))
 
 
-gate_session.HarnessClient = lambda **options: Recording(scale_kernels(), **options)
+use_client(lambda **options: Recording(scale_kernels(), **options))
 """
 
 

@@ -13,7 +13,7 @@ from cudagate_harness.stopping import Settle, quantile_interval
 from fake_worker import FakeKernel, SCALE_PARAMS, install, make_worker, scale_xy
 from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import baseline_timing
 from pytest_cudagate.suite.loader import load_suite

@@ -6,7 +6,6 @@ The compile items run the real NVRTC (on CPU); the identity checks use the build
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

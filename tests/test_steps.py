@@ -15,7 +15,7 @@ from helpers import EXAMPLES, line_of, replace_once
 from test_hardening_gate import Fingerprint
 
 from cudagate_harness.protocol import request_problems
-from pytest_cudagate.approvals.ledger import Ledger, build_identity
+from pytest_cudagate.trust.approvals import Ledger, build_identity
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite

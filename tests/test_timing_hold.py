@@ -14,7 +14,7 @@ from test_timing_repeat import REPEAT, interleaved, scale_suite
 from cudagate_harness.driver import CudaError
 from cudagate_harness.runner import HELD_LAUNCHES
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fake_worker import FakeWorker, install, scale_kernels
 from helpers import SUITE_YAML, changed_after_approval, write_suite
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.outcome import CaseOutcome

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.trust import SIGNING_KEY_ENV, generate_key_pair, key_id, load_private_key, load_public_key
 from pytest_cudagate.trust.cli import main as trust_main
 from pytest_cudagate.trust.cli import register

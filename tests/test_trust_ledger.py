@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for
+from pytest_cudagate.trust.approvals import Baseline, Ledger, approval_for
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair, load_private_key, load_trusted_keys
 from pytest_cudagate.host.paths import display_path

@@ -17,7 +17,7 @@ from fake_worker import fake_gpu_project
 from helpers import write_suite
 from test_attacks import Repo
 from trust_project import clean_env, project  # noqa: F401 - fixtures
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT, FileError
 

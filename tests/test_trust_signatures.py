@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.session import GateRuntime

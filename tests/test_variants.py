@@ -12,7 +12,7 @@ import pytest
 
 from fake_worker import install, scale_kernels
 from helpers import EXAMPLES, KERNEL_CU, SUITE_YAML, line_of, replace_once, write_suite
-from pytest_cudagate.approvals.ledger import Ledger, build_identity
+from pytest_cudagate.trust.approvals import Ledger, build_identity
 from pytest_cudagate.cli import main
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import generate_key_pair

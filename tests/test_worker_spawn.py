@@ -30,6 +30,7 @@ import pytest
 
 from pytest_cudagate.worker.client import HarnessClient
 import pytest_cudagate.session as gate_session
+from pytest_cudagate.worker import spawn
 
 LOG = os.path.join(os.path.dirname(__file__), "events.log")
 PIDS = []
@@ -59,8 +60,9 @@ class Spied(HarnessClient):
         return hello
 
 
-gate_session.HarnessClient = lambda **options: Spied(command=[sys.executable, {stub!r}, os.environ["STUB_MODE"]],
-                                                     **options)
+# both places a run starts a worker: the plugin's early spawn, and open_worker when none was spawned
+gate_session.HarnessClient = spawn.HarnessClient = lambda **options: Spied(
+    command=[sys.executable, {stub!r}, os.environ["STUB_MODE"]], **options)
 
 
 def pytest_collection(session):

@@ -13,7 +13,7 @@ import pytest
 from helpers import REFERENCE_PY
 from pytest_cudagate.cli import main
 from pytest_cudagate.boundary.schema import problems
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 
 pytest_plugins = ["pytester"]
@@ -58,7 +58,7 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 from fake_worker import FakeKernel, FakeWorker  # noqa: E402
 
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import use_client  # noqa: E402
 
 
 def _xy(launch):
@@ -82,7 +82,7 @@ PARAMS = [{{"name": "x", "kind": "buffer", "dtype": "float32", "intent": "in"}},
 KERNELS = {{"scale2": FakeKernel(honest, PARAMS), "halfrow": FakeKernel(halfrow, PARAMS)}}
 
 # Every worker this process starts (controller or xdist worker) is the in-process fake; GPU locks stay here.
-gate_session.HarnessClient = lambda **options: FakeWorker(KERNELS, **options)
+use_client(lambda **options: FakeWorker(KERNELS, **options))
 os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), "locks")
 """
 

@@ -58,7 +58,6 @@ DEFAULT_PAD_MAX = 3
 HELD_LAUNCHES = 64
 ROTATION_BYTES = 256 << 20  # rotate through at most this much memory per case
 MAX_COPIES = 4
-LIBRARY = -1  # who ran a phase: the library baseline (findings are never attributed to a kernel)
 SIGNED = ""  # the input set of the case's signed data (CaseRun.use_inputs); fresh sets go by their labels
 
 

@@ -19,10 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TextIO
 
-import git
-
 from pytest_cudagate import __version__
-from pytest_cudagate.approvals.ledger import Baseline, Ledger, approval_for, build_identity, git_state
+from pytest_cudagate.trust.approvals import Baseline, Ledger, approval_for, build_identity, git_state
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge.outcome import CaseOutcome
@@ -148,6 +146,8 @@ def _spread(levels: list[float]) -> str:
 
 
 def user_name(root: Path) -> str:
+    import git  # gitpython (~35 ms): only where a name is read from git
+
     try:
         return git.Repo(root, search_parent_directories=True, expand_vars=False).config_reader().get_value("user", "name")
     except Exception:  # no repository or no user.name configured

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from pytest_cudagate.approvals.ledger import Ledger, variants_record
+from pytest_cudagate.trust.approvals import Ledger, variants_record
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.worker.requests import current_version

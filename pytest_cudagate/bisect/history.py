@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.approvals.release import (LEDGER_NAME, AbsentAtRef, ReleasedApproval, ReleaseRef, is_shallow,
+from pytest_cudagate.trust.release import (LEDGER_NAME, AbsentAtRef, ReleasedApproval, ReleaseRef, is_shallow,
                                      released_approvals)
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.trust.base_ref import TrustRoot, resolve_commit

@@ -36,7 +36,7 @@ from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
 from pytest_cudagate.judge import stats
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.session import open_worker
-from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
 from pytest_cudagate.suite.model import Case, Suite
 from pytest_cudagate.trust import gate_problems

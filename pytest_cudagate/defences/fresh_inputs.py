@@ -382,9 +382,3 @@ def prepare(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: in
     if suite.reference.python and reference:
         prepared.finish()
     return prepared
-
-
-def make_sets(suite: Suite, case: Case, *, count: int, adversarial: bool, seed: int, root: Path,
-              client=None) -> tuple[list[FreshSet], list[str]]:
-    """The fresh input sets of one case, written under ``root``; and notes on what was skipped."""
-    return prepare(suite, case, count=count, adversarial=adversarial, seed=seed, root=root).finish(client)

@@ -31,7 +31,10 @@ from pytest_cudagate import boundary
 from pytest_cudagate.host import trash
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.suite.cases import case_data_fix
 from pytest_cudagate.suite.model import Case, Suite
+from pytest_cudagate.trust import load_signature_file, signature_path
+from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
 from pytest_cudagate.worker.requests import case_spec, run_request
 
 CALLING_CONVENTION = ("a Python reference is called as FUNCTION(**inputs, **scalars): every input buffer as a "
@@ -59,8 +62,6 @@ def _signed_sha256(suite: Suite, path: Path) -> tuple[Path, str | None]:
     """The suite's signature file, and the sha256 it signs for the Python reference at ``path``
     (None where no readable signature signs that file: an unsigned suite, judged only when unsigned
     suites are allowed, whose trust check the gate has not passed anyway)."""
-    from pytest_cudagate.trust import load_signature_file, signature_path  # as in ReferenceRunner._source
-
     signature = signature_path(suite)
     if not signature.is_file():
         return signature, None
@@ -110,10 +111,6 @@ class ReferenceRunner:
     def _source(self) -> tuple[Path, bytes]:
         """The reference's file and its source, read once; :class:`ReferenceFailure` where it lies
         outside the suite's folder, cannot be read, or is not the text its suite's signature signs."""
-        # trust imports this module (through suite.generated): its helpers are imported here
-        from pytest_cudagate.suite.cases import case_data_fix
-        from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
-
         spelled = self.suite.reference.python
         root = self.suite.root
         # Normalised as the manifest normalises it, so the file read is the file signed: resolved, a
@@ -284,8 +281,3 @@ class ReferenceRunner:
         except Exception:  # noqa: BLE001 - the worker refused or died: no fresh expected outputs
             return [None] * len(candidates)
         return [None if isinstance(r, str) else r for r in results]
-
-
-def python_expected(suite: Suite, case: Case, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The Python reference's checked outputs for one input set."""
-    return ReferenceRunner(suite).python(case, inputs)

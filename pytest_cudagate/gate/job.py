@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cudagate_harness.stopping import Settle
 
-from pytest_cudagate.approvals.ledger import Approval
+from pytest_cudagate.trust.approvals import Approval
 from pytest_cudagate.defences.checks import worker_checks
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.outcome import CaseOutcome

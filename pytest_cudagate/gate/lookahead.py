@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pytest_cudagate import phases
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.defences.fresh_ahead import Ahead, Job, workers
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, labels, reads_signed_inputs
 from pytest_cudagate.defences.sanitizer import sanitize, sanitizer_case

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate import phases
-from pytest_cudagate.approvals.ledger import Approval
+from pytest_cudagate.trust.approvals import Approval
 from pytest_cudagate.config import DEFAULT_ARCH
 from pytest_cudagate.defences.fresh_inputs import kept_inputs
 from pytest_cudagate.errors import CudagateError
@@ -29,7 +29,7 @@ from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
 from pytest_cudagate.worker.requests import KernelVersion, compare_request, version_request
 
 if TYPE_CHECKING:
-    from pytest_cudagate.approvals.release import ReleaseSource
+    from pytest_cudagate.trust.release import ReleaseSource
 
 
 @dataclass
@@ -262,7 +262,7 @@ class AgainstRelease:
         return measured
 
     def _against_release(self, job: CaseJob, latency: LatencyResult) -> LatencyResult:
-        from pytest_cudagate.approvals.release import AbsentAtRef, BuildRecord, NoReleaseYet, build_drift  # release mode only
+        from pytest_cudagate.trust.release import AbsentAtRef, BuildRecord, NoReleaseYet, build_drift  # release mode only
 
         bench, threshold, current = self.bench, job.threshold, job.version
         try:

@@ -13,7 +13,7 @@ from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, pre
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate.job import CaseJob, outcome_for
 from pytest_cudagate.gate.link import Link
-from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.model import Case, Checks, Suite
 from pytest_cudagate.worker.requests import KernelVersion
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_cudagate.approvals.ledger import Approval, Ledger
+from pytest_cudagate.trust.approvals import Approval, Ledger
 from pytest_cudagate.defences.sanitizer import wants_sanitizer
 from pytest_cudagate.gate.job import CaseJob, Route, route
 from pytest_cudagate.gate.link import Link
@@ -31,7 +31,7 @@ from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import KernelVersion, current_version
 
 if TYPE_CHECKING:
-    from pytest_cudagate.approvals.release import ReleaseSource
+    from pytest_cudagate.trust.release import ReleaseSource
 
 
 class Gate:

@@ -17,7 +17,7 @@ from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.history.model import Commit
 from pytest_cudagate.host.paths import display_path
-from pytest_cudagate.approvals.release import LEDGER_NAME, MAX_BLOB_BYTES, ReleaseError, ReleaseRef, read_at
+from pytest_cudagate.trust.release import LEDGER_NAME, MAX_BLOB_BYTES, ReleaseError, ReleaseRef, read_at
 
 MAX_SUBJECT_CHARS = 200
 

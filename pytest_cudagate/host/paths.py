@@ -1,4 +1,5 @@
-"""How paths, names and logs are shown to people, and where a run keeps its transient arrays."""
+"""How paths, names, logs and a command's refusal are shown to people, and where a run keeps its transient
+arrays."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import os
 import re
 import shlex
 import shutil
+import sys
 import time
 from pathlib import Path
+
+from pytest_cudagate.errors import EXIT_INPUT, EXIT_NO_GPU, CudagateError, GpuLockTimeout, WorkerUnavailable
 
 SCRATCH_ENV = "CUDAGATE_SCRATCH"
 RAM_FOLDER = Path("/dev/shm")
@@ -176,3 +180,20 @@ def _is_tmpfs(folder: Path) -> bool:
     except OSError:
         return False
     return any(len(f := line.split()) > 2 and f[1] == str(folder) and f[2] == "tmpfs" for line in mounts)
+
+
+def run_command(func, args) -> int:
+    """Run one ``cudagate`` command; a user's error becomes one line on stderr and its exit code."""
+    try:
+        return func(args)
+    except WorkerUnavailable as exc:
+        print(f"cudagate: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
+    except GpuLockTimeout as exc:  # the card is busy, not broken: as without one, nothing can run here now
+        # log_lines: the holder's command line is another process's argv
+        print(log_lines(f"cudagate: {exc}; let that run finish, or wait longer with --lock-timeout S"), file=sys.stderr)
+        return EXIT_NO_GPU
+    except (CudagateError, KeyError) as exc:
+        # log_lines: a refusal may quote the checkout (its names), and the job's log is read for commands
+        print(log_lines(f"cudagate: {exc if not isinstance(exc, KeyError) else exc.args[0]}"), file=sys.stderr)
+        return EXIT_INPUT

@@ -20,8 +20,7 @@ from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.protocol import DTYPES
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.suite.includes import directives
-from pytest_cudagate.worker.requests import quoted_includes
+from pytest_cudagate.suite.includes import directives, local_headers
 from pytest_cudagate.suite.expr import ExprError, parse
 from pytest_cudagate.suite.model import Launch, Program, Suite, Variant
 
@@ -217,7 +216,7 @@ def include_problems(source: str, allowed_quoted: set[str]) -> list[str]:
 def allowed_headers(program: Program) -> set[str]:
     """Local headers the shipped kernel includes (by the spelling its source uses)."""
     try:
-        return set(quoted_includes(program.source, include=program.include))
+        return set(local_headers(program.source, include=program.include))
     except (OSError, CudagateError):
         return set()
 

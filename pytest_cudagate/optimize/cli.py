@@ -10,11 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, NAME, PATH, TIMEOUT_S, count, finite,
                                             nonempty)
 from pytest_cudagate.config import DEFAULT_BUDGET_S, DEFAULT_LOCK_TIMEOUT_S, LOCK_TIMEOUT_HELP, project_config
-from pytest_cudagate.errors import CudagateError, run_command
+from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.optimize.budgets import MIN_COMPLETION_TOKENS, Budgets, Meter, load_price_table, price_for
 from pytest_cudagate.optimize.evaluator import HarnessEvaluator
@@ -26,7 +26,7 @@ from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.optimize.proposers.openai import OpenAIProposer
 from pytest_cudagate.optimize.proposers.replay import ReplayProposer
 from pytest_cudagate.optimize.research import Notes
-from pytest_cudagate.host.paths import command, display_path
+from pytest_cudagate.host.paths import command, display_path, run_command
 from pytest_cudagate.suite.loader import discover, load_suite
 from pytest_cudagate.trust import UNSIGNED_WARNING, gate_problems
 from pytest_cudagate.session import open_worker

@@ -37,7 +37,7 @@ from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import compare_request, current_version, run_request
-from pytest_cudagate.suite.generated import materialise
+from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
 from pytest_cudagate.judge.library import LibraryResult, judge_library

@@ -26,11 +26,11 @@ import tempfile
 from pathlib import Path
 
 from pytest_cudagate import __version__
-from pytest_cudagate.approvals.ledger import git_state
+from pytest_cudagate.trust.approvals import git_state
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.optimize.evaluator import finite
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 from pytest_cudagate.worker.requests import run_request
 from pytest_cudagate.boundary.schema import problems as schema_problems
 from pytest_cudagate.optimize.budgets import STOP_REASONS

@@ -13,7 +13,7 @@ from pytest_cudagate.host import output
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import comment, fmt, github
 from pytest_cudagate.reports.merge import merge_reports
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 from pytest_cudagate.reports.writer import REPORT_HTML, read_report, write_report
 
 EXIT_FAILED = 1

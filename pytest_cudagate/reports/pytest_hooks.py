@@ -15,16 +15,18 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
 from pytest_cudagate.reports.locate import from_items
-from pytest_cudagate.xdist_hooks import gathered_index
 
 # The report's modules (its document, HTML page, plots and pytest-benchmark JSON) are imported in
 # session_finish, and only when a session writes something: a gate run without --cuda-gate-report,
 # --cuda-gate-benchmark-json or GitHub Actions never loads them.
 if TYPE_CHECKING:
     from pytest_cudagate.reports.document import Built
-    from pytest_cudagate.reports.scrub import Scrubber
+    from pytest_cudagate.host.scrub import Scrubber
 
 _DONE = pytest.StashKey[bool]()
+# An xdist controller's stand-in for its uncollected items, for the report's locations: (suite, kernel,
+# case) -> ItemInfo of each item a worker ran (filled by xdist_hooks).
+GATHERED = pytest.StashKey[dict]()
 
 
 def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_dir: str | None) -> Built:
@@ -33,7 +35,7 @@ def build(config: pytest.Config, runtime: Any, exitstatus: int | None, report_di
     session = config.pluginmanager.get_plugin("session")
     return build_report(
         list(runtime.outcomes), list(runtime.skipped),
-        index={**gathered_index(config), **from_items(getattr(session, "items", None) or [])},
+        index={**config.stash.get(GATHERED, {}), **from_items(getattr(session, "items", None) or [])},
         fingerprint=getattr(runtime, "fingerprint", None), options=getattr(runtime, "options", None),
         selection=getattr(runtime, "selection", None),
         trusted_ref=getattr(getattr(runtime, "trust_root", None), "ref", None),
@@ -71,7 +73,7 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     if not (report_dir or benchmark_file or github.in_actions()):
         return
     with phases.run_phase("report_build"):
-        from pytest_cudagate.reports.scrub import Scrubber
+        from pytest_cudagate.host.scrub import Scrubber
         from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
 
         scrubber = Scrubber()

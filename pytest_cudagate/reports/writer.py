@@ -17,7 +17,7 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host import output
 from pytest_cudagate.phases import RunClock, run_phase
 from pytest_cudagate.boundary.schema import validate
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 
 if TYPE_CHECKING:
     from pytest_cudagate.reports.document import Built

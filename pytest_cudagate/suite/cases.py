@@ -2,7 +2,7 @@
 generated case ``<data>/<case>/generated.json`` and its output sample (suite/generated.py).
 
 Inputs are drawn from the case's seed (suite/draw.py); expected outputs come from the suite's
-trusted reference.
+trusted reference (defences/expected.py).
 """
 
 from __future__ import annotations
@@ -14,44 +14,18 @@ import numpy as np
 from cudagate_harness.protocol import LOW_PRECISION, dtype_name, numpy_dtype, values
 
 from pytest_cudagate.boundary.npy import npy_header
-from pytest_cudagate.defences.reference import ReferenceRunner
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.draw import case_seed, draw, draw_inputs, write_case
-from pytest_cudagate.suite.generated import GENERATED_FILE, check_generated, write_generated
+from pytest_cudagate.suite.generated import GENERATED_FILE, check_generated
 from pytest_cudagate.suite.model import Case, Param, Suite
 
-__all__ = ["CaseDataError", "case_seed", "draw", "draw_inputs", "write_case", "generate", "case_data_fix",
+__all__ = ["CaseDataError", "case_seed", "draw", "draw_inputs", "write_case", "case_data_fix",
            "check_case_data"]
 
 
 class CaseDataError(CudagateError):
     pass
-
-
-def generate(suite: Suite, cases: list[Case] | None = None, *, client=None, data_dir: Path | None = None,
-             seed_offset: int = 0) -> list[Path]:
-    """Write inputs and expected outputs for ``cases`` (default: all). Returns the case folders.
-
-    A generated case gets its ``generated.json`` and output sample instead of its arrays.
-    ``seed_offset`` draws different values from the same distributions (fresh inputs).
-    """
-    cases = list(cases or suite.cases)
-    data_dir = data_dir or suite.data_dir
-    seeds = {c.name: case_seed(suite, c) + seed_offset for c in cases}
-    try:
-        inputs = {c.name: draw_inputs(suite, c, seeds[c.name]) for c in cases}
-    except MemoryError:
-        raise CaseDataError(f"{suite.path}: not enough memory to draw the inputs of {len(cases)} case(s); "
-                            "check the buffer sizes") from None
-    for case in cases:
-        for name, array in inputs[case.name].items():
-            if array.size > 1 and np.all(array == array.reshape(-1)[0]):
-                raise CaseDataError(f"case {case.name!r}: input {name!r} came out constant; widen its distribution in `inputs`")
-    # checked before anything is written; run as it stands, since these outputs are about to be signed
-    expected = ReferenceRunner(suite, client, signed=False).expected(cases, inputs)
-    return [write_generated(suite, c, seeds[c.name], inputs[c.name], expected[c.name], data_dir / c.name)
-            if c.generated else write_case(suite, c, inputs[c.name], expected[c.name], data_dir) for c in cases]
 
 
 # Above this a stored case's arrays are worth not committing: `generated: true` keeps digests and a sample.

@@ -428,11 +428,6 @@ class Suite:
     def outputs(self) -> tuple[Param, ...]:
         return tuple(p for p in self.signature if p.is_output)
 
-    @property
-    def reference_params(self) -> tuple[Param, ...]:
-        """The signature as the Python reference sees it: scratch buffers are the kernel's own."""
-        return tuple(p for p in self.signature if not p.is_scratch)
-
     def kernel(self, name: str) -> Program:
         for kernel in self.kernels:
             if kernel.name == name:

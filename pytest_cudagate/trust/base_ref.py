@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from pytest_cudagate import boundary
 
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import LEDGER_NAME
+from pytest_cudagate.trust.approvals import LEDGER_NAME
 from pytest_cudagate.boundary.yaml_rules import parse_yaml
 from pytest_cudagate.config import Settings, cudagate_table, settings_from_table
 from pytest_cudagate.errors import CudagateError, FileError

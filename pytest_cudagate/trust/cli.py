@@ -14,13 +14,13 @@ from pathlib import Path
 from pytest_cudagate.boundary.options import NAME, PATH, PULL_REQUEST, OneLineParser
 from pytest_cudagate.config import project_config
 from pytest_cudagate.errors import CudagateError, FileError
-from pytest_cudagate.suite.recheck import add_recheck_budget
-from pytest_cudagate.suite.recheck_child import recheck_expected
+from pytest_cudagate.defences.recheck import add_recheck_budget
+from pytest_cudagate.defences.recheck_child import recheck_expected
 from pytest_cudagate.worker.build import signature_refusals
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.keys import (SIGNING_KEY_ENV, TRUSTED_IDS_ENV, TRUSTED_KEYS_DIR, default_key_dir, find_project_root, generate_key_pair, key_id,
                    load_private_key, load_trusted_keys, private_key_mode_warning)
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.trust import gate_command
 from pytest_cudagate.trust.ledger import ledger_problems
@@ -128,7 +128,7 @@ def cmd_sign(args) -> int:
     suites = _suites(args.suites)
     key_file = _key_file(args)
     # Before the key is read: the recheck runs the suites' Python references (code a pull request may
-    # have changed), in a child process without the key's variables (suite/recheck_child.py).
+    # have changed), in a child process without the key's variables (defences/recheck_child.py).
     refused = [FileError(display_path(suite.path), found) for suite in suites
                if (found := _refusals(suite, args.recheck_budget))]
     if refused:  # checked before any is signed: a refusal leaves every file as it was

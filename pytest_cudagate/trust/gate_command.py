@@ -22,7 +22,6 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-import git
 import pytest
 
 from pytest_cudagate import boundary
@@ -233,6 +232,8 @@ def without_checkout(worktree: Path):
 
 def checkout_root(repo: str | Path | None) -> Path:
     """The working tree of the repository at ``repo`` (default: the current folder), or ``repo`` itself."""
+    import git  # gitpython (~35 ms): only where a checkout's root is looked up
+
     start = Path(repo or Path.cwd())
     try:
         return Path(git.Repo(start, search_parent_directories=True, expand_vars=False).working_tree_dir).resolve()

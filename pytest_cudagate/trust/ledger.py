@@ -26,7 +26,7 @@ from pathlib import Path
 from pytest_cudagate import boundary
 
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import LEDGER_NAME, Ledger
+from pytest_cudagate.trust.approvals import LEDGER_NAME, Ledger
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.cases import sign_command
@@ -204,7 +204,7 @@ def verify_released_ledger(raw: dict, label: str, *, ledger_path: str, suite: Su
 
 
 def release_verifier(trust_root=None, allow_unsigned: bool = False):
-    """For :class:`pytest_cudagate.approvals.release.ReleaseSource`: ``suite -> verify(raw, label)`` checking a
+    """For :class:`pytest_cudagate.trust.release.ReleaseSource`: ``suite -> verify(raw, label)`` checking a
     ledger read at a release against today's trusted keys (the trust root's under ``cudagate gate
     --trusted-ref``, else the project's). ``allow_unsigned`` (local experiments) checks nothing."""
 

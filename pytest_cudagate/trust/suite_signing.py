@@ -12,7 +12,7 @@ from pathlib import Path
 from pytest_cudagate import boundary
 
 from pytest_cudagate.boundary import schema
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.model import Suite

@@ -19,7 +19,7 @@ from cudagate_harness.params import ParamInfoError, entry_params, signature_prob
 
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.host.paths import command
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.worker.requests import KernelVersion, current_version, shown_log
 from pytest_cudagate.suite.model import Case, Param, Program, Suite

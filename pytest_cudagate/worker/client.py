@@ -22,7 +22,7 @@ from typing import Protocol
 
 from pytest_cudagate.config import DEFAULT_TIMEOUT_S
 from pytest_cudagate.errors import WorkerUnavailable
-from pytest_cudagate.reports.scrub import Scrubber
+from pytest_cudagate.host.scrub import Scrubber
 
 
 @dataclass

@@ -22,6 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pytest_cudagate.errors import GpuLockTimeout
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -33,15 +35,6 @@ log = logging.getLogger(__name__)
 # msvcrt locks are mandatory byte-range locks: lock one byte far past the holder info so
 # that waiters can still read it.
 _WINDOWS_LOCK_OFFSET = 1 << 30
-
-
-class GpuLockTimeout(TimeoutError):
-    """The GPU stayed locked by another run for longer than the timeout."""
-
-    def __init__(self, message: str, path: Path, holder: dict | None):
-        super().__init__(message)
-        self.path = path
-        self.holder = holder
 
 
 def default_lock_dir() -> Path:

@@ -16,19 +16,13 @@ from cudagate_harness.stopping import Settle
 
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, read_text
 from pytest_cudagate.host.paths import display_path
-from pytest_cudagate.suite.includes import header_files, local_headers
+from pytest_cudagate.suite.includes import header_files
 from pytest_cudagate.suite.model import Case, Launch, LibraryBaseline, Program, Steps, Suite, Variant, launch_from_record
 
 REQUEST_PROTOCOL = 1
 # A long kernel's library rounds stop once the median of the per-round ratios is known to ±0.5%
 # (cudagate_harness.stopping), at the latest after one measurement block; 99% over all its looks.
 LIBRARY_SETTLE = (0.5, 0.005)  # (quantile, within)
-
-
-def quoted_includes(source: Path, text: str | None = None, include: tuple[Path, ...] = ()) -> dict[str, str]:
-    """Headers a source pulls in with ``#include "..."``, recursively, keyed by include name; only
-    files inside the suite folder and the include folders (see :mod:`pytest_cudagate.suite.includes`)."""
-    return local_headers(source, text, include)
 
 
 def nvrtc_name(kernel: str) -> str:

@@ -12,7 +12,6 @@ standard library and the worker client only (``python -X importtime`` shows noth
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from pytest_cudagate.worker.client import HarnessClient, Worker
@@ -60,21 +59,13 @@ def runs_items(config: pytest.Config) -> bool:
     return config.getoption("dist", "no") == "no" or not config.getoption("tx", None)
 
 
-def _client_class():
-    """``session.HarnessClient``, which tests replace with a fake, once a conftest has imported that
-    module; otherwise the real client (importing the session here would bring the heavy imports
-    this start is meant to overlap)."""
-    session = sys.modules.get("pytest_cudagate.session")
-    return session.HarnessClient if session is not None else HarnessClient
-
-
 def spawn_worker(config: pytest.Config) -> Worker | None:
     """Start the worker process for this run, or None where the run needs none (:func:`runs_items`)
     or the process cannot start: :func:`~pytest_cudagate.session.open_worker` then starts one
     itself and fails as it always did."""
     if not runs_items(config):
         return None
-    client = _client_class()(env=xdist_device_env())
+    client = HarnessClient(env=xdist_device_env())
     try:
         client.spawn()
     except OSError:

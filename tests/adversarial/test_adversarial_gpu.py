@@ -22,10 +22,10 @@ import yaml
 
 from gpu_support import copy_suite, gpu_required, suite_yaml
 
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.judge.output_scale import flag_cases
-from pytest_cudagate.suite.cases import generate
+from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.loader import load_suite
 

@@ -91,7 +91,7 @@ def test_replayed_candidates_pick_the_honest_register_blocked_kernel(tmp_path):
 
 def gate_directly(tmp_path: Path, recorded: dict) -> dict:
     """The full gate of a recorded candidate, as the optimizer runs it on a winner."""
-    from pytest_cudagate.approvals.ledger import Ledger
+    from pytest_cudagate.trust.approvals import Ledger
     from pytest_cudagate.worker.client import HarnessClient
     from pytest_cudagate.worker.fingerprint import Fingerprint
     from pytest_cudagate.gate import GateOptions
@@ -294,7 +294,7 @@ def test_nsight_summary_of_the_shipped_kernel(tmp_path, pytestconfig):
 
     if find_ncu() is None:
         unavailable(pytestconfig, "ncu (Nsight Compute) not found")
-    from pytest_cudagate.approvals.ledger import Ledger
+    from pytest_cudagate.trust.approvals import Ledger
     from pytest_cudagate.worker.client import HarnessClient
     from pytest_cudagate.worker.fingerprint import Fingerprint
     from pytest_cudagate.gate import GateOptions

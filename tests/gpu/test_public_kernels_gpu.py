@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cudagate.approvals.ledger import Ledger
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.suite.loader import load_suite

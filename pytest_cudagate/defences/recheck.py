@@ -26,7 +26,8 @@ from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.judge.elementwise import abs_diff, check_output
 from pytest_cudagate.suite.cases import case_data_fix, check_case_data
 from pytest_cudagate.suite.draw import case_seed
-from pytest_cudagate.suite.generated import GeneratedCaseError, check_sample, drawn_inputs, read_record
+from pytest_cudagate.defences.expected import check_sample
+from pytest_cudagate.suite.generated import GeneratedCaseError, drawn_inputs, read_record
 from pytest_cudagate.suite.model import Case, Suite
 
 DEFAULT_RECHECK_S = 60.0

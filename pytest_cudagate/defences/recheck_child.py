@@ -34,10 +34,10 @@ from cudagate_harness.confine import ConfinementError, restrict_to
 
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.host.paths import show_paths_from
-from pytest_cudagate.reports.scrub import secret_name
+from pytest_cudagate.host.scrub import secret_name
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Suite
-from pytest_cudagate.suite.recheck import DEFAULT_RECHECK_S, BUDGET_OPTION, Recheck, recheck_in_process
+from pytest_cudagate.defences.recheck import DEFAULT_RECHECK_S, BUDGET_OPTION, Recheck, recheck_in_process
 from pytest_cudagate.trust.keys import default_key_dir
 
 # Past the budget: the interpreter's start and imports, and the case the budget ran out in.

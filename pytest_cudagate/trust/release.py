@@ -25,7 +25,7 @@ from pytest_cudagate.worker.requests import KernelVersion, pinned_version
 if TYPE_CHECKING:
     import git  # gitpython (~35 ms): imported where a release ref is resolved, only in release mode
 
-LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as approvals.ledger.LEDGER_NAME
+LEDGER_NAME = "cudagate.approvals.json"  # the ledger's file name, as trust.approvals.LEDGER_NAME
 # Largest git blob read at a ref: ledgers with per-launch samples run to a few MiB; anything far
 # larger is not ours to parse before its signature is checked.
 MAX_BLOB_BYTES = 32 * 2**20

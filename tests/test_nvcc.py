@@ -392,12 +392,10 @@ import os
 import sys
 
 sys.path.insert(0, {tests!r})
-from fake_worker import FakeKernel, SCALE_PARAMS, FakeWorker, honest  # noqa: E402
-
-import pytest_cudagate.session as gate_session  # noqa: E402
+from fake_worker import FakeKernel, SCALE_PARAMS, FakeWorker, honest, use_client  # noqa: E402
 
 kernels = {{entry: FakeKernel(honest, SCALE_PARAMS) for entry in ("scale2", "ops::scale_t<float>", "ops::scale_u<2>")}}
-gate_session.HarnessClient = lambda **options: FakeWorker(kernels, **options)
+use_client(lambda **options: FakeWorker(kernels, **options))
 os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".locks")
 """
 

@@ -45,9 +45,18 @@ class Settings:
             folder = self.root / entry
             real = Path(os.path.realpath(folder))
             fix = "name a folder of the project, by its path from pyproject.toml's folder"
+            link = _first_link(self.root, entry)
             if real != root and root not in real.parents:
                 problems.append(f"tool.cudagate.include: {entry[:80]!r} leads out of the project (to {str(real)[:120]}) "
                                 f"through a link; {fix}, with no link out of it")
+            elif link is not None:
+                # A pull request decides what a link in the checkout points to, though the setting is the
+                # trusted commit's: one to ".git" or "." would hand the compiler the repository's config.
+                problems.append(f"tool.cudagate.include: {entry[:80]!r} passes through the link {link[:80]!r}; {fix}, "
+                                "reached through no link")
+            elif real == root or ".git" in real.relative_to(root).parts:
+                problems.append(f"tool.cudagate.include: {entry[:80]!r} is the project's root or lies in .git; {fix} "
+                                "that holds headers only")
             elif not real.is_dir():
                 problems.append(f"tool.cudagate.include: {entry[:80]!r} is not a folder of the project; {fix}")
             else:
@@ -55,6 +64,16 @@ class Settings:
         if problems:
             raise FileError(self.root / "pyproject.toml", problems)
         return tuple(folders)
+
+
+def _first_link(root: Path, entry: str) -> str | None:
+    """The first part of ``entry`` (below ``root``) that is a symbolic link, as written; None if none is."""
+    place = root
+    for part in Path(entry).parts:
+        place = place / part
+        if place.is_symlink():
+            return str(place.relative_to(root))
+    return None
 
 
 def settings_problems(raw: dict) -> list[str]:

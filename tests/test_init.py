@@ -207,6 +207,15 @@ def test_an_existing_suite_is_never_overwritten(tmp_path, capsys, monkeypatch, e
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["saxpy.cu", existing])
 
 
+def test_a_kernel_file_named_like_an_option_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("-x.cu").write_text(SAXPY_CU)
+    code, out = cli(capsys, "init", "--", "-x.cu")
+    assert code == EXIT_INPUT
+    assert "source file '-x.cu': a name that starts with '-' reads as an option to the compiler; rename the file" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["-x.cu"]
+
+
 def test_an_out_folder_that_does_not_hold_the_kernel_is_refused(tmp_path, capsys):
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -299,6 +299,22 @@ def test_nvcc_options_that_run_or_write_are_refused_as_bad_input(tmp_path, capsy
     nvcc.check_options(["-lineinfo", "-O3", "--use_fast_math", "-DTILE=4", "-maxrregcount=64", "-std=c++17"])
 
 
+@pytest.mark.parametrize("option", [
+    "-DX=$(touch PWNED)", "-DX=`touch PWNED`", '-DX="a b"', "-forward-unknown-to-host-compiler", "-specs=evil.specs",
+    "-r", "--relocatable-link", "-reloc-ptx", "-dlink", "--split-compile=8", "--threads=8", "-ldir=/tmp",
+], ids=["dollar paren", "backticks", "quotes", "forward to gcc", "gcc specs", "relocatable link", "relocatable link long",
+        "reloc ptx", "device link", "split compile", "threads", "ldir"])
+def test_only_the_nvcc_options_a_kernel_needs_are_taken(option, tmp_path):
+    """nvcc runs its steps through /bin/sh with -D values in double quotes, and passes what it does not
+    know to gcc under -forward-unknown-to-host-compiler: an option outside the allow-list is refused
+    before nvcc runs, by the harness itself (a request reaches it from `cudagate run` unfiltered)."""
+    marker = tmp_path / "PWNED"
+    with pytest.raises(compiler.CompileOptionError, match="not allowed with nvcc"):
+        compiler.compile_kernel(HOST_CU, entry="scale2", arch="sm_90", source_name="scale.cu", options=[option],
+                                use_cache=False, compiler="nvcc")
+    assert not marker.exists() and not Path("PWNED").exists()
+
+
 def test_a_missing_nvcc_says_how_to_install_one(tmp_path, monkeypatch):
     monkeypatch.setenv(nvcc.NVCC_ENV, str(tmp_path / "no-such-nvcc"))
     result = compile_program(kernel_named(host_suite(tmp_path / "scale"), "scale2"), "sm_90")

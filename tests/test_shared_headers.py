@@ -111,6 +111,31 @@ def test_a_bad_include_setting_is_refused_in_one_line(tmp_path, capsys, include,
     assert "pyproject.toml" in err and fix in err
 
 
+@pytest.mark.parametrize("target", [".git", "."], ids=["git folder", "project root"])
+def test_an_include_folder_that_a_pull_request_makes_a_link_is_refused(tmp_path, capsys, target):
+    """The trusted setting names kernels/common; the checkout's kernels/common is a link to .git (whose
+    config holds the checkout's token) or to the root: neither is searched for headers."""
+    path = shared_project(tmp_path, kernel='#include "config"\n' + SHARED_KERNEL_CU)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[http]\n\textraheader = AUTHORIZATION: basic c2VjcmV0\n")
+    common = tmp_path / "kernels" / "common"
+    for file in common.iterdir():
+        file.unlink()
+    common.rmdir()
+    common.symlink_to(tmp_path / target, target_is_directory=True)
+    assert main(["check", "--allow-unsigned", str(path)]) == 2
+    err = "".join(capsys.readouterr())
+    assert "tool.cudagate.include: 'kernels/common' passes through the link 'kernels/common'" in err, err
+    assert "c2VjcmV0" not in err and "extraheader" not in err
+
+
+def test_an_include_folder_in_git_or_at_the_root_is_refused(tmp_path, capsys):
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    path = shared_project(tmp_path, include='["kernels/common", ".git/hooks"]')
+    assert main(["check", "--allow-unsigned", str(path)]) == 2
+    assert "tool.cudagate.include: '.git/hooks' is the project's root or lies in .git" in "".join(capsys.readouterr())
+
+
 def test_a_link_inside_the_include_folder_that_leads_out_of_it_is_refused(tmp_path, capsys):
     path = shared_project(tmp_path)
     (tmp_path / "secret.cuh").write_text("#pragma once\n")

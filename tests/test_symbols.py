@@ -1,5 +1,7 @@
 """Kernels found in a real NVRTC cubin by the C++ name a suite writes, with their parameter types."""
 
+import time
+
 import pytest
 
 from cudagate_harness.compiler import compile_kernel
@@ -59,3 +61,35 @@ def test_an_unsigned_template_argument_is_found_without_its_suffix():
     assert symbols.find(result.cubin, "tile<256u>")[0].name == "tile<256u>"
     assert symbols.find(result.cubin, "tile<256>")[0].name == "tile<256u>"
     assert symbols.find(result.cubin, "tile<25>")[0] is None
+
+
+def test_a_name_that_demangles_to_gigabytes_is_left_mangled_within_bounds():
+    """Each typedef of a pair of the previous doubles what the name demangles to; the bounded child
+    gives up on that one name, and the kernels beside it keep their C++ names."""
+    depth = 22
+    source = ("template <typename A, typename B> struct p {};\ntypedef int T0;\n"
+              + "".join(f"typedef p<T{i}, T{i}> T{i + 1};\n" for i in range(depth))
+              + f"template <typename T> __global__ void big(float* x) {{ x[0] = 2; }}\n"
+              f"template __global__ void big<T{depth}>(float*);\n"
+              "namespace ops { __global__ void small(float* x) {} }\n")
+    result = compile_kernel(source, entry="ops::small", arch="sm_90", use_cache=False)
+    assert result.ok, result.log
+    start = time.perf_counter()
+    found = {k.symbol[:8]: k for k in symbols.kernels(result.cubin)}
+    assert time.perf_counter() - start < symbols.DEMANGLE_SECONDS + 2
+    assert found["_Z3bigI1"].params is None and found["_Z3bigI1"].name.startswith("_Z3bigI1")
+    assert found["_ZN3ops5"].name == "ops::small" and found["_ZN3ops5"].params == ("float*",)
+
+
+def test_a_loose_spelling_that_fits_two_kernels_names_none():
+    """`k<256>` fits the global `k<256u>` (a suffix) and `evil::k<256>` (a scope): the gate must not
+    pick one of them for the suite."""
+    source = ("template <unsigned N> __global__ void k(float* x) { x[0] = N; }\n"
+              "namespace evil { template <int N> __global__ void k(float* x) { x[0] = -1; } }\n"
+              "template __global__ void k<256>(float*);\ntemplate __global__ void evil::k<256>(float*);\n")
+    result = compile_kernel(source, entry="k<256u>", arch="sm_90", use_cache=False)
+    assert result.ok, result.log
+    kernel, every = symbols.find(result.cubin, "k<256>")
+    assert kernel is None and {k.name for k in every} == {"k<256u>", "evil::k<256>"}
+    assert symbols.find(result.cubin, "k<256u>")[0].name == "k<256u>"
+    assert symbols.find(result.cubin, "evil::k<256>")[0].name == "evil::k<256>"

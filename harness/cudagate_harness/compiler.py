@@ -43,7 +43,7 @@ from pathlib import Path
 
 from . import nvcc, toolkit
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: nvcc builds (its wrapper and flags are this format's)
 # -lineinfo maps sanitizer and profiler findings to source lines at no run-time cost; -v makes
 # ptxas report registers, spills and shared memory, which the gate shows beside compile results.
 DEFAULT_OPTIONS = ("-lineinfo", "--ptxas-options=-v")
@@ -267,6 +267,9 @@ def compile_kernel(
     options = list(options)
     headers = dict(headers or {})
     limits = limits or CompileLimits()
+    if source_name.startswith("-"):
+        raise CompileOptionError(f"source file {source_name[:80]!r}: a name that starts with '-' reads as an option "
+                                 "to the compiler; rename the file")
     check_options(options)
     use_nvcc, why = chosen(compiler, source, headers)
     build = dict(source=source, entry=entry, arch=arch, source_name=source_name, options=options, headers=headers,

@@ -47,7 +47,14 @@ class ConfinementError(RuntimeError):
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+    # handled_access_net (ABI 4) and scoped (ABI 6) are passed only where the kernel knows them: the
+    # size handed to landlock_create_ruleset says which fields it reads.
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+_NET_TCP = 1 | 2  # LANDLOCK_ACCESS_NET_BIND_TCP | CONNECT_TCP: no rule grants either, so both are denied
+_SCOPED = 1 | 2  # LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | SIGNAL: no reaching processes outside the ruleset
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -84,9 +91,11 @@ def restrict_to(readable: list[str], writable: list[str] = (), executable: list[
     if abi < 1:
         raise ConfinementError(f"Landlock is not available in this kernel ({os.strerror(ctypes.get_errno())}); "
                                "it needs Linux >= 5.13 with landlock in the lsm= boot list")
-    attr = _RulesetAttr(_handled_access(abi))
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
-                           ctypes.c_uint32(0))
+    # A compiler needs no network and no other process: a program the source smuggled into it (the
+    # compiler's own bugs) may not connect out, signal the gate or reach an abstract socket either.
+    attr = _RulesetAttr(_handled_access(abi), _NET_TCP if abi >= 4 else 0, _SCOPED if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise ConfinementError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     read = _READ_FILE | _READ_DIR

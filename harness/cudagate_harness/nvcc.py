@@ -76,6 +76,19 @@ _REFUSED = (
                 r"--drive-prefix|-noprof|--profile)\b"),
      "options that choose nvcc's steps, run a program, or read or write files are refused"),
 )
+# What a kernel may pass nvcc: nvcc hands its command lines to /bin/sh, where a value holding $( ),
+# backticks or quotes would run, and many of its options run programs or read and write files. So an
+# allow-list (macros with plain values, optimisation and math modes, register caps, the dialect,
+# diagnostics), not a list of what to refuse.
+_ALLOWED = re.compile(
+    r"-D[A-Za-z_]\w*(=[A-Za-z0-9_.+-]{0,200})?|-U[A-Za-z_]\w*|-O[0-3]|-w|-G|-lineinfo|--generate-line-info|"
+    r"--?use_fast_math|--?(extended-lambda|expt-relaxed-constexpr|expt-extended-lambda|restrict|"
+    r"extra-device-vectorization)|--?(ftz|prec-div|prec-sqrt|fmad)=(true|false)|--?maxrregcount=\d{1,3}|"
+    r"--?std=c\+\+(14|17|20)|--?diag-suppress=\d{1,6}(,\d{1,6}){0,31}|--?default-stream=(legacy|null|per-thread)|"
+    r"--ptxas-options=-v")
+ALLOWED_SAID = ("-DNAME[=value of letters, digits, _ . + -], -UNAME, -O0..-O3, -w, -G, -lineinfo, --use_fast_math, "
+                "--extended-lambda, --expt-relaxed-constexpr, --restrict, --ftz/--prec-div/--prec-sqrt/--fmad=true|false, "
+                "--maxrregcount=N, --std=c++14|17|20, --diag-suppress=N[,N...], --default-stream=...")
 _HERE = re.compile(r"^#\$ _HERE_=(.+)$", re.MULTILINE)
 _HOST_VERSION = re.compile(r"\d+(\.\d+)+")
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+), V(\d+(?:\.\d+)*)")
@@ -136,6 +149,9 @@ def check_options(options: list[str]) -> None:
         for pattern, why in _REFUSED:
             if pattern.search(option):
                 raise CompileOptionError(f"option {option!r} is not allowed with nvcc: {why}")
+        if not _ALLOWED.fullmatch(option):
+            raise CompileOptionError(f"option {option[:120]!r} is not allowed with nvcc: nvcc runs its steps through a "
+                                     f"shell, so it takes only these options: {ALLOWED_SAID}")
 
 
 def install_hint(major: int) -> str:
@@ -278,9 +294,10 @@ def run_confined(request: dict, seconds: float) -> dict:
     try:
         out, err = child.communicate(json.dumps(request).encode(), timeout=seconds)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
+        _kill_group(child.pid)
         child.communicate()
         return {"ok": False, "stopped": "time"}
+    _kill_group(child.pid)  # nothing nvcc started outlives its compile, finished or not
     try:
         reply = json.loads(out)
     except ValueError:
@@ -290,6 +307,13 @@ def run_confined(request: dict, seconds: float) -> dict:
         if _OUT_OF_MEMORY.search(err) or _OUT_OF_MEMORY.search((reply or {}).get("log", "").encode()):
             return {"ok": False, "stopped": "memory"}
     return reply or {"ok": False, "log": f"the compiler process failed (exit status {child.returncode})"}
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def explain(log: str, entry: str, source_name: str, wrapper: str) -> str:

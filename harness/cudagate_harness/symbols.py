@@ -12,10 +12,11 @@ The cubin is parsed as untrusted bytes (every offset checked; :class:`~.params.P
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import json
 import re
 import struct
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,7 +27,31 @@ _SYM = struct.Struct("<IBBHQQ")  # Elf64_Sym
 _STT_FUNC = 2
 _STO_CUDA_ENTRY = 0x10
 _LITERAL_SUFFIX = re.compile(r"(?<![\w.])(\d+)(?:[uU](?:ll|LL|l|L)?|(?:ll|LL|l|L)[uU]?)(?![\w.])")
-_MAX_NAME = 4096  # a mangled name longer than this is not one a suite can name
+_MAX_NAME = 4096  # a mangled name longer than this is not demangled (a suite names such an entry by symbol)
+# The demangler runs in a child process of its own, bounded: a few hundred bytes of mangled name whose
+# back-references nest can demangle to gigabytes over minutes (a typedef'd pair of pairs, 24 deep).
+DEMANGLE_SECONDS = 5.0
+_DEMANGLE_MEMORY = 512 << 20
+_DEMANGLED_MAX = 64 << 10  # a longer C++ name is no kernel a suite names
+_DEMANGLER = f"""
+import ctypes, ctypes.util, json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, ({_DEMANGLE_MEMORY}, {_DEMANGLE_MEMORY}))
+function = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6").__cxa_demangle
+function.restype = ctypes.c_void_p
+function.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_int)]
+free = ctypes.CDLL(None).free
+free.argtypes = [ctypes.c_void_p]
+for line in sys.stdin:
+    status = ctypes.c_int(0)
+    pointer = function(line.strip().encode("ascii", "replace"), None, None, ctypes.byref(status))
+    text = None
+    if status.value == 0 and pointer:
+        raw = ctypes.string_at(pointer)
+        free(pointer)
+        text = raw.decode("utf-8", "replace") if len(raw) <= {_DEMANGLED_MAX} else None
+    sys.stdout.write(json.dumps(text) + "\\n")
+    sys.stdout.flush()
+"""
 # Pointee C types the demangler spells for each signature dtype (``const`` and ``__restrict__`` aside).
 C_TYPES: dict[str, frozenset[str]] = {
     name: frozenset({spelling, *extra}) for name, (_, spelling), extra in (
@@ -57,16 +82,19 @@ def kernels(cubin: bytes) -> tuple[Kernel, ...]:
         if info & 0xF != _STT_FUNC or not other & _STO_CUDA_ENTRY:
             continue
         end = strtab.find(b"\x00", name_at)
-        if name_at >= len(strtab) or end < 0 or end - name_at > _MAX_NAME:
-            raise ParamInfoError("a kernel's symbol name lies outside the string table or is over-long")
-        symbol = strtab[name_at:end].decode("ascii", "replace")
-        found.append(described(symbol))
-    return tuple(found)
+        if name_at >= len(strtab) or end < 0:
+            raise ParamInfoError("a kernel's symbol name lies outside the string table")
+        found.append(strtab[name_at:end].decode("ascii", "replace"))
+    texts = demangled(tuple(found))
+    return tuple(_described(symbol, texts.get(symbol)) for symbol in found)
 
 
 def described(symbol: str) -> Kernel:
     """``symbol``'s kernel name and parameter types, from its mangling (none for a plain name)."""
-    text = demangle(symbol) if symbol.startswith("_Z") else None
+    return _described(symbol, demangle(symbol))
+
+
+def _described(symbol: str, text: str | None) -> Kernel:
     if text is None:
         return Kernel(symbol, symbol, None)
     split = _top_level_paren(text)
@@ -85,14 +113,14 @@ def find(cubin: bytes, entry: str) -> tuple[Kernel | None, tuple[Kernel, ...]]:
     every = kernels(cubin)
     wanted = _squeeze(entry)
     matches = [k for k in every if k.symbol == entry or _squeeze(k.name) == wanted]
-    if len(matches) != 1:
-        # "reduce0<float>" also names "::reduce0<float>"; an unqualified name matches a scoped one only alone.
-        matches = matches or [k for k in every if _squeeze(k.name).split("::")[-1] == wanted]
     if not matches:
-        # The demangler spells a template's unsigned or long arguments with a suffix ("256u"), which a
-        # suite need not write: "reduce4<float, 256>" names "reduce4<float, 256u>" where it is the only one.
+        # Looser spellings, taken only where they name one kernel of the cubin: "reduce0<float>" for
+        # "ns::reduce0<float>", and "reduce4<float, 256>" for the demangler's "reduce4<float, 256u>". Two
+        # kernels that both fit ("k<256u>" and "evil::k<256>") name none: the gate must time the kernel
+        # the suite names, not one that merely shares its short name.
         plain = _unsuffixed(wanted)
-        matches = [k for k in every if _unsuffixed(_squeeze(k.name)) == plain]
+        matches = [k for k in every
+                   if plain in (_unsuffixed(_squeeze(k.name)), _unsuffixed(_squeeze(k.name).split("::")[-1]))]
     return (matches[0] if len(matches) == 1 else None), every
 
 
@@ -148,39 +176,36 @@ def _a(dtype: str) -> str:
     return f"{'an' if dtype.startswith('int') else 'a'} {dtype}"
 
 
-@lru_cache(maxsize=1)
-def _cxa_demangle():
-    path = ctypes.util.find_library("stdc++") or "libstdc++.so.6"
-    try:
-        function = ctypes.CDLL(path).__cxa_demangle
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_void_p
-    function.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
-                         ctypes.POINTER(ctypes.c_int)]
-    return function
-
-
-@lru_cache(maxsize=1)
-def _free():
-    free = ctypes.CDLL(None).free
-    free.argtypes = [ctypes.c_void_p]
-    return free
-
-
 def demangle(symbol: str) -> str | None:
-    """``symbol`` as C++ spells it, or None (not a mangled name, or no C++ runtime on this host)."""
-    function = _cxa_demangle()
-    if function is None or len(symbol) > _MAX_NAME:
-        return None
-    status = ctypes.c_int(0)
-    pointer = function(symbol.encode("ascii", "replace"), None, None, ctypes.byref(status))
-    if status.value != 0 or not pointer:
-        return None
+    """``symbol`` as C++ spells it, or None (not a mangled name, no C++ runtime on this host, or one
+    whose demangling runs past the bounds)."""
+    return demangled((symbol,)).get(symbol)
+
+
+@lru_cache(maxsize=256)
+def demangled(symbols: tuple[str, ...]) -> dict[str, str | None]:
+    """Each mangled name of ``symbols`` as C++ spells it, from the bounded demangler child (shortest
+    first: one name that runs past :data:`DEMANGLE_SECONDS` or the memory cap costs only itself and
+    longer ones, which stay undemangled, None)."""
+    wanted = sorted({s for s in symbols if s.startswith("_Z") and len(s) <= _MAX_NAME and s.isascii()
+                     and s.isprintable()}, key=len)
+    if not wanted:
+        return {}
     try:
-        return ctypes.string_at(pointer).decode("utf-8", "replace")
-    finally:
-        _free()(pointer)
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _DEMANGLER], input="\n".join(wanted) + "\n",
+                              capture_output=True, text=True, timeout=DEMANGLE_SECONDS, cwd="/",
+                              env={"PATH": "/usr/bin:/bin"})
+        out = done.stdout
+    except subprocess.TimeoutExpired as stopped:
+        out = stopped.stdout.decode(errors="replace") if isinstance(stopped.stdout, bytes) else stopped.stdout or ""
+    texts: dict[str, str | None] = {}
+    for symbol, line in zip(wanted, out.splitlines()):
+        try:
+            text = json.loads(line)
+        except ValueError:
+            break
+        texts[symbol] = text if isinstance(text, str) else None
+    return texts
 
 
 def _top_level_paren(text: str) -> int | None:

@@ -10,7 +10,7 @@ import numpy as np
 
 from cudagate_harness.protocol import unit_roundoff
 
-from pytest_cudagate.suite.expr import ExprError, evaluate, parse
+from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
 
 
 @dataclass(frozen=True)
@@ -329,6 +329,25 @@ class Program:
     include: tuple[Path, ...] = ()
     # auto, nvcc or nvrtc (cudagate_harness.compiler.chosen): pinned by an approval like the options.
     compiler: str = "auto"
+    # `requires:`: conditions over a case's scalars; a case that breaks one is absent for this kernel
+    # (skipped, never approved or judged). Signed in the manifest where given.
+    requires: tuple[str, ...] = ()
+    # `outputs:`: the outputs this kernel is judged on; None: every output of the signature. Signed
+    # in the manifest where given.
+    judged: tuple[str, ...] | None = None
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why ``case`` is absent for this kernel: the first of its ``requires`` the case breaks, with
+        the values of the scalars it reads; None when the case meets them all."""
+        for text in self.requires:
+            condition = parse_condition(text)
+            if not condition.holds(case.scalars):
+                values = ", ".join(f"{name}={case.scalars[name]}" for name in sorted(condition.names))
+                return f"kernel {self.name} requires {text} ({values}): case {case.name} is not one of its cases"
+        return None
+
+    def runs(self, case: Case) -> bool:
+        return self.skip_reason(case) is None
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,

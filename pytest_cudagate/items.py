@@ -234,7 +234,7 @@ class GateSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if isinstance(item, GateItem):
+        if isinstance(item, GateItem) and not isinstance(item, AbsentCaseItem):  # absent: not counted as skipped
             setattr(report, xdist_hooks.GATE_ITEM, True)
         if call.when == "call" and isinstance(item, (CaseItem, CompileItem)) and xdist_hooks.is_worker(self.config):
             xdist_hooks.attach(report, item, self.runtime)

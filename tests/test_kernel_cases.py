@@ -3,12 +3,16 @@ kernel and `outputs:`, through `cudagate check`, `pytest --cuda-gate` on the fak
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from fake_worker import fake_gpu_project
-from helpers import SUITE_YAML, replace_once, write_suite
+from fake_worker import fake_gpu_project, install, scale_kernels, scale_xy
+from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.trust.cli import main as trust_main
 from trust_project import clean_env, project  # noqa: F401 (fixtures)
 
@@ -45,7 +49,7 @@ def test_a_case_that_breaks_a_kernels_requires_is_skipped_for_that_kernel_only(p
     write_suite(pytester.path / "scale", yaml_text=REQUIRES_YAML)
     fake_gpu_project(pytester.path)
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
-                                           "-v", "-rs", timeout=180)
+                                           "-v", "-rs", "--cuda-gate-report", "out", timeout=180)
     result.stdout.fnmatch_lines_random([
         "*cudagate.yaml::scale2::small PASSED*",
         "*cudagate.yaml::scale2::perf PASSED*",
@@ -54,6 +58,11 @@ def test_a_case_that_breaks_a_kernels_requires_is_skipped_for_that_kernel_only(p
         f"SKIPPED*{SKIP}",
     ])
     result.assert_outcomes(passed=5, skipped=1)  # two compile items, three cases
+    # The report leaves the absent case out: it is no skip of the gate's (which would make the run a warning).
+    document = json.loads((pytester.path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert document["counts"]["skipped"] == 0 and document["counts"]["passed"] == 5
+    assert {(i["kernel"], i["case"]) for i in document["items"]} == {("scale2", "small"), ("scale2", "perf"),
+                                                                    ("scale2_wide", "perf")}
 
 
 ARGS_YAML = replace_once(
@@ -114,3 +123,110 @@ def test_bad_per_kernel_fields_are_one_line_each(tmp_path, capsys, kernel, line)
     code, out = cli(capsys, "check", path)
     assert code == EXIT_INPUT, out
     assert line in out, out
+
+
+TWO_OUTPUTS_YAML = replace_once(replace_once(replace_once(
+    SUITE_YAML, "  - {name: rows, scalar: int32}\n",
+    "  - {name: z, buffer: float32, intent: out, size: rows*cols, shape: [rows, cols]}\n  - {name: rows, scalar: int32}\n"),
+    "  y: {atol: 1.0e-6, rtol: 1.0e-5}\n", "  y: {atol: 1.0e-6, rtol: 1.0e-5}\n  z: {atol: 1.0e-6, rtol: 1.0e-5}\n"),
+    "    launch: {grid: [rows], block: [128]}\n", """\
+    args: [x, y, rows, cols]
+    outputs: [y]
+    launch: {grid: [rows], block: [128]}
+  - name: lazy
+    source: scale.cu
+    entry: both_bad
+    outputs: [z]
+    launch: {grid: [rows], block: [128]}
+  - name: full
+    source: scale.cu
+    entry: both_bad
+    launch: {grid: [rows], block: [128]}
+""")
+TWO_OUTPUTS_REFERENCE = """\
+import numpy as np
+
+
+def scale_rows(x, rows, cols):
+    x = x.astype(np.float64).reshape(rows, cols)
+    return (x * 2).astype(np.float32), (x + 1).astype(np.float32)
+"""
+TWO_OUTPUTS_CU = KERNEL_CU + """
+extern "C" __global__ void both_bad(const float* __restrict__ x, float* __restrict__ y, float* __restrict__ z,
+                                    int rows, int cols)
+{
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        y[r * cols + c] = 3.0f * x[r * cols + c];
+        z[r * cols + c] = x[r * cols + c] + 1.0f;
+    }
+}
+"""
+# The fake GPU runs the same: scale2 writes y = 2x only; both_bad writes z = x + 1 right and y = 3x wrong.
+TWO_OUTPUTS_CONFTEST = """
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, {tests!r})
+from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, scale_kernels, use_client  # noqa: E402
+
+PARAMS = SCALE_PARAMS[:2] + [{{"name": "z", "kind": "buffer", "dtype": "float32", "intent": "out"}}] + SCALE_PARAMS[2:]
+
+
+def both_bad(launch):
+    n = launch.args["rows"] * launch.args["cols"]
+    x = launch.array("x", np.float32, n)
+    launch.array("y", np.float32, n)[:] = 3 * x
+    launch.array("z", np.float32, n)[:] = x + 1
+
+
+use_client(lambda **options: FakeWorker({{**scale_kernels(), "both_bad": FakeKernel(both_bad, PARAMS)}}, **options))
+os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".locks")
+"""
+
+
+def test_a_kernel_is_judged_on_the_outputs_it_names_only(pytester, monkeypatch):
+    from pathlib import Path
+
+    from pytest_cudagate.defences.expected import generate
+
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
+    path = write_suite(pytester.path / "scale", yaml_text=TWO_OUTPUTS_YAML, data=False, kernel_source=TWO_OUTPUTS_CU)
+    (path.parent / "reference.py").write_text(TWO_OUTPUTS_REFERENCE, encoding="utf-8")
+    generate(load_suite(path))
+    (pytester.path / "conftest.py").write_text(TWO_OUTPUTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                           "-v", timeout=180)
+    result.stdout.fnmatch_lines_random([
+        "*cudagate.yaml::scale2::small PASSED*",  # z is not among its args, and not judged
+        "*cudagate.yaml::lazy::small PASSED*",  # its y is wrong, but it is judged on z only
+        "*cudagate.yaml::full::small FAILED*",  # judged on every output: y is wrong
+    ])
+    assert "output 'y'" in result.stdout.str()
+    result.assert_outcomes(passed=7, failed=2)
+
+
+def wide_only(launch):
+    """Right where cols is a multiple of 4 (its precondition), garbage elsewhere."""
+    x, y, _ = scale_xy(launch)
+    y[:] = 2 * x if launch.args["cols"] % 4 == 0 else -1
+
+
+@pytest.mark.parametrize("requires", [True, False])
+def test_approve_leaves_out_the_cases_a_kernel_requires_away(tmp_path, monkeypatch, capsys, requires):
+    text = replace_once(SUITE_YAML, "    source: scale.cu\n", '    source: scale.cu\n    requires: ["cols % 4 == 0"]\n')
+    suite_path = write_suite(tmp_path / "scale", yaml_text=text if requires else SUITE_YAML)
+    workers = install(monkeypatch, tmp_path, scale_kernels(wide_only))
+    code = main(["approve", str(suite_path), "--approved-by", "reviewer", "--runs", "1"])
+    out = capsys.readouterr().out
+    asked = {c["name"] for worker in workers for r in worker.requests for c in r.get("cases", [])}
+    if not requires:  # the control: without its precondition the kernel fails the small case (cols 50)
+        assert code == 1 and "scale2: NOT approved" in out and "small" in asked
+        return
+    assert code == 0, out
+    assert "small" not in asked  # never run, so never asked for a baseline
+    (baseline,) = Ledger.for_suite(load_suite(suite_path)).approvals["scale2"].baselines.values()
+    assert set(baseline.cases) == {"perf"}

@@ -260,14 +260,15 @@ def parse_condition(text: str) -> Condition:
     if len(source) > MAX_LENGTH:
         raise ExprError(f"condition {source[:40]!r}... is {len(source)} characters long (at most {MAX_LENGTH}); "
                         "split it into several `requires` entries")
+    shown = repr(source) if len(source) <= 40 else f"{source[:40]!r}..."
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as exc:
-        raise ExprError(f"cannot parse {source!r}: {exc.msg}; allowed: {CONDITION}") from None
+        raise ExprError(f"cannot parse {shown}: {exc.msg}; allowed: {CONDITION}") from None
     except (RecursionError, MemoryError, ValueError):
-        raise ExprError(f"{source[:40]!r}... is nested too deeply to parse; simplify it") from None
+        raise ExprError(f"{shown} is nested too deeply to parse; simplify it") from None
     if _depth(tree) > MAX_NESTING:
-        raise ExprError(f"{source[:40]!r}: nested more than {MAX_NESTING} levels; simplify it")
+        raise ExprError(f"{shown}: nested more than {MAX_NESTING} levels; simplify it")
     names: set[str] = set()
     for operand in _operands(tree.body, source):
         try:

@@ -544,6 +544,16 @@ class ResolvedCase:
         return load_arrays(self.expected)
 
 
+def judged(suite: Suite, kernel: str, resolved: ResolvedCase) -> tuple[dict[str, np.ndarray], dict[str, Tolerance]]:
+    """The expected outputs and tolerances ``kernel``'s versions are judged on in ``resolved``: the
+    outputs its ``outputs:`` names, else every output. The judge compares only what it is given, so an
+    output left out is neither compared nor counted for unwritten elements (its guard zones stay)."""
+    program = next((k for k in suite.kernels if k.name == kernel), None)
+    names = set(program.judged) if program is not None and program.judged is not None else set(resolved.expected)
+    expected = load_arrays({name: path for name, path in resolved.expected.items() if name in names})
+    return expected, {name: tol for name, tol in suite.tolerance.items() if name in names}
+
+
 def load_arrays(paths: dict[str, str | Path]) -> dict[str, np.ndarray]:
     """``.npy`` files by name, never unpickling."""
     return {name: np.load(path, allow_pickle=False) for name, path in paths.items()}

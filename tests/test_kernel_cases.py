@@ -215,18 +215,30 @@ def wide_only(launch):
     y[:] = 2 * x if launch.args["cols"] % 4 == 0 else -1
 
 
-@pytest.mark.parametrize("requires", [True, False])
-def test_approve_leaves_out_the_cases_a_kernel_requires_away(tmp_path, monkeypatch, capsys, requires):
-    text = replace_once(SUITE_YAML, "    source: scale.cu\n", '    source: scale.cu\n    requires: ["cols % 4 == 0"]\n')
-    suite_path = write_suite(tmp_path / "scale", yaml_text=text if requires else SUITE_YAML)
+def test_approve_leaves_out_the_cases_a_kernel_requires_away(tmp_path, monkeypatch, capsys):
+    suite_path = write_suite(tmp_path / "scale")
     workers = install(monkeypatch, tmp_path, scale_kernels(wide_only))
+    # Without its precondition the kernel fails the small case (cols 50) and is refused.
+    assert main(["approve", str(suite_path), "--approved-by", "reviewer", "--runs", "1"]) == 1
+    assert "scale2: NOT approved" in capsys.readouterr().out
+    suite_path.write_text(replace_once(SUITE_YAML, "    source: scale.cu\n",
+                                       '    source: scale.cu\n    requires: ["cols % 4 == 0"]\n'), encoding="utf-8")
+    asked_before = sum(len(worker.requests) for worker in workers)
     code = main(["approve", str(suite_path), "--approved-by", "reviewer", "--runs", "1"])
-    out = capsys.readouterr().out
-    asked = {c["name"] for worker in workers for r in worker.requests for c in r.get("cases", [])}
-    if not requires:  # the control: without its precondition the kernel fails the small case (cols 50)
-        assert code == 1 and "scale2: NOT approved" in out and "small" in asked
-        return
-    assert code == 0, out
-    assert "small" not in asked  # never run, so never asked for a baseline
+    assert code == 0, capsys.readouterr().out
+    later = [r for worker in workers for r in worker.requests][asked_before:]
+    assert later and "small" not in {c["name"] for r in later for c in r.get("cases", [])}  # never run or baselined
     (baseline,) = Ledger.for_suite(load_suite(suite_path)).approvals["scale2"].baselines.values()
     assert set(baseline.cases) == {"perf"}
+
+
+def test_check_builds_no_class_variant_only_absent_cases_run(tmp_path, capsys):
+    text = replace_once(replace_once(
+        SUITE_YAML, "    source: scale.cu\n",
+        '    source: scale.cu\n    requires: ["cols >= 64"]\n    classes: {narrow: {options: ["-DNARROW=1"]}}\n'),
+        "{name: small, kind: correctness, scalars:", "{name: small, kind: correctness, class: narrow, scalars:")
+    path = write_suite(tmp_path / "scale", yaml_text=text)
+    code, out = cli(capsys, "check", "--allow-unsigned", path)
+    assert code == 0, out
+    assert "scale2: compiles" in out
+    assert "variant of class narrow" not in out  # only the small case (cols 50, absent) runs that build

@@ -68,6 +68,11 @@ def cmd_check(args) -> int:
     for path in _suites(args.suites):
         suite = load_suite(path)
         print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
+        for kernel in suite.kernels:  # a case that breaks a kernel's `requires` is absent for it
+            for case in suite.cases:
+                reason = kernel.skip_reason(case)
+                if reason:
+                    print(f"  skips: {reason}")
         if args.allow_unsigned:
             print(f"  {UNSIGNED_WARNING}")
         distrusted = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned)

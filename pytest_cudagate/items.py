@@ -234,7 +234,7 @@ class GateSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        if isinstance(item, GateItem):
+        if isinstance(item, GateItem) and not isinstance(item, AbsentCaseItem):  # absent: not counted as skipped
             setattr(report, xdist_hooks.GATE_ITEM, True)
         if call.when == "call" and isinstance(item, (CaseItem, CompileItem)) and xdist_hooks.is_worker(self.config):
             xdist_hooks.attach(report, item, self.runtime)
@@ -328,22 +328,30 @@ class SuiteFile(pytest.File):
         if suite.reference.program is not None:
             yield ProgramNode.from_parent(self, name="reference", suite=suite, program=suite.reference.program, cases=())
         for kernel in suite.kernels:
-            yield ProgramNode.from_parent(self, name=kernel.name, suite=suite, program=kernel, cases=suite.cases)
+            # a case that breaks the kernel's `requires` is absent for it: not compiled for, run or judged
+            yield ProgramNode.from_parent(self, name=kernel.name, suite=suite, program=kernel,
+                                          cases=tuple(c for c in suite.cases if kernel.runs(c)),
+                                          absent=tuple(c for c in suite.cases if not kernel.runs(c)))
 
 
 class ProgramNode(pytest.Collector):
-    def __init__(self, *, suite: Suite, program: Program, cases, **kwargs):
+    def __init__(self, *, suite: Suite, program: Program, cases, absent=(), **kwargs):
         super().__init__(**kwargs)
         self.suite = suite
         self.program = program
         self.cases = cases
+        self.absent = absent  # the cases that break the kernel's `requires`
 
     def collect(self):
         yield CompileItem.from_parent(self, name="compile")
         if self.cases and self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime.release() is not None:
             yield ReleaseItem.from_parent(self, name="release")
-        for case in self.cases:
-            yield CaseItem.from_parent(self, name=case.name, case=case)
+        for case in self.suite.cases:
+            if case in self.cases:
+                yield CaseItem.from_parent(self, name=case.name, case=case)
+            elif case in self.absent:
+                yield AbsentCaseItem.from_parent(self, name=case.name, reason=self.program.skip_reason(case),
+                                                 shape_class=case.shape_class)
 
 
 class GateItem(pytest.Item):
@@ -427,6 +435,20 @@ class ReleaseItem(GateItem):
         self.user_properties.append(("release", line))
         if warning:
             self.warn(CudagateWarning(f"{self.nodeid}: {line}"))
+
+
+class AbsentCaseItem(GateItem):
+    """A case that breaks the kernel's ``requires``: skipped with the reason, never failed, never judged."""
+
+    run_phase = "cases"
+
+    def __init__(self, *, reason: str, shape_class: str, **kwargs):
+        super().__init__(**kwargs)
+        self.reason = reason
+        self.extra_keyword_matches.add(shape_class)  # `-k large` selects it as it would the case
+
+    def runtest(self) -> None:
+        pytest.skip(self.reason)
 
 
 class CaseItem(GateItem):

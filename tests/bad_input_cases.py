@@ -1056,6 +1056,35 @@ bad("compiler", "a host-code file with an extern __device__ of another file (pyt
                           '__global__ void uses(float* y) { y[0] = gain; }\n'))
 
 
+# -- a kernel's preconditions and parameters: requires, args, outputs (issue 44, item 2) ----------------------------
+
+def kernel_field(family_name: str, field: str) -> None:
+    """A suite whose kernel has ``field`` (a line of YAML), refused by `cudagate check`."""
+    bad("kernel_cases", family_name)(lambda d: check(suite_with(
+        d, yaml_text=replace_once(SUITE_YAML, "    source: scale.cu\n", f"    source: scale.cu\n    {field}\n"),
+        data=False)))
+
+
+for _name, _field in [
+    ("requires that is not a condition", 'requires: ["cols % 4"]'),
+    ("requires that is a number", "requires: [4]"),
+    ("requires over an unknown scalar", 'requires: ["width >= 4"]'),
+    ("requires calling a function", 'requires: ["__import__(\'os\') == 0"]'),
+    ("requires with a huge power", 'requires: ["2 ** 100000 == cols"]'),
+    ("requires nested deeply", "requires: [\"" + "not " * 100 + "cols > 0\"]"),
+    ("requires 600 characters long", "requires: [\"" + "cols + " * 85 + "1 > 0\"]"),
+    ("requires that no performance case meets", 'requires: ["cols < 100"]'),
+    ("requires dividing by zero", 'requires: ["cols % (rows - rows) == 0"]'),
+    ("outputs naming an input", "outputs: [x]"),
+    ("outputs naming no parameter", "outputs: [w]"),
+    ("outputs naming a scalar", "outputs: [rows]"),
+    ("args naming an unknown parameter", "args: [x, y, rows, cols, w]"),
+    ("args leaving the output unwritten", "args: [x, rows, cols]"),
+    ("outputs judged but not in args", "args: [x, rows, cols]\n    outputs: [y]"),
+]:
+    kernel_field(_name, _field)
+
+
 # -- the driver -------------------------------------------------------------------------------------
 
 def cpu_seconds() -> float:

@@ -140,7 +140,7 @@ def test_unknown_kernel_key_names_the_kernel_line(tmp_path):
     _, message = problems_of(tmp_path, text)
     assert f"line {line_of(text, '- name: scale2')}: kernels[0]:" in message
     assert "'sauce' was unexpected" in message
-    assert "allowed keys: arch_suffix, classes, compiler, entry, launch, launch_overrides, library_baseline, name, options, source" in message
+    assert "allowed keys: arch_suffix, args, classes, compiler, entry, launch, launch_overrides, library_baseline, name, options, outputs, requires, source" in message
 
 
 def test_param_with_both_buffer_and_scalar(tmp_path):

@@ -16,7 +16,7 @@ from pytest_cudagate.gate.measure import Interleaved
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import Latency, LatencyResult, incomparable
-from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.suite.model import Case, Program, Suite, judged
 
 # Verdicts that come from an interval, so that a search can act on them.
 JUDGED = (Latency.PASS, Latency.IMPROVED, Latency.REGRESSED, Latency.INCONCLUSIVE)
@@ -98,8 +98,8 @@ class Bench:
             return incomparable(self.threshold, f"the version approved at {version.short} does not compile here:\n"
                                 + compile_info.get("log", ""), fingerprint)
         resolved = self.suite.resolved(self.case)
-        verdict = judge_case(f"{self.program.name}@{version.short}", self.case.name, body, resolved.expected_outputs(),
-                             self.suite.tolerance, resolved.shapes)
+        verdict = judge_case(f"{self.program.name}@{version.short}", self.case.name, body,
+                             *judged(self.suite, self.program.name, resolved), resolved.shapes)
         if not verdict.passed:
             return incomparable(self.threshold, f"the version approved at {version.short} fails this case now, so its "
                                 "latency means nothing: " + verdict.describe(), fingerprint)

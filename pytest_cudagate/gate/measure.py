@@ -23,6 +23,7 @@ from pytest_cudagate.gate.prepare import Hangs
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, incomparable)
+from pytest_cudagate.suite.model import judged
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.client import RunResult
 from pytest_cudagate.worker.fingerprint import Fingerprint, differences, shown
@@ -234,8 +235,8 @@ class Interleaved:
         resolved = suite.resolved(case)
         with phases.clock(outcome, "checks"):
             approved_check = judge_case(f"{job.version.name} ({self.which})", case.name,
-                                        {"status": "ok", **body["approved"]}, resolved.expected_outputs(),
-                                        suite.tolerance, resolved.shapes, checks=job.checks)
+                                        {"status": "ok", **body["approved"]}, *judged(suite, job.version.name, resolved),
+                                        resolved.shapes, checks=job.checks)
         if not approved_check.passed:
             return Measured(body, compile_info, incomparable(threshold, f"{self.which} fails this case now, so its "
                                                              "latency means nothing: " + approved_check.describe(),

@@ -12,6 +12,7 @@ from pytest_cudagate.judge.correctness import in_background, judge_case
 from pytest_cudagate.judge.latency import blocks, warns
 from pytest_cudagate.judge.library import judge_library
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.suite.model import judged
 from pytest_cudagate.worker.requests import shown_log, version_request
 
 
@@ -28,12 +29,11 @@ def judge(job: CaseJob, measured: Measured, bench: Bench, *, trusted: bool) -> N
         return
     resolved = suite.resolved(case)
     with phases.clock(outcome, "checks"):
-        expected = resolved.expected_outputs()
         # informational: judged beside the verdict (and side by side with it), never into it
-        library = (in_background(judge_library, body["library"], case.name, expected, suite.tolerance,
+        library = (in_background(judge_library, body["library"], case.name, resolved.expected_outputs(), suite.tolerance,
                                  resolved.shapes, job.checks) if body.get("library") else None)
-        outcome.correctness = judge_case(version.name, case.name, body, expected, suite.tolerance, resolved.shapes,
-                                         checks=job.checks)
+        outcome.correctness = judge_case(version.name, case.name, body, *judged(suite, version.name, resolved),
+                                         resolved.shapes, checks=job.checks)
     outcome.notes.extend(outcome.correctness.notes)
     if library is not None:
         with phases.clock(outcome, "statistics"):

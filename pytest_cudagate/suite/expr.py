@@ -209,3 +209,86 @@ def buffer_problem(count: int, itemsize: int) -> str | None:
     if count * itemsize > BUFFER_BYTES_MAX:
         return f"gets {_short(count)} elements, over the {BUFFER_BYTES_MAX} bytes a buffer may hold"
     return None
+
+
+# Conditions (a kernel's `requires:`): comparisons of the expressions above, joined by and/or/not.
+_COMPARE = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+CONDITION = "a comparison (== != < <= > >=) of integer expressions over the scalars, joined by and, or, not"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A parsed condition; ``names`` are the scalars it reads. Its comparisons' operands are
+    expressions :func:`parse` accepts, with every bound of theirs."""
+
+    text: str
+    tree: ast.Expression
+    names: frozenset[str]
+
+    def holds(self, scalars: Mapping[str, int | float]) -> bool:
+        return _holds(self.tree.body, scalars, self.text)
+
+
+def _operands(node: ast.AST, source: str) -> list[ast.AST]:
+    """The arithmetic operands of a condition's boolean nodes; refuses a node that is not boolean."""
+    if isinstance(node, ast.BoolOp):
+        return [leaf for value in node.values for leaf in _operands(value, source)]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return _operands(node.operand, source)
+    if isinstance(node, ast.Compare):
+        for op in node.ops:
+            if type(op) not in _COMPARE:
+                raise ExprError(f"{source!r}: comparison {type(op).__name__} is not allowed; allowed: {CONDITION}")
+        return [node.left, *node.comparators]
+    raise ExprError(f"{source!r} is not a condition (true or false); write {CONDITION}, e.g. 'C % 4 == 0'")
+
+
+@lru_cache(maxsize=1024)
+def parse_condition(text: str) -> Condition:
+    """Parse a condition: its length and nesting capped as :func:`parse` caps them, each operand
+    checked by :func:`parse`."""
+    if not isinstance(text, str):
+        raise ExprError(f"{text!r} is not a condition (true or false); write {CONDITION}, e.g. 'C % 4 == 0'")
+    source = text.strip()
+    if len(source) > MAX_LENGTH:
+        raise ExprError(f"condition {source[:40]!r}... is {len(source)} characters long (at most {MAX_LENGTH}); "
+                        "split it into several `requires` entries")
+    shown = repr(source) if len(source) <= 40 else f"{source[:40]!r}..."
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"cannot parse {shown}: {exc.msg}; allowed: {CONDITION}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise ExprError(f"{shown} is nested too deeply to parse; simplify it") from None
+    if _depth(tree) > MAX_NESTING:
+        raise ExprError(f"{shown}: nested more than {MAX_NESTING} levels; simplify it")
+    names: set[str] = set()
+    for operand in _operands(tree.body, source):
+        try:
+            names |= parse(ast.unparse(operand)).names
+        except ExprError as exc:
+            raise ExprError(f"in {source!r}: {exc}") from None
+    return Condition(source, tree, frozenset(names))
+
+
+def _holds(node: ast.AST, scalars: Mapping[str, int | float], text: str) -> bool:
+    # Recursion is bounded: parse_condition() refused trees deeper than MAX_NESTING.
+    if isinstance(node, ast.BoolOp):
+        values = (_holds(value, scalars, text) for value in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp):  # `not`, the only unary operator _operands lets through here
+        return not _holds(node.operand, scalars, text)
+    left = _eval(node.left, scalars, text)
+    for op, comparator in zip(node.ops, node.comparators):
+        right = _eval(comparator, scalars, text)
+        if not _COMPARE[type(op)](left, right):
+            return False
+        left = right
+    return True

@@ -10,6 +10,7 @@ import os
 import re
 from collections import ChainMap
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from pytest_cudagate.boundary.yaml_rules import compose_yaml, parse_yaml
 from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path, visible
-from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
+from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse, parse_condition
 from pytest_cudagate.suite import placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
@@ -183,7 +184,7 @@ class _Checker:
             overrides[case_name] = raw_overrides[case_name].with_constants(defaults)
         entry = raw.get("entry", name)
         source = self.source(raw["source"], parts + ["source"])
-        if "steps" in raw:
+        if "steps" in raw or "args" in raw:  # a one-launch kernel of some parameters is a kernel of one step
             return self.stepped(raw, parts, scalars, name, source, signature, case_classes)
         launch = self.launch(raw["launch"], parts + ["launch"], names)
         if "tuning_launch" in raw and not tunables:
@@ -231,7 +232,7 @@ class _Checker:
                          ("tuning_launch", "autotune searches single-launch kernels"),
                          ("tuning_source", "autotune searches single-launch kernels")):
             if key in raw:
-                self.add(parts + [key], f"not with `steps`: {why}; remove `{key}`")
+                self.add(parts + [key], f"not with `{'steps' if 'steps' in raw else 'args'}`: {why}; remove `{key}`")
         for shape_class, variant in raw.get("classes", {}).items():
             if "launch" in variant:
                 self.add(parts + ["classes", shape_class, "launch"], "a kernel of steps takes no class variant launch "
@@ -239,8 +240,12 @@ class _Checker:
         params = {p.name: p for p in signature}
         text = self.defined_names(source)
         steps = []
-        for i, raw_step in enumerate(raw["steps"]):
-            where = parts + ["steps", i]
+        if "steps" in raw and "args" in raw:
+            self.add(parts + ["args"], "a kernel of steps names its parameters per step; move `args` into its steps")
+        # A one-launch kernel with `args` is its one step: its entry, args and launch sit where a step's do.
+        listed = ([(parts + ["steps", i], raw_step) for i, raw_step in enumerate(raw["steps"])] if "steps" in raw else
+                  [(parts, {"entry": raw.get("entry", name), "args": raw["args"], "launch": raw["launch"]})])
+        for where, raw_step in listed:
             entry = raw_step["entry"]
             base = entry.split("<", 1)[0].strip()
             if text is not None and not re.search(rf"\b{re.escape(base)}\b", text):
@@ -255,10 +260,17 @@ class _Checker:
                 self.add(where + ["args"], f"{arg!r} is named twice; a step takes each parameter once")
             steps.append(Step(entry, args, self.launch(raw_step["launch"], where + ["launch"], scalars)))
         taken = {a for step in steps for a in step.args}
+        # An output left out of `outputs:` may be taken by none (it is not judged); so may the scratch of
+        # a one-launch kernel with `args` (a fused version needs no workspace).
         for param in signature:
-            if (param.is_output or param.is_scratch) and param.name not in taken:
-                self.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} is "
-                                            "taken by no step; add it to the `args` of the step that writes it")
+            if ((param.is_scratch and "steps" in raw or param.is_output and "outputs" not in raw)
+                    and param.name not in taken):
+                if "steps" in raw:
+                    self.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} "
+                                                "is taken by no step; add it to the `args` of the step that writes it")
+                else:
+                    self.add(parts + ["args"], f"output buffer {param.name!r} is not in `args`, so it is never written; "
+                                               "add it, or name the outputs the kernel is judged on in `outputs:`")
         return Program(
             include=self.include,
             name=name, source=source, entry=steps[0].entry, options=tuple(raw.get("options", [])),
@@ -269,6 +281,55 @@ class _Checker:
                               if "library_baseline" in raw else None),
             compiler=self.compiler(raw, parts, source),
         )
+
+    def preconditions(self, program: Program, raw: dict, parts: list, scalars: set[str],
+                      signature: tuple[Param, ...]) -> Program:
+        """A kernel's ``requires:`` (conditions over the scalars) and ``outputs:`` (the outputs it is
+        judged on: outputs of the signature, each written by one of its steps where it has steps)."""
+        requires = []
+        for i, text in enumerate(raw.get("requires", [])):
+            try:
+                names = parse_condition(text).names
+            except ExprError as exc:
+                self.add(parts + ["requires", i], f"{exc}")
+                continue
+            unknown = sorted(names - scalars)
+            if unknown:
+                self.add(parts + ["requires", i], f"{text!r} uses {', '.join(unknown)}, which "
+                                                  f"{'is' if len(unknown) == 1 else 'are'} not a scalar parameter "
+                                                  f"(scalars: {', '.join(sorted(scalars)) or 'none'}); name scalars only")
+                continue
+            requires.append(text.strip())
+        if "outputs" not in raw:
+            return replace(program, requires=tuple(requires))
+        params = {p.name: p for p in signature}
+        taken = {a for step in program.steps for a in step.args} if program.steps else set(params)
+        for i, name in enumerate(raw["outputs"]):
+            param = params.get(name)
+            if param is None or not param.is_output:
+                what = ("not a parameter of the signature" if param is None else
+                        "a scalar" if param.kind == "scalar" else f"a buffer of intent {param.intent}")
+                self.add(parts + ["outputs", i], f"{name!r} is {what}; name outputs of the signature (intent out or "
+                                                 f"inout: {', '.join(p.name for p in signature if p.is_output)})")
+            elif name not in taken:
+                self.add(parts + ["outputs", i], f"output {name!r} is judged but no step takes it; add it to the "
+                                                 "`args` of the step that writes it, or remove it from `outputs`")
+        for name in sorted({n for n in raw["outputs"] if raw["outputs"].count(n) > 1}):
+            self.add(parts + ["outputs"], f"{name!r} is named twice; name each judged output once")
+        return replace(program, requires=tuple(requires), judged=tuple(raw["outputs"]))
+
+    def kernel_cases(self, suite: Suite) -> None:
+        """Each kernel's ``requires`` evaluate on every case, and leave it a non-holdout performance
+        case (the latency gate ranks those): a kernel is never left without latency cases."""
+        for i, kernel in enumerate(suite.kernels):
+            try:
+                kept = [case for case in suite.cases if kernel.runs(case)]
+            except ExprError as exc:
+                self.add(["kernels", i, "requires"], f"{exc}")
+                continue
+            if not any(c.kind == "performance" and not c.holdout for c in kept):
+                self.add(["kernels", i, "requires"], f"kernel {kernel.name!r} meets its requires on no non-holdout "
+                                                     "performance case; add a case that meets them, or loosen them")
 
     def compiler(self, raw: dict, parts: list, source: Path) -> str:
         """The kernel's ``compiler:``; where nvcc builds it (named, or `auto` on a file with host code),
@@ -413,7 +474,8 @@ class _Checker:
             reference = Reference(program=self.program(ref_raw, ["reference"], scalars, "reference", case_names))
 
         case_classes = {c.shape_class for c in cases}
-        kernels = [self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes, tuple(signature))
+        kernels = [self.preconditions(self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes,
+                                                   tuple(signature)), k, ["kernels", i], scalars, tuple(signature))
                    for i, k in enumerate(raw["kernels"])]
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 
@@ -462,6 +524,8 @@ class _Checker:
             object.__setattr__(suite, "_checks", self.checks(raw["checks"]))  # see Suite.checks
         if not self.problems:
             self.resolve_everything(suite)
+        if not self.problems:
+            self.kernel_cases(suite)
         return suite
 
     def distribution(self, dist: Distribution, dtype: str, parts: list) -> None:

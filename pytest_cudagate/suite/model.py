@@ -10,7 +10,7 @@ import numpy as np
 
 from cudagate_harness.protocol import unit_roundoff
 
-from pytest_cudagate.suite.expr import ExprError, evaluate, parse
+from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
 
 
 @dataclass(frozen=True)
@@ -329,6 +329,25 @@ class Program:
     include: tuple[Path, ...] = ()
     # auto, nvcc or nvrtc (cudagate_harness.compiler.chosen): pinned by an approval like the options.
     compiler: str = "auto"
+    # `requires:`: conditions over a case's scalars; a case that breaks one is absent for this kernel
+    # (skipped, never approved or judged). Signed in the manifest where given.
+    requires: tuple[str, ...] = ()
+    # `outputs:`: the outputs this kernel is judged on; None: every output of the signature. Signed
+    # in the manifest where given.
+    judged: tuple[str, ...] | None = None
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why ``case`` is absent for this kernel: the first of its ``requires`` the case breaks, with
+        the values of the scalars it reads; None when the case meets them all."""
+        for text in self.requires:
+            condition = parse_condition(text)
+            if not condition.holds(case.scalars):
+                values = ", ".join(f"{name}={case.scalars[name]}" for name in sorted(condition.names))
+                return f"kernel {self.name} requires {text} ({values}): case {case.name} is not one of its cases"
+        return None
+
+    def runs(self, case: Case) -> bool:
+        return self.skip_reason(case) is None
 
     def for_class(self, shape_class: str) -> Program:
         """The build the cases of ``shape_class`` run: the kernel's options plus the class variant's,
@@ -523,6 +542,16 @@ class ResolvedCase:
     def expected_outputs(self) -> dict[str, np.ndarray]:
         """The signed expected outputs, as stored (the one place they are read for judging)."""
         return load_arrays(self.expected)
+
+
+def judged(suite: Suite, kernel: str, resolved: ResolvedCase) -> tuple[dict[str, np.ndarray], dict[str, Tolerance]]:
+    """The expected outputs and tolerances ``kernel``'s versions are judged on in ``resolved``: the
+    outputs its ``outputs:`` names, else every output. The judge compares only what it is given, so an
+    output left out is neither compared nor counted for unwritten elements (its guard zones stay)."""
+    program = next((k for k in suite.kernels if k.name == kernel), None)
+    names = set(program.judged) if program is not None and program.judged is not None else set(resolved.expected)
+    expected = load_arrays({name: path for name, path in resolved.expected.items() if name in names})
+    return expected, {name: tol for name, tol in suite.tolerance.items() if name in names}
 
 
 def load_arrays(paths: dict[str, str | Path]) -> dict[str, np.ndarray]:

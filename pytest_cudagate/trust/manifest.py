@@ -4,8 +4,8 @@ Signed: suite name, the ordered parameter signature, the reference (its source o
 the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, class
 and generated where set, the sha256 of each input and expected-output file, or for a generated
 case of its generated.json and output samples), tolerances, input distributions, each kernel's
-entry and launch configuration(s), its class variants' launches included, timing settings and the
-gate threshold.
+entry and launch configuration(s), its class variants' launches included, its ``requires`` and
+judged ``outputs`` where given, timing settings and the gate threshold.
 
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
@@ -89,6 +89,17 @@ def _program_launches(program: Program) -> dict:
     launches = {name: {"launch": _launch(v.launch)} for name, v in sorted(program.classes.items()) if v.launch}
     if launches:
         entry["classes"] = launches
+    return entry
+
+
+def _kernel_cases(program: Program) -> dict:
+    """A kernel's ``requires`` and judged ``outputs``: which cases and outputs it is held to, signed
+    only where given, so suites signed before they existed keep their signatures."""
+    entry = {}
+    if program.requires:
+        entry["requires"] = list(program.requires)
+    if program.judged is not None:
+        entry["outputs"] = list(program.judged)
     return entry
 
 
@@ -207,7 +218,7 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         "cases": cases,
         "tolerance": {name: _plain(t, root) for name, t in suite.tolerance.items()},
         "inputs": {name: _plain(d, root) for name, d in suite.inputs.items()},
-        "kernels": {k.name: {"entry": k.entry, **_program_launches(k)} for k in suite.kernels},
+        "kernels": {k.name: {"entry": k.entry, **_program_launches(k), **_kernel_cases(k)} for k in suite.kernels},
         "timing": _plain(suite.timing, root),
         "gate": {"threshold": float(suite.threshold)},
     }

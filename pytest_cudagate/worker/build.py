@@ -146,8 +146,9 @@ def parameter_problems(program: Program, result: CompileResult, signature: tuple
 
 
 def suite_builds(suite: Suite) -> list[Program]:
-    """Each kernel's builds its cases run (one per class variant in use), then a CUDA reference."""
-    builds = [build for kernel in suite.kernels for build in kernel.builds(suite.cases)]
+    """Each kernel's builds its cases run (one per class variant in use; a case its `requires` exclude
+    runs none), then a CUDA reference."""
+    builds = [build for kernel in suite.kernels for build in kernel.builds([c for c in suite.cases if kernel.runs(c)])]
     return builds + ([suite.reference.program] if suite.reference.program else [])
 
 

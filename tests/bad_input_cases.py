@@ -1079,6 +1079,7 @@ for _name, _args in [
     ("a case scalar shadowed", ("{rows: cols * 2}",)),
     ("an int32 overflow", ("{n: rows * cols * 2**40}", "  - {name: n, scalar: int32}\n")),
     ("a fraction for an integer", ("{n: rows / 7}", "  - {name: n, scalar: int32}\n")),
+    ("a device fact's name", ("{warp_size: rows}",)),
     ("a value beyond 2**64", ("{f: 10.0**60}", "  - {name: f, scalar: float32}\n")),
 ]:
     bad("derived", _name)(lambda d, a=_args: derived(d, *a))

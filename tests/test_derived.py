@@ -4,6 +4,7 @@ and signed."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,7 @@ def test_derived_scalars_are_signed(tmp_path):
     ("a case scalar shadowed", "cases[1].scalars.rows: 'rows' is derived by the suite (rows = cols * 2)"),
     ("an int32 overflow", "derived.n: case 'perf': n = rows * cols * 2**40 gives 18014398509481984, which does not "
                           "fit n's type int32"),
+    ("a device fact's name", "derived.warp_size: 'warp_size' is a device fact"),
     ("a fraction for an integer", "derived: case 'small': derived scalar n = 'rows / 7' gives 0.42857142857142855, "
                                   "but n is int32: write a whole-number expression"),
 ])
@@ -140,3 +142,52 @@ def test_bad_derived_scalars_are_refused_in_one_line_each(tmp_path, capsys, name
     assert main(args) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path}/s/cudagate.yaml" in err and message in err, err
+
+
+# -- device facts ---------------------------------------------------------------------------------
+FACTS_YAML = replace_once(SUITE_YAML, "launch: {grid: [rows], block: [128]}",
+                          "launch: {grid: ['sm_count * 2'], block: ['warp_size * 4'], shared_bytes: SHARED}")
+
+# The fake GPU (4 SMs, warps of 32) checks its grid and block, then scales each row.
+FACTS_CONFTEST = """
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, {tests!r})
+from fake_worker import FakeKernel, FakeWorker, SCALE_PARAMS, use_client  # noqa: E402
+
+
+def body(launch):
+    assert (launch.grid, launch.block, launch.shared) == ((8, 1, 1), (128, 1, 1), 232448 // 2), \\
+        (launch.grid, launch.block, launch.shared)
+    n = launch.args["rows"] * launch.args["cols"]
+    launch.array("y", np.float32, n)[:] = 2 * launch.array("x", np.float32, n)
+
+
+use_client(lambda **options: FakeWorker({{"scale2": FakeKernel(body, SCALE_PARAMS)}}, **options))
+os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".locks")
+"""
+
+
+def test_launches_read_the_fake_gpus_facts_and_the_report_records_them(pytester, monkeypatch):
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
+    write_suite(pytester.path / "scale", yaml_text=FACTS_YAML.replace("SHARED", "'max_shared_per_block // 2'"))
+    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-report", "out",
+                                           "-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(passed=3)  # the compile item and both cases: 8 blocks on 4 SMs, not the stand-in's 264
+    fields = json.loads((pytester.path / "out" / "report.json").read_text())["runs"][0]["fingerprint"]["fields"]
+    assert (fields["sm_count"], fields["max_shared_per_block"], fields["warp_size"]) == (4, 232448, 32)
+
+
+def test_check_resolves_device_facts_with_the_stated_stand_in(tmp_path, capsys):
+    path = write_suite(tmp_path / "scale", yaml_text=FACTS_YAML.replace("SHARED", "'max_shared_per_block // 2'"))
+    assert main(["check", "--allow-unsigned", str(path)]) == 0, capsys.readouterr()
+    path.write_text(FACTS_YAML.replace("SHARED", "'max_shared_per_block * 2'"), encoding="utf-8")
+    assert main(["check", "--allow-unsigned", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert ("cases[0]: scale2 launch in case 'small': shared_bytes = 464896 is outside 0..233472 (228 KiB) (without "
+            "a GPU, device facts are an H100 SXM's: sm_count = 132, max_shared_per_block = 232448, warp_size = 32)"
+            ) in err, err

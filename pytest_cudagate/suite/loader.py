@@ -27,7 +27,7 @@ from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse
-from pytest_cudagate.suite import placeholders
+from pytest_cudagate.suite import device, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
@@ -164,6 +164,8 @@ class _Checker:
         return path
 
     def launch(self, raw: dict, parts: list, scalars: set[str]) -> Launch:
+        """A launch: its expressions may also read the device facts (suite/device.py)."""
+        scalars = scalars | set(device.FACTS)
         return Launch(
             grid=tuple(self.expr(v, parts + ["grid", i], scalars) for i, v in enumerate(raw["grid"])),
             block=tuple(self.expr(v, parts + ["block", i], scalars) for i, v in enumerate(raw["block"])),
@@ -366,6 +368,10 @@ class _Checker:
                 continue
             if name in ("cdiv", "min", "max", "ceil", "floor"):
                 self.add(parts, f"{name!r} is an expression function; choose another name")
+                continue
+            if name in device.FACTS:
+                self.add(parts, f"{name!r} is a device fact (launch expressions read it from the GPU); choose "
+                                "another name")
                 continue
             try:
                 names = parse(value).names
@@ -644,13 +650,14 @@ class _Checker:
             for program in programs:
                 for what, launch, scalars in self.launches(program, case, scalars):
                     for label, one in self.labelled(what, launch):
+                        facts = "" if one.names().isdisjoint(device.FACTS) else f" ({device.STAND_IN_TEXT})"
                         try:
-                            resolved = one.resolve(scalars)
+                            resolved = one.resolve(device.with_facts(scalars, device.STAND_IN))
                         except ExprError as exc:
-                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {exc}")
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {exc}{facts}")
                             continue
                         for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
-                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}")
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}{facts}")
 
     @staticmethod
     def labelled(what: str, launch: Launch | Steps):

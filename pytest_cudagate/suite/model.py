@@ -10,6 +10,7 @@ import numpy as np
 
 from cudagate_harness.protocol import numpy_dtype, unit_roundoff
 
+from pytest_cudagate.suite import device
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse
 
 
@@ -544,9 +545,10 @@ class ResolvedCase:
 
     def launch(self, of: Program | Launch | Steps) -> dict | list[dict]:
         """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case);
-        for a kernel of steps, one such launch per step with its entry and arguments."""
+        for a kernel of steps, one such launch per step with its entry and arguments. Device facts
+        are the held GPU's (suite/device.py)."""
         launch = of.for_case(self.case).launch_for(self.case.name) if isinstance(of, Program) else of
-        return launch.resolve(self.scalars)
+        return launch.resolve(device.with_facts(self.scalars))
 
     def expected_outputs(self) -> dict[str, np.ndarray]:
         """The signed expected outputs, as stored (the one place they are read for judging)."""

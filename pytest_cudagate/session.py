@@ -25,6 +25,7 @@ from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.host.paths import RUN_PREFIX, scratch_dir
 from pytest_cudagate.worker.gpulock import GpuLock
 from pytest_cudagate.worker.spawn import xdist_device_env
+from pytest_cudagate.suite import device
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.ledger import release_verifier
@@ -44,6 +45,7 @@ class OpenWorker:
     lock: GpuLock
 
     def close(self) -> None:
+        device.use(None)
         try:
             self.client.close()
         finally:
@@ -76,6 +78,7 @@ def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float =
     except BaseException:
         client.close()
         raise
+    device.use(device.from_description(hello["device"]))  # what launch expressions read from now on
     return OpenWorker(client, Fingerprint.from_hello(hello), lock)
 
 

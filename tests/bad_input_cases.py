@@ -1087,6 +1087,33 @@ for _name, _field in [
 
 # -- the driver -------------------------------------------------------------------------------------
 
+# -- derived scalars (issue 44): each refused by `cudagate check`, naming the derived scalar --------
+def derived(d: Path, derived_yaml: str, signature: str = "", case: str = "") -> tuple[str, list[str]]:
+    """The suite with ``derived_yaml`` (a `derived:` mapping), ``signature`` (extra scalar entries)
+    and ``case`` (extra scalars of the first case)."""
+    text = SUITE_YAML + f"derived: {derived_yaml}\n"
+    if signature:
+        text = replace_once(text, "  - {name: cols, scalar: int32}\n", "  - {name: cols, scalar: int32}\n" + signature)
+    if case:
+        text = replace_once(text, "scalars: {rows: 3, cols: 50}", "scalars: {rows: 3, cols: 50, " + case + "}")
+    return check(suite_with(d, yaml_text=text, data=False))
+
+
+for _name, _args in [
+    ("a cycle", ("{a: b + 1, b: 2 * a}",)),
+    ("one that reads itself", ("{a: a + rows}",)),
+    ("one named as a buffer", ("{x: rows * cols}",)),
+    ("an unknown scalar", ("{n: rows * depth}",)),
+    ("a case that gives a derived scalar", ("{n: rows * cols}", "  - {name: n, scalar: int32}\n", "n: 150")),
+    ("a case scalar shadowed", ("{rows: cols * 2}",)),
+    ("an int32 overflow", ("{n: rows * cols * 2**40}", "  - {name: n, scalar: int32}\n")),
+    ("a fraction for an integer", ("{n: rows / 7}", "  - {name: n, scalar: int32}\n")),
+    ("a device fact's name", ("{warp_size: rows}",)),
+    ("a value beyond 2**64", ("{f: 10.0**60}", "  - {name: f, scalar: float32}\n")),
+]:
+    bad("derived", _name)(lambda d, a=_args: derived(d, *a))
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and the children it has waited for (the harness, compilers)."""
     return sum(usage.ru_utime + usage.ru_stime

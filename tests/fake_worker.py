@@ -35,7 +35,7 @@ LIMITS = {
     "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
     "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
     "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448, "COMPUTE_CAPABILITY_MAJOR": 9, "COMPUTE_CAPABILITY_MINOR": 0,
-    "MULTIPROCESSOR_COUNT": 4, "L2_CACHE_SIZE": 1 << 16,
+    "MULTIPROCESSOR_COUNT": 4, "L2_CACHE_SIZE": 1 << 16, "WARP_SIZE": 32,
 }
 
 
@@ -103,7 +103,7 @@ class FakeDevice:
                 "sm_count": LIMITS["MULTIPROCESSOR_COUNT"], "l2_bytes": LIMITS["L2_CACHE_SIZE"],
                 "memory_total_bytes": 1 << 34, "max_threads_per_block": 1024,
                 "max_shared_per_block_optin": LIMITS["MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"],
-                "cuda_driver_version": "13.0", "pci_bus_id": "0000:00:00.0",
+                "warp_size": LIMITS["WARP_SIZE"], "cuda_driver_version": "13.0", "pci_bus_id": "0000:00:00.0",
                 "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
 
     def _check(self):

@@ -87,6 +87,7 @@ class Device:
             "memory_total_bytes": check(cu.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem"),
             "max_threads_per_block": self.attribute("MAX_THREADS_PER_BLOCK"),
             "max_shared_per_block_optin": self.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            "warp_size": self.attribute("WARP_SIZE"),
             "cuda_driver_version": f"{version // 1000}.{(version % 1000) // 10}",
             "pci_bus_id": check(cu.cuDeviceGetPCIBusId(32, self.handle), "cuDeviceGetPCIBusId").split(b"\x00", 1)[0].decode(),
             "uuid": f"GPU-{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:32]}",

@@ -15,6 +15,7 @@ the checkout off sys.path: it imports installed packages only).
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 import traceback
@@ -39,7 +40,7 @@ from pytest_cudagate.worker.requests import case_spec, run_request
 
 CALLING_CONVENTION = ("a Python reference is called as FUNCTION(**inputs, **scalars): every input buffer as a "
                       "numpy array (a bfloat16 or float8 one as float32 holding its values exactly) and every "
-                      "scalar, by name, all as keywords; it returns the outputs as an array (one output), a tuple "
+                      "scalar the case gives (a derived one only if the function names it), by name, all as keywords; it returns the outputs as an array (one output), a tuple "
                       "in signature order, or a dict by name, a bfloat16 or float8 output as any float array, "
                       "rounded to nearest by the gate")
 
@@ -136,18 +137,19 @@ class ReferenceRunner:
         """The Python reference's outputs for ``inputs``, checked; :class:`ReferenceFailure` otherwise."""
         function = self.python_function()
         path = self._path
+        scalars = self.scalars(function, case)
         try:
             # numpy has no bfloat16 or float8 arithmetic: such an input arrives as float32 (a copy, as
             # every input is), which holds each of its values exactly
             arguments = {k: v.copy() if low_precision(v.dtype) is None else values(v) for k, v in inputs.items()}
-            result = function(**arguments, **case.scalars)
+            result = function(**arguments, **scalars)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported at the reference's line, not as a traceback
             where = _where(exc, path)
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
             if not where:  # the call itself failed: most likely the parameters
                 raise ReferenceFailure(f"{path}: calling {self.suite.reference.python} on case {case.name!r} failed: "
                                        f"{message}; {CALLING_CONVENTION} (here: "
-                                       f"{', '.join([*inputs, *case.scalars])})") from None
+                                       f"{', '.join([*inputs, *scalars])})") from None
             raise ReferenceFailure(f"{where}: the Python reference failed on case {case.name!r}: {message}") from None
         outputs = [p.name for p in self.suite.outputs]
         if isinstance(result, np.ndarray) and len(outputs) == 1:
@@ -158,6 +160,21 @@ class ReferenceRunner:
             raise ReferenceFailure(f"{path}: {self.suite.reference.python} must return the outputs {outputs}; it "
                                    f"returned {type(result).__name__}; {CALLING_CONVENTION}")
         return self.checked(case, result, f"{path}: {self.suite.reference.python}")
+
+    def scalars(self, function, case: Case) -> dict:
+        """What the Python reference is given besides the inputs: every scalar the case gives, and a
+        derived scalar only where the function names it as a parameter (a reference written before
+        the suite derived it keeps working)."""
+        derived = list(self.suite.derived)
+        if not derived:
+            return dict(case.scalars)
+        try:
+            named = {name for name, p in inspect.signature(function).parameters.items()
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        except (TypeError, ValueError):  # no signature to read: it gets the case's scalars only
+            named = set()
+        values = self.suite.scalars(case)
+        return {**case.scalars, **{name: values[name] for name in derived if name in named}}
 
     # -- what a reference returns -----------------------------------------------------------------
     def checked(self, case: Case, result: dict, who: str) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from cudagate_harness.protocol import DTYPES
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite.includes import directives, local_headers
 from pytest_cudagate.suite.expr import ExprError, parse
+from pytest_cudagate.suite import device
 from pytest_cudagate.suite.model import Launch, Program, Suite, Variant
 
 MAX_SOURCE_CHARS = 200_000
@@ -237,7 +238,7 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
                         f"{c_prototype(suite, program.entry)}")
     if not own_source:
         problems += include_problems(candidate.text, allowed_headers(program))
-    scalars = {p.name for p in suite.signature if p.kind == "scalar"}
+    scalars = {p.name for p in suite.signature if p.kind == "scalar"} | set(suite.derived) | set(device.FACTS)
     names = {c.name for c in visible}
     launches = [("launch", candidate.launch)] + [(f"launch_overrides[{k}]", v) for k, v in candidate.launch_overrides.items()]
     launches += [(f"classes[{k}].launch", v.launch) for k, v in candidate.classes.items() if v.launch]
@@ -268,14 +269,14 @@ def static_problems(candidate: Candidate, suite: Suite, program: Program, visibl
         return problems
     built = candidate.program(program)
     for case in visible:
-        problems += launch_problems(built.for_case(case).launch_for(case.name), case)
+        problems += launch_problems(built.for_case(case).launch_for(case.name), case, suite.scalars(case))
     return problems
 
 
-def launch_problems(launch: Launch, case) -> list[str]:
-    """Limits of the hardware a launch breaks on ``case`` (sm_90)."""
+def launch_problems(launch: Launch, case, scalars: dict) -> list[str]:
+    """Limits of the hardware a launch breaks on ``case`` (sm_90); ``scalars``: the case's, derived ones included."""
     try:
-        resolved = launch.resolve(case.scalars)
+        resolved = launch.resolve(device.with_facts(scalars))
     except ExprError as exc:
         return [f"case {case.name}: {exc}"]
     grid, block, shared = resolved["grid"], resolved["block"], resolved["shared_bytes"]

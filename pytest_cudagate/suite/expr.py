@@ -56,12 +56,16 @@ class Expr:
     names: frozenset[str]
 
     def eval(self, scalars: Mapping[str, int | float]) -> int:
-        value = _eval(self.tree.body, scalars, self.text)
+        value = self.value(scalars)
         if isinstance(value, float):
             if not value.is_integer():
                 raise ExprError(f"expression {self.text!r} gives {value}, not a whole number")
             value = int(value)
         return value
+
+    def value(self, scalars: Mapping[str, int | float]) -> int | float:
+        """The value as computed, a float left as it is (a derived scalar such as ``1 - 0.9**step``)."""
+        return _eval(self.tree.body, scalars, self.text)
 
 
 def _depth(tree: ast.AST) -> int:
@@ -138,10 +142,14 @@ def _bounded(value, text: str):
 
 
 def _power(left, right, text: str):
-    """``left ** right``, refused before computing when the result would be beyond BOUND."""
+    """``left ** right``, refused before computing when the result would be beyond BOUND. A power that
+    cannot grow (a base within ±1 to a positive exponent, e.g. a bias correction ``0.9**step``) takes
+    any exponent within BOUND: it costs at most 64 squarings."""
+    magnitude = abs(left)
+    if magnitude <= 1 and right >= 0:
+        return left**right
     if abs(right) > 64:
         raise ExprError(f"{text!r}: exponent {_short(right)} is too large")
-    magnitude = abs(left)
     if right > 0 and magnitude > 1 and right * math.log2(magnitude) > 64:
         raise ExprError(f"{text!r}: {_short(left)} ** {_short(right)} is too large (beyond 2**64)")
     if left == 0 and right < 0:

@@ -28,7 +28,7 @@ from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse, parse_condition
-from pytest_cudagate.suite import placeholders
+from pytest_cudagate.suite import device, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
@@ -165,6 +165,8 @@ class _Checker:
         return path
 
     def launch(self, raw: dict, parts: list, scalars: set[str]) -> Launch:
+        """A launch: its expressions may also read the device facts (suite/device.py)."""
+        scalars = scalars | set(device.FACTS)
         return Launch(
             grid=tuple(self.expr(v, parts + ["grid", i], scalars) for i, v in enumerate(raw["grid"])),
             block=tuple(self.expr(v, parts + ["block", i], scalars) for i, v in enumerate(raw["block"])),
@@ -413,6 +415,75 @@ class _Checker:
                                 "the suite's signature there")
         return path
 
+    def derived(self, raw: dict, signature: list[Param]) -> dict[str, str]:
+        """``derived: {N: "B*T*C"}``: each name once, none a buffer's or an expression function's,
+        each expression over the case's scalars and other derived ones, with no cycle. Returned in
+        the order they are evaluated: each after the derived scalars it reads."""
+        params = {p.name: p for p in signature}
+        given = {p.name for p in signature if p.kind == "scalar"} - set(raw)  # the scalars cases give
+        reads: dict[str, set[str]] = {}
+        for name, value in raw.items():
+            parts = ["derived", name]
+            if name in params and params[name].kind == "buffer":
+                self.add(parts, f"{name!r} is a buffer of the signature; name the derived scalar otherwise")
+                continue
+            if name in ("cdiv", "min", "max", "ceil", "floor"):
+                self.add(parts, f"{name!r} is an expression function; choose another name")
+                continue
+            if name in device.FACTS:
+                self.add(parts, f"{name!r} is a device fact (launch expressions read it from the GPU); choose "
+                                "another name")
+                continue
+            try:
+                names = parse(value).names
+            except ExprError as exc:
+                self.add(parts, str(exc))
+                continue
+            unknown = sorted(names - given - set(raw))
+            if unknown:
+                self.add(parts, f"{str(value)!r} uses {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
+                                f"neither a scalar the cases give nor a derived scalar (scalars: "
+                                f"{', '.join(sorted(given)) or 'none'}; derived: {', '.join(raw)})")
+                continue
+            reads[name] = names & set(raw)
+        order: list[str] = []
+        state: dict[str, str] = {}  # name -> "open" while its reads are visited, "done" after
+
+        def visit(name: str, path: list[str]) -> None:
+            if state.get(name) == "done" or name not in reads:
+                return
+            if state.get(name) == "open":
+                cycle = path[path.index(name):] + [name]
+                self.add(["derived", name], f"derived scalars form a cycle ({' -> '.join(cycle)}); derive each "
+                                            "from the case's scalars or from derived ones that do not read it")
+                return
+            state[name] = "open"
+            for read in sorted(reads[name]):
+                visit(read, path + [name])
+            state[name] = "done"
+            order.append(name)
+
+        for name in raw:
+            visit(name, [])
+        return {name: str(raw[name]) for name in order}
+
+    def derived_values(self, suite: Suite, case: Case, scalars: dict) -> bool:
+        """Whether every derived scalar the signature declares fits its type on ``case`` (each that
+        does not is reported)."""
+        fits = True
+        types = {p.name: p.dtype for p in suite.signature if p.kind == "scalar"}
+        for name in suite.derived:
+            dtype = types.get(name)
+            if dtype is None:
+                continue
+            info = np.iinfo(dtype) if dtype in INT_DTYPES else finfo(dtype)
+            if not -abs(info.min) <= scalars[name] <= info.max:
+                fits = False
+                self.add(["derived", name], f"case {case.name!r}: {name} = {suite.derived[name]} gives "
+                                            f"{scalars[name]}, which does not fit {name}'s type {dtype} "
+                                            f"({info.min} to {info.max}); give {name} a wider type in the signature")
+        return fits
+
     def tunables(self, raw: dict, parts: list, scalars: set[str], kernel: str) -> dict[str, tuple[int, ...]]:
         """``tunables: {NAME: [default, other, ...]}``: -D constants for the autotune proposer."""
         values_in_all = sum(len(values) for values in raw.values())
@@ -443,7 +514,8 @@ class _Checker:
                     self.add(["signature", i, "scalar"], f"{p['scalar']} is for buffers only; pass the scalar as "
                                                          "float32 (`scalar: float32`) and convert it in the kernel")
         self.unique([p.name for p in signature], ["signature"], "parameter")
-        scalars = {p.name for p in signature if p.kind == "scalar"}
+        derived = self.derived(raw.get("derived", {}), signature)
+        scalars = {p.name for p in signature if p.kind == "scalar"} | set(derived)
         for i, p in enumerate(signature):
             if p.kind == "buffer":
                 self.expr(p.size, ["signature", i, "size"], scalars)
@@ -463,7 +535,7 @@ class _Checker:
         if not any(c.kind == "performance" and not c.holdout for c in cases):
             self.add(["cases"], "at least one non-holdout case needs kind: performance (the latency gate ranks those)")
         for i, case in enumerate(cases):
-            self.case_scalars(case, i, signature)
+            self.case_scalars(case, i, signature, derived)
 
         ref_raw = raw["reference"]
         if "python" in ref_raw:
@@ -519,6 +591,7 @@ class _Checker:
             threshold=float(raw.get("gate", {}).get("threshold", 0.02)),
             data_dir=self.data_dir(raw.get("data", "cases")),
             description=raw.get("description", ""),
+            derived=derived,
         )
         if "checks" in raw:
             object.__setattr__(suite, "_checks", self.checks(raw["checks"]))  # see Suite.checks
@@ -590,13 +663,16 @@ class _Checker:
                 self.add(parts + [i, "name"], f"{what} name {name!r} is used twice")
             seen.add(name)
 
-    def case_scalars(self, case: Case, index: int, signature: list[Param]) -> None:
+    def case_scalars(self, case: Case, index: int, signature: list[Param], derived: dict[str, str]) -> None:
         declared = {p.name: p for p in signature if p.kind == "scalar"}
         parts = ["cases", index, "scalars"]
-        for name in sorted(set(declared) - set(case.scalars)):
+        for name in sorted(set(declared) - set(case.scalars) - set(derived)):
             self.add(parts, f"scalar {name!r} has no value in case {case.name!r}")
         for name, value in case.scalars.items():
-            if name not in declared:
+            if name in derived:
+                self.add(parts + [name], f"{name!r} is derived by the suite ({name} = {derived[name]}); remove it "
+                                         "from the case")
+            elif name not in declared:
                 self.add(parts + [name], f"{name!r} is not a scalar parameter of the signature")
             elif declared[name].dtype in INT_DTYPES and not (isinstance(value, int) and not isinstance(value, bool)):
                 self.add(parts + [name], f"{name} is {declared[name].dtype}, so its value must be a whole number, not {value!r}")
@@ -607,9 +683,17 @@ class _Checker:
                                              f"({info.min} to {info.max})")
 
     def resolve_everything(self, suite: Suite) -> None:
-        """Evaluate every size, shape and launch expression (tuning launches too, at each tunable
-        value) for every case, and check each result against what it feeds, so errors show at load time."""
+        """Evaluate every derived scalar, size, shape and launch expression (tuning launches too, at
+        each tunable value) for every case, and check each result against what it feeds, so errors
+        show at load time."""
         for i, case in enumerate(suite.cases):
+            try:
+                scalars = suite.scalars(case)
+            except ExprError as exc:
+                self.add(["derived"], f"case {case.name!r}: {exc}")
+                continue
+            if not self.derived_values(suite, case, scalars):
+                continue
             try:
                 counts = suite.counts(case)
                 for param in suite.buffers:
@@ -628,15 +712,16 @@ class _Checker:
                 self.add(["cases", i], f"case {case.name!r}: {exc}")
             programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
             for program in programs:
-                for what, launch, scalars in self.launches(program, case):
+                for what, launch, scalars in self.launches(program, case, scalars):
                     for label, one in self.labelled(what, launch):
+                        facts = "" if one.names().isdisjoint(device.FACTS) else f" ({device.STAND_IN_TEXT})"
                         try:
-                            resolved = one.resolve(scalars)
+                            resolved = one.resolve(device.with_facts(scalars, device.STAND_IN))
                         except ExprError as exc:
-                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {exc}")
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {exc}{facts}")
                             continue
                         for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
-                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}")
+                            self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}{facts}")
 
     @staticmethod
     def labelled(what: str, launch: Launch | Steps):
@@ -648,18 +733,18 @@ class _Checker:
             yield what, launch
 
     @staticmethod
-    def launches(program: Program, case: Case):
+    def launches(program: Program, case: Case, scalars: dict):
         """``(what, launch, scalars)`` for the launch the gate uses and the tuning launch with every
         value of each tunable it names (one tunable at a time, the others at their defaults). A tunable
         the launch does not name cannot change it, and each value costs one resolve: the checks grow
-        with the values, not with their square."""
+        with the values, not with their square. ``scalars``: the case's, derived ones included."""
         build = program.for_case(case)
         what = f"launch (class {case.shape_class} variant)" if build.variant else "launch"
-        yield what, build.launch_for(case.name), case.scalars
+        yield what, build.launch_for(case.name), scalars
         tuning = program.tuning_overrides.get(case.name, program.tuning_launch)
         if tuning is None or not program.tunables:
             return
-        defaults = ChainMap({name: values[0] for name, values in program.tunables.items()}, case.scalars)
+        defaults = ChainMap({name: values[0] for name, values in program.tunables.items()}, scalars)
         used = tuning.names()
         named = [name for name in program.tunables if name in used]
         if not named:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import unit_roundoff
+from cudagate_harness.protocol import numpy_dtype, unit_roundoff
 
+from pytest_cudagate.suite import device
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
 
 
@@ -434,6 +435,9 @@ class Suite:
     threshold: float
     data_dir: Path
     description: str = ""
+    # `derived:` scalar name -> its expression over the case's scalars, in the order they are
+    # evaluated (each after the derived scalars it reads). Signed only where given (trust/manifest.py).
+    derived: dict[str, str] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -459,13 +463,37 @@ class Suite:
                 return case
         raise KeyError(f"suite {self.name!r} has no case {name!r}")
 
+    def scalars(self, case: Case) -> dict:
+        """The case's scalars followed by the suite's derived ones, each evaluated over those before
+        it; a derived scalar the signature declares takes its type (a whole number for an integer
+        type, a float otherwise). Raises :class:`ExprError` naming the derived scalar that fails."""
+        values = dict(case.scalars)
+        types = {p.name: p.dtype for p in self.signature if p.kind == "scalar"}
+        for name, text in self.derived.items():
+            try:
+                value = parse(text).value(values)
+            except ExprError as exc:
+                raise ExprError(f"derived scalar {name}: {exc}") from None
+            dtype = types.get(name)
+            if dtype is not None and np.issubdtype(numpy_dtype(dtype), np.integer):
+                if isinstance(value, float) and not value.is_integer():
+                    raise ExprError(f"derived scalar {name} = {text!r} gives {value}, but {name} is {dtype}: "
+                                    "write a whole-number expression (// or cdiv divide to one)")
+                value = int(value)
+            elif dtype is not None:
+                value = float(value)
+            values[name] = value
+        return values
+
     def counts(self, case: Case) -> dict[str, int]:
-        return {p.name: evaluate(p.size, case.scalars) for p in self.buffers}
+        scalars = self.scalars(case)
+        return {p.name: evaluate(p.size, scalars) for p in self.buffers}
 
     def shape(self, param: Param, case: Case) -> tuple[int, ...]:
+        scalars = self.scalars(case)
         if param.shape:
-            return tuple(evaluate(e, case.scalars) for e in param.shape)
-        return (evaluate(param.size, case.scalars),)
+            return tuple(evaluate(e, scalars) for e in param.shape)
+        return (evaluate(param.size, scalars),)
 
     def case_dir(self, case: Case) -> Path:
         """The case's signed folder (a generated case keeps only its digests and sample there)."""
@@ -498,7 +526,7 @@ class Suite:
         resolved = ResolvedCase(
             case=case, counts=self.counts(case), shapes={p.name: self.shape(p, case) for p in self.buffers},
             inputs={p.name: self.input_path(case, p) for p in self.buffers if p.is_input},
-            expected={p.name: self.expected_path(case, p) for p in self.outputs})
+            expected={p.name: self.expected_path(case, p) for p in self.outputs}, scalars=self.scalars(case))
         if known is None and any(c == case for c in self.cases):
             cache[case.name] = resolved
         return resolved
@@ -524,6 +552,7 @@ class ResolvedCase:
     shapes: dict[str, tuple[int, ...]]  # per buffer
     inputs: dict[str, Path]  # the signed input files, per input buffer
     expected: dict[str, Path]  # the signed expected outputs, per output buffer
+    scalars: dict  # the case's scalars and the suite's derived ones (Suite.scalars)
 
     @property
     def name(self) -> str:
@@ -535,9 +564,10 @@ class ResolvedCase:
 
     def launch(self, of: Program | Launch | Steps) -> dict | list[dict]:
         """The grid, block and dynamic shared bytes of ``of`` (a program: its launch for this case);
-        for a kernel of steps, one such launch per step with its entry and arguments."""
+        for a kernel of steps, one such launch per step with its entry and arguments. Device facts
+        are the held GPU's (suite/device.py)."""
         launch = of.for_case(self.case).launch_for(self.case.name) if isinstance(of, Program) else of
-        return launch.resolve(self.case.scalars)
+        return launch.resolve(device.with_facts(self.scalars))
 
     def expected_outputs(self) -> dict[str, np.ndarray]:
         """The signed expected outputs, as stored (the one place they are read for judging)."""

@@ -5,7 +5,8 @@ the headers it includes, entry, options, launch), every case (kind, holdout, see
 and generated where set, the sha256 of each input and expected-output file, or for a generated
 case of its generated.json and output samples), tolerances, input distributions, each kernel's
 entry and launch configuration(s), its class variants' launches included, its ``requires`` and
-judged ``outputs`` where given, timing settings and the gate threshold.
+judged ``outputs`` where given, timing settings and the gate threshold, and the derived scalars'
+expressions where the suite has any.
 
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
@@ -34,7 +35,7 @@ MANIFEST_FORMAT = 1
 # Suite fields placed in the manifest by name below, or deliberately not signed (path, description;
 # a kernel's source and options are left out of "kernels" on purpose).
 _HANDLED_SUITE_FIELDS = frozenset({"path", "name", "signature", "reference", "kernels", "cases", "tolerance",
-                                   "inputs", "timing", "threshold", "data_dir", "description"})
+                                   "inputs", "timing", "threshold", "data_dir", "description", "derived"})
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
 
 
@@ -226,6 +227,8 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
     relaxed = manifest_entry(suite)
     if relaxed:
         manifest["checks"] = relaxed
+    if suite.derived:  # only where given, so every suite signed before `derived` keeps its signature
+        manifest["derived"] = dict(suite.derived)
     # Fail closed: a suite field this module does not know yet (added to the model later) is signed
     # as it is, rather than silently left out of what defines correctness.
     for f in dataclasses.fields(suite):

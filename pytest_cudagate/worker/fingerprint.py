@@ -47,6 +47,10 @@ class Fingerprint:
     uuid: str | None = None
     sm_count: int | None = None
     l2_bytes: int | None = None
+    # The device facts launch expressions read besides sm_count (suite/device.py); fixed by the SKU,
+    # as l2_bytes is, so not in the key.
+    max_shared_per_block: int | None = None
+    warp_size: int | None = None
     # Timed launches held until enqueued (cudagate_harness.driver.Device.hold): unheld, a µs kernel
     # reads up to several µs slower in some launches, so the two never share a baseline. None: a
     # fingerprint recorded before launches were held (unheld).
@@ -76,6 +80,8 @@ class Fingerprint:
             uuid=device.get("uuid"),
             sm_count=device.get("sm_count"),
             l2_bytes=device.get("l2_bytes"),
+            max_shared_per_block=device.get("max_shared_per_block_optin"),
+            warp_size=device.get("warp_size"),
             timing_hold=hello.get("timing_hold"),
         )
 

@@ -151,7 +151,9 @@ def case_spec(suite: Suite, launch: Program | Launch | Steps, case: Case, *, exp
     folder = data_dir / case.name if data_dir else suite.arrays_dir(case)
     spec = {
         "name": case.name,
-        "scalars": dict(case.scalars),
+        # the case's scalars, and the derived ones a kernel takes (those the signature declares)
+        "scalars": {name: value for name, value in resolved.scalars.items()
+                    if name in case.scalars or any(p.name == name and p.kind == "scalar" for p in suite.signature)},
         "buffers": {
             p.name: {"count": resolved.counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
             for p in suite.buffers

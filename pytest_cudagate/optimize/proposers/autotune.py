@@ -67,6 +67,7 @@ class AutotuneProposer:
                                 "them) to use --proposer autotune")
         self.program = program
         self.visible = list(visible)
+        self.scalars = {c.name: suite.scalars(c) for c in self.visible}  # derived ones included
         self.threshold = suite.threshold
         self.case_class = {c.name: c.shape_class for c in suite.cases}
         perf = [c for c in self.visible if c.kind == "performance"]
@@ -108,7 +109,7 @@ class AutotuneProposer:
         made = None
         for case in self.visible:
             try:
-                problems = launch_problems(overrides.get(case.name, launch), case)
+                problems = launch_problems(overrides.get(case.name, launch), case, self.scalars[case.name])
             except ExprError as exc:
                 problems = [str(exc)]
             if problems:

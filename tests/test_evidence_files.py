@@ -16,7 +16,8 @@ SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity",
              "card-floor-": "card-floor", "card-floor-derived-": "card-floor-derived", "gate-speed-": "gate-speed",
              "release-drift-": "release-drift", "run-level-rounds-": "run-level-rounds", "history-speed-": "history-speed",
              "hang-cost-": "hang-cost", "report-equality-": "report-equality",
-             "hostile-kernels-": "hostile-kernels", "public-kernels-": "public-kernels"}
+             "hostile-kernels-": "hostile-kernels", "public-kernels-": "public-kernels",
+             "compile-speed-": "compile-speed"}
 
 
 def kept() -> list[Path]:

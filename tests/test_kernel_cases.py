@@ -11,6 +11,7 @@ from fake_worker import fake_gpu_project, install, scale_kernels, scale_xy
 from helpers import KERNEL_CU, SUITE_YAML, replace_once, write_suite
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
+from pytest_cudagate.defences.sanitizer import sanitizer_case
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.trust.cli import main as trust_main
@@ -242,3 +243,13 @@ def test_check_builds_no_class_variant_only_absent_cases_run(tmp_path, capsys):
     assert code == 0, out
     assert "scale2: compiles" in out
     assert "variant of class narrow" not in out  # only the small case (cols 50, absent) runs that build
+
+
+def test_compute_sanitizer_runs_a_kernel_on_a_case_it_requires(tmp_path):
+    """The suite's smallest correctness case (small, cols 50) is not one of scale2_wide's: the sanitizer
+    runs it on its own smallest (a correctness case it meets), not on none at all."""
+    yaml_text = replace_once(REQUIRES_YAML, "  - {name: perf,",
+                             "  - {name: wide, kind: correctness, scalars: {rows: 5, cols: 64}}\n  - {name: perf,")
+    suite = load_suite(write_suite(tmp_path / "scale", yaml_text=yaml_text))
+    assert sanitizer_case(suite, "scale2").name == "small"
+    assert sanitizer_case(suite, "scale2_wide").name == "wide"

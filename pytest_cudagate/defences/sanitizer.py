@@ -27,15 +27,18 @@ INSTRUMENTED_START_S = 5.0
 AHEAD_SHARE = 0.5
 
 
-def sanitizer_case(suite: Suite) -> Case:
-    """The case compute-sanitizer runs each kernel on: its smallest non-holdout correctness case."""
-    pool = ([c for c in suite.cases if c.kind == "correctness" and not c.holdout]
-            or [c for c in suite.cases if not c.holdout] or list(suite.cases))
+def sanitizer_case(suite: Suite, kernel: str | None = None) -> Case:
+    """The case compute-sanitizer runs ``kernel`` on: its smallest non-holdout correctness case among
+    those it runs (its ``requires`` may leave out the suite's smallest)."""
+    program = next((k for k in suite.kernels if k.name == kernel), None)
+    cases = [c for c in suite.cases if program is None or program.runs(c)] or list(suite.cases)
+    pool = ([c for c in cases if c.kind == "correctness" and not c.holdout]
+            or [c for c in cases if not c.holdout] or cases)
     return min(pool, key=lambda c: (sum(suite.counts(c).values()), c.name))
 
 
-def wants_sanitizer(checks: Checks, suite: Suite, case: Case, body: dict) -> bool:
-    if not checks.sanitizer or case.name != sanitizer_case(suite).name:
+def wants_sanitizer(checks: Checks, suite: Suite, kernel: str, case: Case, body: dict) -> bool:
+    if not checks.sanitizer or case.name != sanitizer_case(suite, kernel).name:
         return False
     return body.get("status") == "ok" or body.get("error", {}).get("kind") not in _NOT_SANITIZED
 

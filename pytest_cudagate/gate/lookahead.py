@@ -254,7 +254,7 @@ class Lookahead:
         todo = []
         for suite, program, case in jobs:
             checks, _ = self._prep.checks(suite)
-            if checks.sanitizer and case.name == sanitizer_case(suite).name:
+            if checks.sanitizer and case.name == sanitizer_case(suite, program.name).name:
                 todo.append((suite, program, case, checks))
         if not todo:
             return

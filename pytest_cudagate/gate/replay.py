@@ -144,7 +144,7 @@ class Gate:
     def _lend(self, job: CaseJob, measured: Measured) -> None:
         """The worker's GPU work for this case is done: the next case's run is sent while this one is
         judged (not beside compute-sanitizer, which must have the GPU alone)."""
-        if wants_sanitizer(job.checks, job.suite, job.case, measured.body):
+        if wants_sanitizer(job.checks, job.suite, job.version.name, job.case, measured.body):
             return
         lent = time.perf_counter()
         self.ahead.send_next(job.suite, job.version)

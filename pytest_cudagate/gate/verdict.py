@@ -45,7 +45,7 @@ def judge(job: CaseJob, measured: Measured, bench: Bench, *, trusted: bool) -> N
 def _sanitize(job: CaseJob, body: dict, bench: Bench, trusted: bool) -> None:
     """compute-sanitizer on the kernel's smallest case (once per kernel; the verdicts are cached)."""
     outcome, checks = job.outcome, job.checks
-    if outcome.correctness is None or not wants_sanitizer(checks, job.suite, job.case, body):
+    if outcome.correctness is None or not wants_sanitizer(checks, job.suite, job.version.name, job.case, body):
         return
     request = version_request(job.suite, job.version, [job.case], output_dir=bench.output_dir / "sanitizer")
     client = bench.link.client

@@ -343,7 +343,8 @@ class HarnessEvaluator:
         return {
             "fresh_inputs": {"sets_per_case": checks.fresh_inputs, "adversarial": checks.adversarial_inputs,
                              "seed": validation.fresh_seed, "cases": "every case, holdout included"},
-            "sanitizer": {"tools": list(checks.sanitizer), "case": sanitizer.sanitizer_case(self.suite).name,
+            "sanitizer": {"tools": list(checks.sanitizer),
+                          "case": sanitizer.sanitizer_case(self.suite, self.program.name).name,
                           "binary": binary, "ran": bool(binary and checks.sanitizer)},
         }
 

@@ -981,6 +981,32 @@ def _(d):
     return check(d / "cudagate.yaml")
 
 
+# -- input settings: adversarial bounds (issue 44, items 5 and 6) ----------------------------------------------------
+
+for _name, _value in [("zero", "0"), ("negative", "-4"), ("infinite", ".inf"), ("NaN", ".nan"), ("text", "lots"),
+                      ("a list", "[1, 2]")]:
+    bad("inputs", f"adversarial_max {_name}")(lambda d, v=_value: check(suite_with(
+        d, "tolerance:", f"inputs:\n  x: {{distribution: normal, std: 1, adversarial_max: {v}}}\ntolerance:", data=False)))
+
+
+for _name, _entry in [("outliers k as long as a row", "{distribution: outliers, k: 50, scale: 10}"),
+                      ("outliers k past a block", "{distribution: outliers, k: 9, scale: 10, per: 8}"),
+                      ("outliers without k", "{distribution: outliers, scale: 10}"),
+                      ("outliers over outliers", "{distribution: outliers, base: {distribution: outliers, k: 1, "
+                                                 "scale: 2}, k: 1, scale: 10}"),
+                      ("k without outliers", "{distribution: normal, k: 2}")]:
+    bad("inputs", _name)(lambda d, e=_entry: check(suite_with(d, "tolerance:", f"inputs:\n  x: {e}\ntolerance:",
+                                                              data=False)))
+
+
+@bad("inputs", "adversarial_max on an integer input")
+def _(d):
+    text = replace_once(SUITE_YAML, "{name: x, buffer: float32", "{name: x, buffer: int32")
+    return check(suite_with(d, yaml_text=replace_once(
+        text, "tolerance:", "inputs:\n  x: {distribution: integers, low: 0, high: 9, adversarial_max: 100}\ntolerance:"),
+        data=False))
+
+
 # -- links to folders in the gated paths (issue 41, item 6) ----------------------------------------------------------
 
 def folder_links(d: Path, links: dict[str, str], entry: str) -> tuple[str, list[str]]:

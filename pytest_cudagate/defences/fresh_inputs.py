@@ -11,8 +11,10 @@ has the worker upload each into the *same* buffers the signed inputs used and la
   the value domain is kept) or kept as they are (integers: they may be indices or sizes).
 - ``adversarial`` (every second set): the resampled values with magnitudes spread over
   2^-R..2^R (R per dtype), about 2 % of the elements set to +0.0 or -0.0 (where the input has
-  both signs), then scaled by the largest power of two for which the reference's own output stays
-  finite, with headroom below the output dtype's overflow limit. Integer inputs are not changed.
+  both signs), then scaled by the largest power of two that keeps every input within its bound
+  (``adversarial_max`` where the suite signs one, else 2^B times the input's scale, B per dtype:
+  :func:`input_bound`) and the reference's own output finite, with headroom below the output
+  dtype's overflow limit. Integer inputs are not changed.
 
 The absolute tolerance follows the output's scale: ``atol`` is multiplied by the RMS of the fresh
 expected output over the RMS of the signed one (``rtol`` unchanged). The seed changes every gate
@@ -47,6 +49,13 @@ from pytest_cudagate.suite.model import Case, Suite
 # so their spread stays within a few binades of values of order one, representable, not subnormal.
 SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40, "bfloat16": 16, "float8_e4m3fn": 2, "float8_e5m2": 4}
 HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16, "bfloat16": 8, "float8_e4m3fn": 1, "float8_e5m2": 2}
+# An adversarial input's largest |value| is at most 2^B times its scale (:func:`input_scale`): wide
+# enough that a float32 exp overflows (past 88) and a float16 intermediate overflows (past 65504) on
+# inputs of scale 1, and well past the outliers a model's activations hold (10^3..10^4 times their
+# typical size), yet far below where a correct one-pass sum of squares in float32 overflows (about
+# 2^64 / sqrt(n) for n elements), which the reference's headroom alone let the values reach.
+BOUND_BITS = {"float16": 8, "float32": 24, "float64": 128, "bfloat16": 24, "float8_e4m3fn": 4, "float8_e5m2": 8}
+NORMAL_REACH = 3  # a normal distribution's scale: |mean| + 3 std
 FLOATING = FLOAT_DTYPES | frozenset(LOW_PRECISION)
 ZERO_FRACTION = 0.02
 SCALE_STEPS = 4  # candidate global scales: 2^(E*j/4), j = 4..0, E the largest the inputs allow
@@ -188,8 +197,44 @@ def magnitude(values: np.ndarray) -> float:
     return max(float(values.max(initial=0)), -float(values.min(initial=0))) if values.size else 0.0
 
 
-def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[int]:
-    """Candidate powers of two for the float inputs, largest first, ending at 0."""
+def input_scale(suite: Suite, name: str, values: np.ndarray) -> float:
+    """The scale of an input's values: its distribution's reach (uniform and integers: the larger of
+    |low| and |high|; normal: |mean| + 3 std; outliers: the larger of scale and its base's), or, without one, the largest |value| of the signed case
+    (``values`` are those, shuffled)."""
+    dist = suite.inputs.get(name)
+    return magnitude(float_values(values)) if dist is None else reach(dist)
+
+
+def reach(dist) -> float:
+    if dist.distribution == "outliers":  # its outliers' size, or its base's reach where that is larger
+        return max(float(dist.scale), reach(dist.base))
+    if dist.distribution == "normal":
+        return abs(dist.mean) + NORMAL_REACH * dist.std
+    return max(abs(dist.low), abs(dist.high))
+
+
+def input_bound(suite: Suite, param, values: np.ndarray) -> float:
+    """The largest |value| an adversarial set gives ``param``: its signed ``adversarial_max``, else
+    2^B times its scale (B per dtype, :data:`BOUND_BITS`)."""
+    dist = suite.inputs.get(param.name)
+    if dist is not None and dist.adversarial_max is not None:
+        return float(dist.adversarial_max)
+    return float(np.ldexp(input_scale(suite, param.name, values), BOUND_BITS[param.dtype]))
+
+
+def bound_text(suite: Suite) -> str:
+    """What bounds an adversarial set's magnitudes, for its description."""
+    signed = sorted(name for name, d in suite.inputs.items() if d.adversarial_max is not None)
+    bits = sorted({BOUND_BITS[p.dtype] for p in suite.buffers
+                   if p.is_input and p.dtype in FLOATING and p.name not in signed})
+    parts = [f"at most 2^{'/'.join(map(str, bits))} × each input's scale"] if bits else []
+    parts += [f"{name} at most {suite.inputs[name].adversarial_max:g}" for name in signed]
+    return ", ".join(parts) or "no float inputs"
+
+
+def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray], bounds: dict[str, float]) -> list[int]:
+    """Candidate powers of two for the float inputs, largest first, ending at 0 (or one below 0, where
+    the spread alone takes an input past its bound)."""
     most = None
     for param in suite.buffers:
         if param.is_input and param.dtype in FLOATING:
@@ -197,9 +242,13 @@ def scale_exponents(suite: Suite, spread_inputs: dict[str, np.ndarray]) -> list[
             if biggest > 0:  # NaN is not: as before, an input holding NaN sets no bound
                 room = (int(np.floor(np.log2(float(finfo(param.dtype).max) / biggest))) - 2
                         if np.isfinite(biggest) else 0)
+                if np.isfinite(biggest) and bounds.get(param.name, 0) > 0:
+                    room = min(room, int(np.floor(np.log2(bounds[param.name] / biggest))))
                 most = room if most is None else min(most, room)
-    if not most or most <= 0:
+    if not most:
         return [0]
+    if most < 0:
+        return [most]
     return list(dict.fromkeys(int(round(most * j / SCALE_STEPS)) for j in range(SCALE_STEPS, -1, -1)))
 
 
@@ -283,8 +332,10 @@ def draft(suite: Suite, case: Case, label: str, rng: np.random.Generator, signed
     inputs = resampled_inputs(suite, case, rng, signed)
     if not label.startswith("adversarial"):
         return Draft(label, [inputs])
+    bounds = {p.name: input_bound(suite, p, inputs[p.name]) for p in suite.buffers
+              if p.is_input and p.dtype in FLOATING}
     wide, zeros = spread(suite, inputs, rng)
-    exponents = scale_exponents(suite, wide)
+    exponents = scale_exponents(suite, wide, bounds)
     return Draft(label, Scaled(suite, wide, exponents), tuple(exponents), zeros)
 
 
@@ -350,7 +401,8 @@ class Prepared:
         if draft.adversarial:
             bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOATING})
             description = (f"{label}: magnitudes spread over 2^±{'/'.join(map(str, bits)) or 0}, {draft.zeros} signed "
-                           f"zeros, scaled by 2^{draft.exponents[chosen]}; CUDAGATE_FRESH_SEED={self.seed} draws them again")
+                           f"zeros, scaled by 2^{draft.exponents[chosen]} ({bound_text(suite)}); "
+                           f"CUDAGATE_FRESH_SEED={self.seed} draws them again")
         else:
             description = f"{label}: new values like the signed ones; CUDAGATE_FRESH_SEED={self.seed} draws them again"
         scale = {}

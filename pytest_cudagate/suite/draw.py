@@ -42,7 +42,10 @@ def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: n
     if dist is None:
         kind = "uniform" if floating else "integers"
         dist = Distribution(kind, *default_bounds(kind, param.dtype))
-    if dist.distribution == "normal":
+    if dist.distribution == "outliers":
+        values = with_outliers(draw(Param(param.name, param.kind, "float64", param.intent), shape, dist.base, rng),
+                               dist, rng)
+    elif dist.distribution == "normal":
         values = rng.normal(dist.mean, dist.std, size=shape)
     elif dist.distribution == "integers":
         values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True)
@@ -53,12 +56,32 @@ def draw(param: Param, shape: tuple[int, ...], dist: Distribution | None, rng: n
     return values.astype(dtype)
 
 
+def with_outliers(values: np.ndarray, dist: Distribution, rng: np.random.Generator) -> np.ndarray:
+    """``values`` (drawn from ``dist.base``) with ``dist.k`` of each row or block, at distinct places
+    drawn anew, replaced by ±scale·u, u uniform in [0.5, 1]; a last block shorter than the others
+    gets those of its k places that fall inside it."""
+    group = dist.group(values.shape)
+    flat = values.reshape(-1)
+    groups = -(-flat.size // group)
+    places = np.argpartition(rng.random((groups, group)), dist.k - 1, axis=1)[:, :dist.k]
+    places = (places + group * np.arange(groups)[:, None]).reshape(-1)
+    size = rng.uniform(0.5, 1.0, size=places.size) * dist.scale
+    size[rng.random(places.size) < 0.5] *= -1
+    inside = places < flat.size
+    flat[places[inside]] = size[inside].astype(flat.dtype)
+    return values
+
+
 def draw_fresh(param: Param, shape: tuple[int, ...], dist: Distribution, rng: np.random.Generator) -> np.ndarray:
     """A new draw from ``dist`` made in the input's own precision (float32 for float16, float32,
     bfloat16 and float8, then rounded; integers in their dtype where the bounds fit), a few times
     less work than :func:`draw`'s float64 draw and cast. For fresh inputs only: signed
     and generated cases stay drawn by :func:`draw`, whose values their digests sign."""
     dtype = numpy_dtype(param.dtype)
+    if dist.distribution == "outliers":  # drawn in the input's own precision, then its outliers placed
+        work = param if param.dtype in FLOAT_DTYPES else Param(param.name, param.kind, "float32", param.intent)
+        values = with_outliers(draw_fresh(work, shape, dist.base, rng), dist, rng)
+        return _rounded(values, param.dtype) if param.dtype in LOW_PRECISION else values.astype(dtype, copy=False)
     if param.dtype in LOW_PRECISION:
         if dist.distribution == "integers":
             values = rng.integers(int(dist.low), int(dist.high), size=shape, endpoint=True).astype(np.float32)

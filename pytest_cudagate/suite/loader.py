@@ -574,6 +574,10 @@ class _Checker:
                 self.add(["inputs", name], f"{name!r} is not an input buffer (inputs: {', '.join(sorted(inputs))})")
             dtype = next((p.dtype for p in signature if p.name == name), None)
             low, high = default_bounds(dist.get("distribution", "uniform"), dtype or "float32")
+            if dist.get("distribution") == "outliers":
+                base = {"distribution": "uniform", **dist.get("base", {})}
+                dist = {**dist, "per": dist.get("per", "row"), "base": Distribution(**{
+                    "low": -1.0, "high": 1.0, **base, "adversarial_max": None})}
             distributions[name] = Distribution(**{"low": low, "high": high, **dist})
             if dtype is not None:
                 self.distribution(distributions[name], dtype, ["inputs", name])
@@ -605,6 +609,12 @@ class _Checker:
         """Parameters the generator can draw from for ``dtype`` (numpy refuses or overflows otherwise)."""
         if dist.low > dist.high:
             self.add(parts, f"low ({dist.low}) is above high ({dist.high}); swap them")
+        if dist.adversarial_max is not None:
+            self.adversarial_max(dtype, parts + ["adversarial_max"])
+        if dist.distribution == "outliers" or dist.base is not None or dist.k is not None or dist.scale is not None:
+            self.outliers(dist, dtype, parts)
+            if dist.base is not None and dist.base.distribution != "outliers":
+                self.distribution(dist.base, dtype, parts + ["base"])
         if dtype in LOW_PRECISION:
             self.low_precision_distribution(dist, dtype, parts)
             return
@@ -616,6 +626,25 @@ class _Checker:
                 self.add(parts + [key], f"{value} does not fit {dtype} ({info.min} to {info.max})")
             elif abs(value) > limit:
                 self.add(parts + [key], f"{value} is too large for {dtype} (at most {limit:g})")
+
+    def adversarial_max(self, dtype: str, parts: list) -> None:
+        """(The schema has refused a number that is not positive, the loader one that is not finite.)"""
+        if dtype in INT_DTYPES:
+            self.add(parts, f"{dtype} input: adversarial fresh inputs leave integers unchanged, so a bound means "
+                            "nothing; remove `adversarial_max`")
+
+    def outliers(self, dist: Distribution, dtype: str, parts: list) -> None:
+        if dist.distribution != "outliers":
+            self.add(parts, "`base`, `k`, `scale` and `per` belong to `distribution: outliers`; remove them, or "
+                            "write `distribution: outliers` with the distribution as its `base`")
+        elif dist.k is None or dist.scale is None:
+            self.add(parts, "an outliers distribution needs `k` (outliers per row) and `scale` (their size), e.g. "
+                            "{distribution: outliers, base: {distribution: normal}, k: 2, scale: 100}")
+        elif dtype in INT_DTYPES:
+            self.add(parts, f"outliers are drawn for float inputs; {dtype} takes uniform, normal or integers")
+        elif dist.base.distribution in ("outliers", "integers"):
+            self.add(parts + ["base", "distribution"], f"{dist.base.distribution!r} cannot be an outliers "
+                                                       "distribution's base; use uniform or normal")
 
     def low_precision_distribution(self, dist: Distribution, dtype: str, parts: list) -> None:
         """Refused where the draw reaches past ``dtype``'s largest finite value (448 for float8_e4m3fn,
@@ -686,6 +715,7 @@ class _Checker:
         """Evaluate every derived scalar, size, shape and launch expression (tuning launches too, at
         each tunable value) for every case, and check each result against what it feeds, so errors
         show at load time."""
+        crowded: set[str] = set()  # inputs whose outliers fill a row
         for i, case in enumerate(suite.cases):
             try:
                 scalars = suite.scalars(case)
@@ -708,6 +738,14 @@ class _Checker:
                         if min(shape) < 0 or product != counts[param.name]:
                             self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} "
                                                    f"elements but size gives {counts[param.name]}")
+                    dist = suite.inputs.get(param.name)
+                    if (not problem and dist is not None and dist.distribution == "outliers" and dist.k is not None
+                            and param.name not in crowded and dist.k >= dist.group(suite.shape(param, case))):
+                        crowded.add(param.name)  # one line for the input, naming the first case
+                        group, what = dist.group(suite.shape(param, case)), "a row" if dist.per == "row" else "a block"
+                        self.add(["inputs", param.name, "k"], f"{dist.k} outliers in {what} of {group} elements "
+                                 f"(case {case.name!r}) leave no value of the base distribution; make k at most "
+                                 f"{group - 1}" + (", or draw them per a larger block (`per: N`)" if what == "a row" else ""))
             except ExprError as exc:
                 self.add(["cases", i], f"case {case.name!r}: {exc}")
             programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])

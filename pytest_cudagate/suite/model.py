@@ -169,6 +169,17 @@ class Distribution:
     high: float = 1.0
     mean: float = 0.0
     std: float = 1.0
+    adversarial_max: float | None = None  # the largest |value| an adversarial fresh set may give the input
+    # outliers: the base distribution's draws with k values of each row (or block of ``per`` elements)
+    # replaced by ±scale·u, u uniform in [0.5, 1]
+    base: Distribution | None = None
+    k: int | None = None
+    scale: float | None = None
+    per: str | int | None = None
+
+    def group(self, shape: tuple[int, ...]) -> int:
+        """How many elements share an outlier distribution's k outliers: a row (the last dimension) or a block."""
+        return (shape[-1] if shape else 1) if self.per in (None, "row") else int(self.per)
 
 
 def default_bounds(distribution: str, dtype: str) -> tuple[float, float]:

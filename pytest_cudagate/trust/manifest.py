@@ -218,7 +218,8 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         "reference": _reference(suite, problems),
         "cases": cases,
         "tolerance": {name: _plain(t, root) for name, t in suite.tolerance.items()},
-        "inputs": {name: _plain(d, root) for name, d in suite.inputs.items()},
+        # a key a suite leaves unset is left out, so suites signed before the key existed still verify
+        "inputs": {name: {k: v for k, v in _plain(d, root).items() if v is not None} for name, d in suite.inputs.items()},
         "kernels": {k.name: {"entry": k.entry, **_program_launches(k), **_kernel_cases(k)} for k in suite.kernels},
         "timing": _plain(suite.timing, root),
         "gate": {"threshold": float(suite.threshold)},

@@ -33,6 +33,7 @@ from pytest_cudagate.reports.durations import render_durations, render_run_phase
 from pytest_cudagate.reports.terminal import render_table
 from pytest_cudagate.session import GateRuntime
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite, refuse_folder_links
+from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
@@ -496,6 +497,12 @@ class CaseItem(GateItem):
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                      message="bad include", shape_class=case.shape_class))
             raise GateFailure(str(exc)) from None
+        except ExprError as exc:  # a launch over this GPU's device facts (load time checked a stand-in's)
+            self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
+                                     message="bad launch", shape_class=case.shape_class))
+            raise GateFailure(f"{suite.path}: kernel {program.name}, case {case.name}: its launch cannot be worked "
+                              f"out on this GPU: {exc}; write the launch so that it holds for every GPU's "
+                              "sm_count, max_shared_per_block and warp_size") from None
         phases.add(outcome, "worker_start", waited)
         # its span: from a head start in the turn before, less what it lent the next case (Gate.expect)
         phases.finish(outcome, time.perf_counter() - started + outcome.head_start_s - outcome.lent_s)

@@ -191,3 +191,18 @@ def test_check_resolves_device_facts_with_the_stated_stand_in(tmp_path, capsys):
     assert ("cases[0]: scale2 launch in case 'small': shared_bytes = 464896 is outside 0..233472 (228 KiB) (without "
             "a GPU, device facts are an H100 SXM's: sm_count = 132, max_shared_per_block = 232448, warp_size = 32)"
             ) in err, err
+
+
+def test_a_launch_that_fails_on_this_gpus_facts_fails_its_cases_in_one_line(pytester, monkeypatch):
+    """`cudagate check` works the launch out with the stand-in's 132 SMs; the fake GPU has 4, where
+    `cdiv(rows, sm_count - 4)` divides by zero: each case fails saying so, with no traceback."""
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
+    yaml_text = FACTS_YAML.replace("['sm_count * 2']", "['cdiv(rows, sm_count - 4)']").replace("SHARED", "0")
+    write_suite(pytester.path / "scale", yaml_text=yaml_text)
+    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                           timeout=300)
+    result.assert_outcomes(passed=1, failed=2)  # the compile item; both cases
+    out = result.stdout.str()
+    assert "Traceback" not in out, out
+    result.stdout.fnmatch_lines(["*kernel scale2, case small: its launch cannot be worked out on this GPU: *division*"])

@@ -207,6 +207,14 @@ def test_an_existing_suite_is_never_overwritten(tmp_path, capsys, monkeypatch, e
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["saxpy.cu", existing])
 
 
+def test_a_file_of_many_kernels_names_the_first_few(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("k.cu").write_text("".join(f'extern "C" __global__ void k{n:02}(float* x) {{}}\n' for n in range(20)))
+    code, out = cli(capsys, "init", "k.cu")
+    assert code == EXIT_INPUT
+    assert "defines 20 kernels (k00, k01, k02, k03, k04, k05, k06, k07, k08, k09, k10, k11, and 8 more); " in out, out
+
+
 def test_a_kernel_file_named_like_an_option_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("-x.cu").write_text(SAXPY_CU)

@@ -32,6 +32,7 @@ from pytest_cudagate.suite.loader import SUITE_FILENAME
 from pytest_cudagate.suite.placeholders import STUB_RAISE, todo
 
 REFERENCE_FILENAME = "reference.py"
+LISTED = 12  # kernels named when a file defines several and no ENTRY was given
 _INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
@@ -125,7 +126,9 @@ def _entry(source: Path, text: str, entry: str | None, arch: str):
             hint = (f"; a template kernel needs its arguments: `{command('cudagate', 'init', source, templates[0] + '<float>')}`"
                     if templates else "; declare the kernel __global__")
             raise FileError(source, [f"defines no kernel to gate{hint}"])
-        names = ", ".join(sorted(k.name for k in kernels))
+        every = sorted(k.name for k in kernels)
+        # A file of templates instantiated for every type and block size lists hundreds: the first few say enough.
+        names = ", ".join(every[:LISTED]) + (f", and {len(every) - LISTED} more" if len(every) > LISTED else "")
         raise FileError(source, [f"defines {len(kernels)} kernels ({names}); name the one to gate: "
                                  f"`{command('cudagate', 'init', source, min(k.name for k in kernels))}`"])
     if kernel is None:  # a name NVRTC found but the cubin cannot tell apart: C++ overloads

@@ -220,7 +220,20 @@ BAD_INPUT = {
     "correctness case": (lambda h, t: [h.good, "HEAD", str(h.suite), "--case", "small"], "a correctness case"),
     "not a repository": (lambda h, t: [h.good, "HEAD", str(h.suite), "--repo", str(t)],
                          "is not inside a git repository"),
+    "a case the kernel requires away": (lambda h, t: [h.good, "HEAD", str(requiring(h.suite, "cols > 1000")),
+                                                      "--case", "perf"],
+                                        "--case 'perf': kernel scale2 requires cols > 1000 (cols=256): case perf is "
+                                        "not one of its cases; its performance cases: wide"),
 }
+
+
+def requiring(suite: Path, condition: str) -> Path:
+    """``suite`` with its kernel's ``requires:`` set to ``condition`` and a wider performance case that
+    meets it (in the working tree only)."""
+    text = suite.read_text().replace("    launch: {grid: [rows], block: [128]}",
+                                     f"    requires: [\"{condition}\"]\n    launch: {{grid: [rows], block: [128]}}", 1)
+    suite.write_text(text.rstrip("\n") + "\n  - {name: wide, kind: performance, scalars: {rows: 4, cols: 2048}}\n")
+    return suite
 
 
 @pytest.mark.parametrize("name", BAD_INPUT)

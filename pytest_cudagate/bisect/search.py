@@ -38,7 +38,7 @@ from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.session import open_worker
 from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite
-from pytest_cudagate.suite.model import Case, Suite
+from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.base_ref import TrustRoot, read_trust_root
 from pytest_cudagate.trust.gate_command import checkout_root, without_checkout
@@ -132,7 +132,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def _bisect(args: argparse.Namespace, root: TrustRoot | None) -> int:
     suite = _suite(args.suite)
     program = suite.kernel(args.kernel) if args.kernel else _only_kernel(suite)
-    case = _case(suite, args.case)
+    case = _case(suite, program, args.case)
     threshold = _threshold(args.threshold, suite)
     problems = gate_problems(suite, None, None, trust_root=root)
     if problems:
@@ -196,18 +196,22 @@ def _only_kernel(suite: Suite):
     return suite.kernels[0]
 
 
-def _case(suite: Suite, name: str | None) -> Case:
-    timed = [c for c in suite.cases if c.kind == "performance"]
+def _case(suite: Suite, program: Program, name: str | None) -> Case:
+    """The performance case to time: ``name``, else the first; one ``program``'s ``requires`` meet."""
+    timed = [c for c in suite.cases if c.kind == "performance" and program.runs(c)]
     choices = f"its performance cases: {', '.join(c.name for c in timed) or 'none'}"
     if name is None:
         if not timed:
-            raise CudagateError(f"{display_path(suite.path)}: suite {suite.name!r} has no performance case to time")
+            raise CudagateError(f"{display_path(suite.path)}: suite {suite.name!r} has no performance case "
+                                f"{program.name} runs, to time")
         return timed[0]
     case = next((c for c in suite.cases if c.name == name), None)
     if case is None or case.kind != "performance":
         what = "no case" if case is None else "a correctness case, not a timed one,"
         raise CudagateError(f"{display_path(suite.path)}: --case {name!r}: suite {suite.name!r} has {what} of that name; "
                             f"{choices}")
+    if not program.runs(case):
+        raise CudagateError(f"{display_path(suite.path)}: --case {name!r}: {program.skip_reason(case)}; {choices}")
     return case
 
 

@@ -32,7 +32,7 @@ from pytest_cudagate.suite import device, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
-                                        default_bounds, default_rtol)
+                                        default_bounds, default_rtol, derivations)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -285,9 +285,10 @@ class _Checker:
         )
 
     def preconditions(self, program: Program, raw: dict, parts: list, scalars: set[str],
-                      signature: tuple[Param, ...]) -> Program:
-        """A kernel's ``requires:`` (conditions over the scalars) and ``outputs:`` (the outputs it is
-        judged on: outputs of the signature, each written by one of its steps where it has steps)."""
+                      signature: tuple[Param, ...], derivations: tuple = ()) -> Program:
+        """A kernel's ``requires:`` (conditions over the scalars, derived ones included: ``derivations``,
+        :attr:`Suite.derivations`) and ``outputs:`` (the outputs it is judged on: outputs of the
+        signature, each written by one of its steps where it has steps)."""
         requires = []
         for i, text in enumerate(raw.get("requires", [])):
             try:
@@ -298,12 +299,14 @@ class _Checker:
             unknown = sorted(names - scalars)
             if unknown:
                 self.add(parts + ["requires", i], f"{text!r} uses {', '.join(unknown)}, which "
-                                                  f"{'is' if len(unknown) == 1 else 'are'} not a scalar parameter "
-                                                  f"(scalars: {', '.join(sorted(scalars)) or 'none'}); name scalars only")
+                                                  f"{'is' if len(unknown) == 1 else 'are'} neither a scalar parameter "
+                                                  f"nor a derived scalar (scalars: {', '.join(sorted(scalars)) or 'none'})"
+                                                  "; name those only")
                 continue
             requires.append(text.strip())
+        program = replace(program, requires=tuple(requires), derived=derivations if requires else ())
         if "outputs" not in raw:
-            return replace(program, requires=tuple(requires))
+            return program
         params = {p.name: p for p in signature}
         taken = {a for step in program.steps for a in step.args} if program.steps else set(params)
         for i, name in enumerate(raw["outputs"]):
@@ -318,7 +321,7 @@ class _Checker:
                                                  "`args` of the step that writes it, or remove it from `outputs`")
         for name in sorted({n for n in raw["outputs"] if raw["outputs"].count(n) > 1}):
             self.add(parts + ["outputs"], f"{name!r} is named twice; name each judged output once")
-        return replace(program, requires=tuple(requires), judged=tuple(raw["outputs"]))
+        return replace(program, judged=tuple(raw["outputs"]))
 
     def kernel_cases(self, suite: Suite) -> None:
         """Each kernel's ``requires`` evaluate on every case, and leave it a non-holdout performance
@@ -547,7 +550,8 @@ class _Checker:
 
         case_classes = {c.shape_class for c in cases}
         kernels = [self.preconditions(self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes,
-                                                   tuple(signature)), k, ["kernels", i], scalars, tuple(signature))
+                                                   tuple(signature)), k, ["kernels", i], scalars, tuple(signature),
+                                      derivations(signature, derived))
                    for i, k in enumerate(raw["kernels"])]
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 

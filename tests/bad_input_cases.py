@@ -1140,6 +1140,20 @@ for _name, _args in [
     bad("derived", _name)(lambda d, a=_args: derived(d, *a))
 
 
+# -- `ulp:` tolerances (issue 44, item 6): each refused by `cudagate check`, naming tolerance.y.ulp ----
+for _name, _old, _new in [
+    ("ulp on an integer output", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {atol: 0, ulp: 2}"),
+    ("a negative ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: -1}"),
+    ("a fractional ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: 0.5}"),
+    ("a ulp that is text", "y: {atol: 1.0e-6, rtol: 1.0e-5}", 'y: {ulp: "4"}'),
+    ("an infinite ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: .inf}"),
+]:
+    _text = replace_once(SUITE_YAML, _old, _new)
+    if _name == "ulp on an integer output":
+        _text = replace_once(_text, "{name: y, buffer: float32", "{name: y, buffer: int32")
+    bad("tolerances", _name)(lambda d, t=_text: check(suite_with(d, yaml_text=t, data=False)))
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and the children it has waited for (the harness, compilers)."""
     return sum(usage.ru_utime + usage.ru_stime

@@ -564,7 +564,9 @@ class _Checker:
                                               "compared; remove its tolerance, or make it an output (intent: out)")
             elif name not in outputs:
                 self.add(["tolerance", name], f"{name!r} is not an output buffer (outputs: {', '.join(sorted(outputs))})")
-            if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol:
+            if "ulp" in tol:
+                tol = {**tol, "ulp": self.ulp(tol["ulp"], dtypes.get(name), ["tolerance", name, "ulp"])}
+            if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol and "ulp" not in tol:
                 tol = {**tol, "rtol": default_rtol(dtypes[name])}
             tolerance[name] = Tolerance(**tol)
         for name in sorted(outputs - set(tolerance)):
@@ -608,6 +610,16 @@ class _Checker:
         if not self.problems:
             self.kernel_cases(suite)
         return suite
+
+    def ulp(self, value: float, dtype: str | None, parts: list) -> int:
+        """A tolerance's ``ulp``: a whole number of units in the last place, 0 or more, of a float output."""
+        if dtype in INT_DTYPES:
+            self.add(parts, f"the output is {dtype}: units in the last place belong to float outputs; remove `ulp` "
+                            "and use atol (0 for exact integers)")
+        elif value < 0 or not float(value).is_integer():
+            self.add(parts, f"{value!r} is not a number of units in the last place; write a whole number, 0 or more "
+                            "(e.g. `ulp: 4`)")
+        return int(value) if float(value).is_integer() else 0
 
     def distribution(self, dist: Distribution, dtype: str, parts: list) -> None:
         """Parameters the generator can draw from for ``dtype`` (numpy refuses or overflows otherwise)."""

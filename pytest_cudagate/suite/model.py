@@ -148,6 +148,7 @@ class Tolerance:
     rtol: float = 0.0  # a bfloat16 or float8 output's: default_rtol(dtype) when the suite leaves it out
     nan: str = "fail"
     max_rel_norm: float | None = None
+    ulp: int | None = None  # also pass within this many units in the last place of the output's type
 
 
 # A low-precision output's rtol when its tolerance leaves rtol out: 4u, two units in the last place

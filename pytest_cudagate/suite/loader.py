@@ -510,7 +510,12 @@ class _Checker:
         for i, p in enumerate(raw["signature"]):
             if "buffer" in p:
                 signature.append(Param(p["name"], "buffer", p["buffer"], p["intent"], str(p["size"]),
-                                       tuple(str(s) for s in p["shape"]) if "shape" in p else None))
+                                       tuple(str(s) for s in p["shape"]) if "shape" in p else None,
+                                       str(p["ld"]) if "ld" in p else None))
+                if "ld" in p and len(p.get("shape", ())) != 2:
+                    self.add(["signature", i, "ld"], f"{p['name']!r} has no 2-D shape; `ld` is the distance between "
+                                                     "the rows of a [rows, cols] buffer: give it `shape: [ROWS, COLS]`"
+                                                     ", or remove `ld`")
             else:
                 signature.append(Param(p["name"], "scalar", p["scalar"]))
                 if p["scalar"] in LOW_PRECISION:
@@ -524,6 +529,8 @@ class _Checker:
                 self.expr(p.size, ["signature", i, "size"], scalars)
                 for j, s in enumerate(p.shape or ()):
                     self.expr(s, ["signature", i, "shape", j], scalars)
+                if p.ld is not None:
+                    self.expr(p.ld, ["signature", i, "ld"], scalars)
         outputs = {p.name for p in signature if p.is_output}
         inputs = {p.name for p in signature if p.is_input}
         if not outputs:
@@ -732,6 +739,7 @@ class _Checker:
         each tunable value) for every case, and check each result against what it feeds, so errors
         show at load time."""
         crowded: set[str] = set()  # inputs whose outliers fill a row
+        narrow: set[str] = set()  # padded buffers whose ld is refused (one line each, naming the first case)
         for i, case in enumerate(suite.cases):
             try:
                 scalars = suite.scalars(case)
@@ -754,6 +762,8 @@ class _Checker:
                         if min(shape) < 0 or product != counts[param.name]:
                             self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} "
                                                    f"elements but size gives {counts[param.name]}")
+                        elif param.ld is not None and param.name not in narrow:
+                            self.padding(suite, param, case, narrow)
                     dist = suite.inputs.get(param.name)
                     if (not problem and dist is not None and dist.distribution == "outliers" and dist.k is not None
                             and param.name not in crowded and dist.k >= dist.group(suite.shape(param, case))):
@@ -776,6 +786,21 @@ class _Checker:
                             continue
                         for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
                             self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}{facts}")
+
+    def padding(self, suite: Suite, param: Param, case: Case, narrow: set[str]) -> None:
+        """A padded buffer's ``ld`` on ``case``: at least its row length, its rows within a buffer's bytes
+        (a buffer refused is added to ``narrow``)."""
+        rows, cols, ld = suite.layout(param, case)
+        parts = ["signature", suite.signature.index(param), "ld"]
+        problem = buffer_problem(rows * ld, numpy_dtype(param.dtype).itemsize)
+        if ld < cols:
+            self.add(parts, f"ld = {param.ld} gives {ld} in case {case.name!r}, less than the row length {cols} of "
+                            f"buffer {param.name!r}: its rows would overlap; make ld at least {param.shape[1]}")
+        elif problem:
+            self.add(parts, f"buffer {param.name!r} with its padding (ld = {ld}) {problem} in case {case.name!r}")
+        else:
+            return
+        narrow.add(param.name)
 
     @staticmethod
     def labelled(what: str, launch: Launch | Steps):

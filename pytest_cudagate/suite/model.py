@@ -22,6 +22,10 @@ class Param:
     intent: str | None = None  # in / out / inout / scratch, buffers only
     size: str | None = None
     shape: tuple[str, ...] | None = None
+    # `ld:` of a 2-D buffer: its rows sit this many elements apart on the device (an expression at
+    # least the row length); the elements between a row's end and the next row are padding the
+    # kernel must leave untouched. Case files, the reference and the judge see the logical shape.
+    ld: str | None = None
 
     @property
     def is_output(self) -> bool:
@@ -518,6 +522,13 @@ class Suite:
     def counts(self, case: Case) -> dict[str, int]:
         scalars = self.scalars(case)
         return {p.name: evaluate(p.size, scalars) for p in self.buffers}
+
+    def layout(self, param: Param, case: Case) -> list[int] | None:
+        """A padded buffer's [rows, cols, ld] on ``case`` (the worker's ``layout``); None without ``ld``."""
+        if param.ld is None:
+            return None
+        rows, cols = self.shape(param, case)
+        return [rows, cols, evaluate(param.ld, self.scalars(case))]
 
     def shape(self, param: Param, case: Case) -> tuple[int, ...]:
         scalars = self.scalars(case)

@@ -214,7 +214,8 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
     manifest = {
         "format": MANIFEST_FORMAT,
         "suite": suite.name,
-        "signature": [_plain(p, root) for p in suite.signature],
+        # a buffer's `ld` only where given, so suites signed before it existed keep their signatures
+        "signature": [{k: v for k, v in _plain(p, root).items() if k != "ld" or v is not None} for p in suite.signature],
         "reference": _reference(suite, problems),
         "cases": cases,
         # `ulp` only where given, so suites signed before it existed keep their signatures

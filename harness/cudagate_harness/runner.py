@@ -301,7 +301,8 @@ def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buf
         if spec is None:
             raise CaseInputError(f"case {case['name']!r} gives no size for buffer {name!r}")
         dtype = numpy_dtype(param["dtype"])
-        layout = tuple(int(v) for v in spec["layout"]) if spec.get("layout") and spec["layout"][2] > spec["layout"][1] else None
+        layout = spec.get("layout")
+        layout = tuple(int(v) for v in layout) if layout and layout[2] > layout[1] else None  # ld = cols: no padding
         buf = Buffer(name, dtype, param["intent"], padded_count(spec) if layout else int(spec["count"]), None,
                      layout=layout)
         if param["intent"] in ("in", "inout"):

@@ -84,7 +84,8 @@ def system_prompt(suite: Suite, program, device: str, visible) -> str:
         "- Correct for every legal value of the scalars, not only the cases shown: hidden cases with other shapes "
         "and fresh random inputs decide whether a candidate is accepted. Never special-case the shapes shown."
         + requires,
-        f"- Tolerance{'' if program.judged is None else ' (the outputs judged)'}: {tolerance}. Write every output element; never write into input buffers; two launches on "
+        f"- Tolerance{'' if program.judged is None else ' (the outputs judged)'}: {tolerance}. Write every output "
+        "element; never write into input buffers; two launches on "
         "the same inputs must give bit-identical outputs (no atomics whose order changes results).",
         f"- Includes: only <{'>, <'.join(sorted(SYSTEM_HEADERS))}>"
         + (" and " + ", ".join(f'"{h}"' for h in local) if local else "") + ". No dynamic parallelism, no host code.",

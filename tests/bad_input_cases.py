@@ -1140,6 +1140,40 @@ for _name, _args in [
     bad("derived", _name)(lambda d, a=_args: derived(d, *a))
 
 
+# -- `ulp:` tolerances (issue 44, item 6): each refused by `cudagate check`, naming tolerance.y.ulp ----
+for _name, _old, _new in [
+    ("ulp on an integer output", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {atol: 0, ulp: 2}"),
+    ("a negative ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: -1}"),
+    ("a fractional ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: 0.5}"),
+    ("a ulp that is text", "y: {atol: 1.0e-6, rtol: 1.0e-5}", 'y: {ulp: "4"}'),
+    ("an infinite ulp", "y: {atol: 1.0e-6, rtol: 1.0e-5}", "y: {ulp: .inf}"),
+]:
+    _text = replace_once(SUITE_YAML, _old, _new)
+    if _name == "ulp on an integer output":
+        _text = replace_once(_text, "{name: y, buffer: float32", "{name: y, buffer: int32")
+    bad("tolerances", _name)(lambda d, t=_text: check(suite_with(d, yaml_text=t, data=False)))
+
+
+# -- padded buffers (issue 44, item 6): `ld` refused by `cudagate check`, a bad layout by both entry points --
+_PADDED = SUITE_YAML.replace("shape: [rows, cols]}\n  - {name: rows", "shape: [rows, cols], ld: LD}\n  - {name: rows")
+for _name, _old, _new in [
+    ("ld shorter than a row", "tolerance:", "derived: {LD: cols - 1}\ntolerance:"),
+    ("ld without a 2-D shape", "size: rows*cols, shape: [rows, cols], ld: LD}", "size: rows*cols, ld: LD}"),
+    ("ld over an unknown name", "ld: LD}", "ld: width}"),
+    ("ld as a list", "ld: LD}", "ld: [LD]}"),
+    ("padding over 128 GiB", "tolerance:", "derived: {LD: cols * 2**40}\ntolerance:"),
+]:
+    _text = replace_once(_PADDED.replace("- {name: cols, scalar: int32}\n", "- {name: cols, scalar: int32}\n"
+                                         "  - {name: LD, scalar: int64}\n"), _old, _new)
+    if "derived" not in _text:
+        _text = replace_once(_text, "tolerance:", "derived: {LD: cols + 4}\ntolerance:")
+    bad("layouts", _name)(lambda d, t=_text: check(suite_with(d, yaml_text=t, data=False)))
+for _entry in ("cudagate", "harness"):
+    for _name, _layout in [("a layout that is not three numbers", [1, 4]), ("a layout whose ld is below its cols", [1, 4, 3]),
+                           ("a layout that does not hold count", [2, 4, 8]), ("a layout of text", "1x4")]:
+        bad("layouts", f"{_entry}: {_name}")(lambda d, e=_entry, v=_layout: request(d, e, buffer_change(layout=v)))
+
+
 def cpu_seconds() -> float:
     """CPU time of this process and the children it has waited for (the harness, compilers)."""
     return sum(usage.ru_utime + usage.ru_stime

@@ -165,6 +165,13 @@ class FakeDevice:
             self.view(ptr, np.dtype(np.uint8), nbytes)[:] = byte
             self.flushed |= nbytes >= 1 << 20
 
+    def fill2d(self, ptr: int, pitch: int, byte: int, width: int, height: int) -> None:
+        self._check()
+        if width and height:
+            rows = self.view(ptr, np.dtype(np.uint8), pitch * (height - 1) + width)
+            for row in range(height):
+                rows[row * pitch:row * pitch + width] = byte
+
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         self._check()
         if nbytes:

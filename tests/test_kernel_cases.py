@@ -104,8 +104,8 @@ def test_requires_and_outputs_are_signed(project, monkeypatch, capsys):  # noqa:
     ('requires: ["cols % 4"]', "kernels[0].requires[0]: 'cols % 4' is not a condition (true or false); write a "
                                "comparison (== != < <= > >=) of integer expressions over the scalars, joined by and, "
                                "or, not, e.g. 'C % 4 == 0'"),
-    ('requires: ["width >= 4"]', "kernels[0].requires[0]: 'width >= 4' uses width, which is not a scalar parameter "
-                                 "(scalars: cols, rows); name scalars only"),
+    ('requires: ["width >= 4"]', "kernels[0].requires[0]: 'width >= 4' uses width, which is neither a scalar "
+                                 "parameter nor a derived scalar (scalars: cols, rows); name those only"),
     ('requires: ["cols >= 100000"]', "kernels[0].requires: kernel 'scale2' meets its requires on no non-holdout "
                                      "performance case; add a case that meets them, or loosen them"),
     ("outputs: [x]", "kernels[0].outputs[0]: 'x' is a buffer of intent in; name outputs of the signature (intent out "

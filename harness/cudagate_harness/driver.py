@@ -126,6 +126,12 @@ class Device:
         if nbytes:
             check(_cu().cuMemsetD8Async(ptr, byte, nbytes, self.stream), "cuMemsetD8Async")
 
+    def fill2d(self, ptr: int, pitch: int, byte: int, width: int, height: int) -> None:
+        """``height`` rows of ``width`` bytes, ``pitch`` bytes apart, filled with ``byte`` (a padded
+        buffer's rows, its padding left as it is)."""
+        if width and height:
+            check(_cu().cuMemsetD2D8Async(ptr, pitch, byte, width, height, self.stream), "cuMemsetD2D8Async")
+
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes:
             check(_cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")

@@ -261,6 +261,24 @@ def _launch_problems(where: str, launch) -> list[str]:
     return problems
 
 
+def padded_count(spec: dict) -> int:
+    """The elements a case's buffer takes on the device: its ``count``, or with a ``layout`` [rows,
+    cols, ld] (a row-major buffer whose rows sit ``ld`` elements apart) rows × ld, padding included."""
+    layout = spec.get("layout")
+    return int(layout[0]) * int(layout[2]) if layout else int(spec["count"])
+
+
+def _layout_problems(where: str, layout, count: int, itemsize: int) -> list[str]:
+    if not (isinstance(layout, list) and len(layout) == 3 and all(type(v) is int and v >= 0 for v in layout)):
+        return [f"{where}: must be [rows, cols, ld], three whole numbers"]
+    rows, cols, ld = layout
+    if rows * cols != count or ld < cols:
+        return [f"{where}: {layout} must hold count ({count}) elements in rows of cols, ld at least cols"]
+    if rows * ld * itemsize > BUFFER_BYTES_MAX:
+        return [f"{where}: {rows} rows of {ld} elements are over the {BUFFER_BYTES_MAX} bytes a buffer may hold"]
+    return []
+
+
 def _confined(where: str, value, roots: tuple[Path, ...]) -> list[str]:
     if not isinstance(value, str):
         return [f"{where}: expected a path (a string)"]
@@ -309,6 +327,9 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             if type(count) is not int or not 0 <= count * itemsize.get(buffer, 1) <= BUFFER_BYTES_MAX:
                 problems.append(f"{where}: buffers.{buffer}.count must be an integer from 0 up to "
                                 f"{BUFFER_BYTES_MAX} bytes' worth")
+            elif isinstance(spec, dict) and "layout" in spec:
+                problems += _layout_problems(f"{where}: buffers.{buffer}.layout", spec["layout"], count,
+                                             itemsize.get(buffer, 1))
             if isinstance(spec, dict) and "input" in spec:
                 problems += _confined(f"{where}: buffers.{buffer}.input", spec["input"], base)
         for output, path in (case.get("expected") or {}).items():

@@ -46,7 +46,7 @@ from .driver import CudaError, Device, check
 from .library import LibraryCallError, LibraryLaunch
 from .stopping import Settle, next_rounds
 from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_TIMED, all_bytes, element_words, numpy_dtype,
-                       unwritten_mask)
+                       padded_count, unwritten_mask)
 
 MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue limit
 DEFAULT_PAD_MAX = 3
@@ -75,7 +75,7 @@ def rotation_copies(signature: list[dict], case: dict, requested: int | None, ba
     """How many buffer copies timed launches rotate through: ``requested``, or as many as fit; with
     ``batch`` > 1, enough for each launch of an event pair to have its own, as far as they fit."""
     sizes = {p["name"]: numpy_dtype(p["dtype"]).itemsize for p in signature if p["kind"] == "buffer"}
-    nbytes = sum(sizes[name] * int(spec["count"]) for name, spec in case["buffers"].items() if name in sizes)
+    nbytes = sum(sizes[name] * padded_count(spec) for name, spec in case["buffers"].items() if name in sizes)
     fit = max(1, ROTATION_BYTES // max(nbytes, 1))
     copies = int(requested) if requested else min(MAX_COPIES, fit)
     return max(1, copies, min(HELD_LAUNCHES, batch, fit) if batch > 1 else 1)
@@ -175,6 +175,34 @@ class Buffer:
     ptrs: list[int] = field(default_factory=list)  # one device copy per rotation slot
     bases: list[int] = field(default_factory=list)  # their allocations: guard zone, buffer, guard zone
     pristine: int = 0  # device copy of an inout buffer's input, restored before every launch
+    # [rows, cols, ld] of a padded buffer: row i's cols elements start at i * ld, and the ld - cols after
+    # them are padding, filled with CANARY bytes that must stay untouched. ``count`` is then rows × ld,
+    # ``host`` holds the padded layout, and what goes back to the client is the logical rows × cols.
+    layout: tuple[int, int, int] | None = None
+
+    def logical(self, array: np.ndarray) -> np.ndarray:
+        """The logical elements of ``array`` (the buffer's device layout), row after row."""
+        if self.layout is None:
+            return array
+        rows, cols, ld = self.layout
+        return np.ascontiguousarray(array.reshape(rows, ld)[:, :cols]).reshape(-1)
+
+    def padded(self, array: np.ndarray) -> np.ndarray:
+        """``array`` (logical) in the buffer's device layout, its padding holding CANARY bytes."""
+        if self.layout is None or array.size == self.count:
+            return array
+        rows, cols, ld = self.layout
+        out = np.full(self.count * self.dtype.itemsize, CANARY, np.uint8).view(self.dtype)
+        out.reshape(rows, ld)[:, :cols] = array.reshape(rows, cols)
+        return out
+
+    def padding_changes(self, array: np.ndarray) -> np.ndarray:
+        """(row, column) of each padding element of ``array`` (the device layout) that is not CANARY bytes."""
+        rows, cols, ld = self.layout
+        words = element_words(array).reshape(rows, ld)[:, cols:]
+        found = np.argwhere(words != words.dtype.type(int.from_bytes(bytes([CANARY]) * self.dtype.itemsize, "little")))
+        found[:, 1] += cols
+        return found
 
     @property
     def written(self) -> bool:
@@ -273,12 +301,15 @@ def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buf
         if spec is None:
             raise CaseInputError(f"case {case['name']!r} gives no size for buffer {name!r}")
         dtype = numpy_dtype(param["dtype"])
-        host = None
+        layout = spec.get("layout")
+        layout = tuple(int(v) for v in layout) if layout and layout[2] > layout[1] else None  # ld = cols: no padding
+        buf = Buffer(name, dtype, param["intent"], padded_count(spec) if layout else int(spec["count"]), None,
+                     layout=layout)
         if param["intent"] in ("in", "inout"):
             if not spec.get("input"):
                 raise CaseInputError(f"case {case['name']!r}: input buffer {name!r} has no data file")
-            host = read_input(case, param, base / spec["input"], int(spec["count"]))
-        buffers[name] = Buffer(name, dtype, param["intent"], int(spec["count"]), host)
+            buf.host = buf.padded(read_input(case, param, base / spec["input"], int(spec["count"])))
+        buffers[name] = buf
     return buffers
 
 
@@ -352,6 +383,7 @@ class CaseRun:
         self.digests: dict[int, dict] = {}  # kernel index -> {"launches", "differing", "first"}
         self.jitter = np.random.default_rng()  # warm-up counts no kernel can predict (never seeded)
         self.guard_hits: dict[tuple[str, str], dict] = {}
+        self.padding_hits: dict[str, dict] = {}  # per padded buffer: the first padding element written
         self.input_writes: dict[str, dict] = {}
         self.timed: dict[int, dict] = {}
         self.last_writer: dict[int, int] = {}  # rotation slot -> index of the kernel that wrote it last
@@ -395,6 +427,8 @@ class CaseRun:
                     if self.guard:
                         dev.fill(base, CANARY, self.guard)
                         dev.fill(base + self.guard + buf.nbytes, CANARY, self.guard)
+                    if buf.layout is not None:  # the padding's pattern; the poison then fills the rows only
+                        dev.fill(buf.ptrs[-1], CANARY, buf.nbytes)
                     if buf.intent == "in":
                         dev.upload(buf.ptrs[-1], buf.host)
             if self.digester is not None:
@@ -442,6 +476,7 @@ class CaseRun:
         stored = {}
         try:
             for name, array in arrays.items():
+                array = self.buffers[name].padded(array)
                 ptr = self.device.alloc(self.buffers[name].nbytes)
                 stored[name] = (ptr, array)
                 self.device.upload(ptr, array)
@@ -518,8 +553,14 @@ class CaseRun:
 
     def _poison(self, slot: int, byte: int) -> None:
         for buf in self.buffers.values():
-            if buf.poisoned:
+            if not buf.poisoned:
+                continue
+            if buf.layout is None:
                 self.device.fill(buf.ptrs[slot], byte, buf.nbytes)
+            else:  # the rows only: the padding keeps its pattern
+                rows, cols, ld = buf.layout
+                size = buf.dtype.itemsize
+                self.device.fill2d(buf.ptrs[slot], ld * size, byte, cols * size, rows)
 
     def _restore(self, slot: int = 0) -> None:
         for buf in self.buffers.values():
@@ -552,7 +593,7 @@ class CaseRun:
                     self.scrub(poison)
         self._launch(kernel)
         dev.synchronize()
-        return {name: dev.download(buf.ptr, np.empty(buf.count, buf.dtype))
+        return {name: buf.logical(dev.download(buf.ptr, np.empty(buf.count, buf.dtype)))
                 for name, buf in self.buffers.items() if buf.intent != "scratch"}
 
     @_step("warm_up")
@@ -793,7 +834,7 @@ class CaseRun:
                 for buf in self.buffers.values():
                     if not buf.written:
                         continue
-                    got = dev.download(buf.ptrs[slot], np.empty(buf.count, buf.dtype))
+                    got = buf.logical(dev.download(buf.ptrs[slot], np.empty(buf.count, buf.dtype)))
                     ref = reference[buf.name]
                     differing = _changed(got, ref)
                     unwritten = 0
@@ -825,6 +866,20 @@ class CaseRun:
                         hit["bytes"] = max(hit["bytes"], int(changed.size))
                         hit["nearest"] = min(hit["nearest"], nearest)
                         dev.fill(addr, CANARY, self.guard)
+                    if buf.layout is not None:
+                        self._check_padding(buf, slot, phase, who)
+
+    def _check_padding(self, buf: Buffer, slot: int, phase: str, who: int | None) -> None:
+        """Record padding elements of copy ``slot`` of ``buf`` that no longer hold CANARY bytes (the
+        first in row order), and re-arm them."""
+        array = self.device.download(buf.ptrs[slot], np.empty(buf.count, buf.dtype))
+        changed = buf.padding_changes(array)
+        if not len(changed):
+            return
+        hit = self.padding_hits.setdefault(buf.name, {"elements": 0, "row": int(changed[0][0]),
+                                                      "column": int(changed[0][1]), "phase": phase, "who": who})
+        hit["elements"] = max(hit["elements"], len(changed))
+        self.device.upload(buf.ptrs[slot], buf.padded(buf.logical(array)))
 
     @_step("input_check")
     def check_inputs(self, phase: str, who: int | None = 0) -> None:
@@ -837,8 +892,9 @@ class CaseRun:
                 if buf.intent != "in":
                     continue
                 host = self._host(buf)
-                for ptr in buf.ptrs:
-                    changed = _changed(dev.download(ptr, np.empty(buf.count, buf.dtype)), host)
+                for ptr in buf.ptrs:  # the padding is the guard-zone check's
+                    changed = _changed(buf.logical(dev.download(ptr, np.empty(buf.count, buf.dtype))),
+                                       buf.logical(host))
                     if changed:
                         entry = self.input_writes.setdefault(buf.name, {"elements": 0, "phase": phase, "who": who})
                         entry["elements"] = max(entry["elements"], changed)
@@ -859,7 +915,7 @@ class CaseRun:
             dev.synchronize()
             for name, array in arrays.items():
                 buf = self.buffers[name]
-                dev.upload(buf.pristine if buf.intent == "inout" else buf.ptr, array)
+                dev.upload(buf.pristine if buf.intent == "inout" else buf.ptr, buf.padded(array))
             synchronize_all(dev)
             result = self._validation_launch(kernel, POISON_FIRST)
         self.check_guards(phase, who=index, slots=[0])
@@ -894,6 +950,10 @@ class CaseRun:
                 guards.setdefault(hit["buffer"], {})[hit["side"]] = {k: hit[k] for k in ("bytes", "nearest", "phase")}
         if guards:
             body["guards"] = guards
+        padding = {name: {k: hit[k] for k in ("elements", "row", "column", "phase")}
+                   for name, hit in self.padding_hits.items() if hit["who"] in (index, None)}
+        if padding:
+            body["padding"] = padding
         writes = {name: {"elements": w["elements"], "phase": w["phase"]}
                   for name, w in self.input_writes.items() if w["who"] in (index, None)}
         if writes:
@@ -921,7 +981,8 @@ class CaseRun:
         outputs, inputs_modified = {}, {}
         for name, buf in self.buffers.items():
             if buf.intent == "in":
-                changed = max(_changed(first[name], buf.host), _changed(second[name], buf.host))
+                host = buf.logical(buf.host)
+                changed = max(_changed(first[name], host), _changed(second[name], host))
                 if changed:
                     inputs_modified[name] = changed
             if not buf.written:

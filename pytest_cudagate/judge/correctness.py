@@ -71,6 +71,7 @@ def judge_case(kernel: str, case: str, body: dict, expected: dict[str, np.ndarra
             verdict.problems.append(f"the kernel wrote into input buffer {name!r} during {write['phase']} "
                                     f"({write['elements']} elements changed)")
     verdict.problems += _guard_problems(body.get("guards", {}))
+    verdict.problems += padding_problems(body.get("padding", {}))
     fresh = _check_fresh(body.get("fresh", []), tolerance, shapes, checks)  # meanwhile, the signed outputs
     firsts, signed_ok = {}, {}
     between = "after the timed launches" if body.get("timing") else "on a second launch on the same inputs"
@@ -120,6 +121,14 @@ def _guard_problems(guards: dict) -> list[str]:
             problems.append(f"the kernel wrote {where} buffer {name!r}: {hit['bytes']} canary bytes of its guard zone "
                             f"changed, the nearest {hit['nearest']} bytes {edge} (found after {hit['phase']})")
     return problems
+
+
+def padding_problems(padding: dict) -> list[str]:
+    """One line per padded buffer whose padding (the elements past each row's end, up to its leading
+    dimension) the kernel wrote, naming the first such element."""
+    return [f"the kernel wrote into the padding of buffer {name!r}: row {hit['row']}, column {hit['column']} "
+            f"({hit['elements']} padding element(s) changed, found after {hit['phase']}); only columns below the "
+            "row length may be written" for name, hit in sorted(padding.items())]
 
 
 def _judge_timed(verdict: CaseVerdict, timed: dict | None, expected, tolerance, shapes, checks: Checks,

@@ -24,6 +24,7 @@ import numpy as np
 from cudagate_harness.protocol import LOW_PRECISION, finfo, unit_roundoff, values
 
 from pytest_cudagate.judge.norms import euclidean_norm
+from pytest_cudagate.judge.ulp import allowed as ulp_allowed
 from pytest_cudagate.suite.model import default_rtol
 
 SCALE_FRACTION = 0.25  # the error may be at most this fraction of the distance to a passing trivial output
@@ -70,15 +71,16 @@ class Allowance:
         return not self.highest_bottom - self.lowest_top > margin
 
 
-def trivial_output(expected: np.ndarray, atol: float, rtol: float) -> Trivial | None:
-    """The trivial output nearest to ``expected`` that passes ``|t - e| <= atol + rtol*|e|``
-    everywhere, or None. Only finite expected outputs qualify (a constant never matches an
-    infinity or a NaN)."""
+def trivial_output(expected: np.ndarray, atol: float, rtol: float, ulp: int | None = None,
+                   dtype: str | None = None) -> Trivial | None:
+    """The trivial output nearest to ``expected`` that passes ``|t - e| <= atol + rtol*|e|`` (or
+    ``ulp`` units of ``e`` in ``dtype``) everywhere, or None. Only finite expected outputs qualify (a
+    constant never matches an infinity or a NaN)."""
     e = np.asarray(expected).reshape(-1).astype(np.float64)
     if e.size == 0 or not np.all(np.isfinite(e)):
         return None
     magnitude = np.abs(e)
-    allowed = atol + rtol * magnitude
+    allowed = ulp_allowed(atol, rtol, ulp, dtype, e, magnitude)
     return trivial_given(e, Allowance.of(e, magnitude, allowed), euclidean_norm(e), lambda: allowed)
 
 
@@ -117,13 +119,14 @@ class ScaleVerdict:
                 f"(limit {SCALE_FRACTION:.0%}); the kernel wrote {wrote}")
 
 
-def scale_check(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> ScaleVerdict | None:
+def scale_check(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float, ulp: int | None = None,
+                dtype: str | None = None) -> ScaleVerdict | None:
     """None when the tolerance alone can tell a trivial output from the expected one (nothing to add),
     when the expected output is exactly constant (then nothing can: :func:`flag_cases` says so), or
     when it has fewer than :data:`MIN_ELEMENTS` elements."""
     if np.asarray(expected).size < MIN_ELEMENTS:
         return None
-    trivial = trivial_output(expected, atol, rtol)
+    trivial = trivial_output(expected, atol, rtol, ulp, dtype)
     if trivial is None:
         return None
     a = np.asarray(actual).reshape(-1).astype(np.float64)
@@ -172,7 +175,7 @@ def degenerate_outputs(suite, case) -> list[str]:
                             f"a kernel that writes that constant passes it; draw inputs with real variation (or, where that "
                             f"is meant, set `constant_ok: true` on the case)")
             continue
-        trivial = trivial_output(expected, tol.atol, tol.rtol)
+        trivial = trivial_output(expected, tol.atol, tol.rtol, tol.ulp, param.dtype)
         if trivial is not None:
             biggest = float(np.max(np.abs(finite))) if finite.size else 0.0
             problems.append(f"case {case.name}: output {param.name!r}: {trivial.label} passes its tolerance "

@@ -175,7 +175,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
         meter = Meter(budgets, price)
         pack = AuditPack(Path(args.results), suite=suite, program=program, device=evaluator.device(), settings=settings,
                          trust=trust, on_problem=progress.note)
-        visible = [c for c in suite.cases if not c.holdout]
+        visible = [c for c in suite.cases if not c.holdout and program.runs(c)]
         proposer = replay or _proposer(args, proposer_kind, suite, program, visible, meter, pack, notes, evaluator,
                                        openai_client, sleep)
         describe = getattr(proposer, "describe", None)

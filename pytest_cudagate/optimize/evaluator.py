@@ -38,7 +38,7 @@ from pytest_cudagate.worker.client import Worker
 from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.requests import compare_request, current_version, run_request
 from pytest_cudagate.defences.expected import materialise
-from pytest_cudagate.suite.model import Case, Program, Suite
+from pytest_cudagate.suite.model import Case, Program, Suite, judged
 from pytest_cudagate.judge.correctness import CaseVerdict, judge_case
 from pytest_cudagate.judge.library import LibraryResult, judge_library
 from pytest_cudagate.defences import sanitizer
@@ -168,8 +168,10 @@ class HarnessEvaluator:
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="cudagate-optimize-"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.initial = Candidate.initial(program)
-        self.visible = [c for c in suite.cases if not c.holdout]
-        for case in suite.cases:  # a generated case's arrays are drawn, verified and written once, for every candidate
+        # The cases the kernel is held to: those its `requires` meet (the others are absent for it, as in the gate).
+        self.cases = [c for c in suite.cases if program.runs(c)]
+        self.visible = [c for c in self.cases if not c.holdout]
+        for case in self.cases:  # a generated case's arrays are drawn, verified and written once, for every candidate
             if case.generated:
                 materialise(suite, case, client=client, root=self.work_dir / "generated")
         self.arch = client.device.get("arch", "sm_90")
@@ -184,7 +186,7 @@ class HarnessEvaluator:
     def validation_reserve_s(self) -> float:
         """GPU seconds the final gate of one winner may take: each case's measurement budget plus
         its validation, fresh inputs and (once) compute-sanitizer."""
-        return len(self.suite.cases) * (self.gate_options.budget_s + 1.0) + 15.0
+        return len(self.cases) * (self.gate_options.budget_s + 1.0) + 15.0
 
     def compile(self, candidate: Candidate) -> dict:
         """Every build the visible cases run (one per class variant), on the host: the first that
@@ -235,9 +237,8 @@ class HarnessEvaluator:
         return evaluation
 
     def _judged(self, evaluation: Evaluation, program: Program, case: Case, body: dict) -> CaseResult | None:
-        resolved = self.suite.resolved(case)
-        verdict = judge_case(program.name, case.name, body, resolved.expected_outputs(), self.suite.tolerance,
-                             resolved.shapes)
+        resolved = self.suite.resolved(case)  # judged on the outputs its `outputs:` names, as the gate judges it
+        verdict = judge_case(program.name, case.name, body, *judged(self.suite, program.name, resolved), resolved.shapes)
         result = CaseResult(case.name, case.kind, verdict.passed, resolved.launch(program))
         evaluation.cases.append(result)
         if not verdict.passed:
@@ -308,7 +309,7 @@ class HarnessEvaluator:
                 entry = {"adapter": initial.library_baseline.adapter,
                          "error": f"the initial kernel's timed run beside it failed: {why.strip()[:300]}"}
             resolved = self.suite.resolved(case)
-            self._library[case.name] = judge_library(entry, case.name, resolved.expected_outputs(), self.suite.tolerance,
+            self._library[case.name] = judge_library(entry, case.name, *judged(self.suite, initial.name, resolved),
                                                      resolved.shapes, confidence=RATIO_CONFIDENCE)
         return self._library[case.name]
 
@@ -319,7 +320,7 @@ class HarnessEvaluator:
         gate = Gate(self.client, self.fingerprint, self.gate_options, out)
         validation = Validation(passed=True, fresh_seed=getattr(gate, "fresh_seed", None))
         try:
-            for case in self.suite.cases:
+            for case in self.cases:
                 outcome = gate.replay(self.suite, program, case, self.ledger, source_text=candidate.text)
                 validation.cases.append({**outcome.to_json(), "holdout": case.holdout})
                 notes = getattr(outcome, "notes", []) or []

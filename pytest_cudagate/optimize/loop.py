@@ -69,7 +69,7 @@ class Optimizer:
         self.use_nsight = use_nsight
         self.validate_top = max(1, validate_top)
         self.settings = settings or {}
-        self.visible = [c for c in suite.cases if not c.holdout]
+        self.visible = [c for c in suite.cases if not c.holdout and program.runs(c)]  # its `requires` leave the rest out
         self.perf = [c.name for c in self.visible if c.kind == "performance"]
         self.attempts: list[Attempt] = []
         self.base: dict[str, float] = {}  # round-0 medians of the initial kernel, per performance case

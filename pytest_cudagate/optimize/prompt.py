@@ -66,8 +66,12 @@ def system_prompt(suite: Suite, program, device: str, visible) -> str:
                    "a class out drops its variant." if shipped else ".")
                 if len(classes) > 1 or shipped else
                 "- class_variants: always [] for this kernel (its cases are one shape class).")
+    dtypes = {p.name: p.dtype for p in suite.signature}
     tolerance = "; ".join(f"{name}: |actual - expected| <= {t.atol:g} + {t.rtol:g}·|expected|"
-                          for name, t in suite.tolerance.items())
+                          + (f", or within {t.ulp} ulp of expected in {dtypes[name]}" if t.ulp is not None else "")
+                          for name, t in suite.tolerance.items() if program.judged is None or name in program.judged)
+    requires = (f" Only cases where {' and '.join(program.requires)} are run (its preconditions)."
+                if program.requires else "")
     local = sorted(allowed_headers(program))
     return "\n".join([
         f"You optimise one CUDA kernel for latency on {device}. You write only CUDA C++ device code and launch "
@@ -78,8 +82,10 @@ def system_prompt(suite: Suite, program, device: str, visible) -> str:
         f"- What it computes: {suite.description or suite.name}. Buffer shapes: "
         + "; ".join(f"{p.name} {list(p.shape) if p.shape else p.size} ({p.dtype}, {p.intent})" for p in suite.buffers) + ".",
         "- Correct for every legal value of the scalars, not only the cases shown: hidden cases with other shapes "
-        "and fresh random inputs decide whether a candidate is accepted. Never special-case the shapes shown.",
-        f"- Tolerance: {tolerance}. Write every output element; never write into input buffers; two launches on "
+        "and fresh random inputs decide whether a candidate is accepted. Never special-case the shapes shown."
+        + requires,
+        f"- Tolerance{'' if program.judged is None else ' (the outputs judged)'}: {tolerance}. Write every output "
+        "element; never write into input buffers; two launches on "
         "the same inputs must give bit-identical outputs (no atomics whose order changes results).",
         f"- Includes: only <{'>, <'.join(sorted(SYSTEM_HEADERS))}>"
         + (" and " + ", ".join(f'"{h}"' for h in local) if local else "") + ". No dynamic parallelism, no host code.",

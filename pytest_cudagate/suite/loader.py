@@ -32,7 +32,7 @@ from pytest_cudagate.suite import device, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
-                                        default_bounds, default_rtol)
+                                        default_bounds, default_rtol, derivations)
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -285,9 +285,10 @@ class _Checker:
         )
 
     def preconditions(self, program: Program, raw: dict, parts: list, scalars: set[str],
-                      signature: tuple[Param, ...]) -> Program:
-        """A kernel's ``requires:`` (conditions over the scalars) and ``outputs:`` (the outputs it is
-        judged on: outputs of the signature, each written by one of its steps where it has steps)."""
+                      signature: tuple[Param, ...], derivations: tuple = ()) -> Program:
+        """A kernel's ``requires:`` (conditions over the scalars, derived ones included: ``derivations``,
+        :attr:`Suite.derivations`) and ``outputs:`` (the outputs it is judged on: outputs of the
+        signature, each written by one of its steps where it has steps)."""
         requires = []
         for i, text in enumerate(raw.get("requires", [])):
             try:
@@ -298,12 +299,14 @@ class _Checker:
             unknown = sorted(names - scalars)
             if unknown:
                 self.add(parts + ["requires", i], f"{text!r} uses {', '.join(unknown)}, which "
-                                                  f"{'is' if len(unknown) == 1 else 'are'} not a scalar parameter "
-                                                  f"(scalars: {', '.join(sorted(scalars)) or 'none'}); name scalars only")
+                                                  f"{'is' if len(unknown) == 1 else 'are'} neither a scalar parameter "
+                                                  f"nor a derived scalar (scalars: {', '.join(sorted(scalars)) or 'none'})"
+                                                  "; name those only")
                 continue
             requires.append(text.strip())
+        program = replace(program, requires=tuple(requires), derived=derivations if requires else ())
         if "outputs" not in raw:
-            return replace(program, requires=tuple(requires))
+            return program
         params = {p.name: p for p in signature}
         taken = {a for step in program.steps for a in step.args} if program.steps else set(params)
         for i, name in enumerate(raw["outputs"]):
@@ -318,7 +321,7 @@ class _Checker:
                                                  "`args` of the step that writes it, or remove it from `outputs`")
         for name in sorted({n for n in raw["outputs"] if raw["outputs"].count(n) > 1}):
             self.add(parts + ["outputs"], f"{name!r} is named twice; name each judged output once")
-        return replace(program, requires=tuple(requires), judged=tuple(raw["outputs"]))
+        return replace(program, judged=tuple(raw["outputs"]))
 
     def kernel_cases(self, suite: Suite) -> None:
         """Each kernel's ``requires`` evaluate on every case, and leave it a non-holdout performance
@@ -507,7 +510,12 @@ class _Checker:
         for i, p in enumerate(raw["signature"]):
             if "buffer" in p:
                 signature.append(Param(p["name"], "buffer", p["buffer"], p["intent"], str(p["size"]),
-                                       tuple(str(s) for s in p["shape"]) if "shape" in p else None))
+                                       tuple(str(s) for s in p["shape"]) if "shape" in p else None,
+                                       str(p["ld"]) if "ld" in p else None))
+                if "ld" in p and len(p.get("shape", ())) != 2:
+                    self.add(["signature", i, "ld"], f"{p['name']!r} has no 2-D shape; `ld` is the distance between "
+                                                     "the rows of a [rows, cols] buffer: give it `shape: [ROWS, COLS]`"
+                                                     ", or remove `ld`")
             else:
                 signature.append(Param(p["name"], "scalar", p["scalar"]))
                 if p["scalar"] in LOW_PRECISION:
@@ -521,6 +529,8 @@ class _Checker:
                 self.expr(p.size, ["signature", i, "size"], scalars)
                 for j, s in enumerate(p.shape or ()):
                     self.expr(s, ["signature", i, "shape", j], scalars)
+                if p.ld is not None:
+                    self.expr(p.ld, ["signature", i, "ld"], scalars)
         outputs = {p.name for p in signature if p.is_output}
         inputs = {p.name for p in signature if p.is_input}
         if not outputs:
@@ -547,7 +557,8 @@ class _Checker:
 
         case_classes = {c.shape_class for c in cases}
         kernels = [self.preconditions(self.program(k, ["kernels", i], scalars, k["name"], case_names, case_classes,
-                                                   tuple(signature)), k, ["kernels", i], scalars, tuple(signature))
+                                                   tuple(signature)), k, ["kernels", i], scalars, tuple(signature),
+                                      derivations(signature, derived))
                    for i, k in enumerate(raw["kernels"])]
         self.unique([k.name for k in kernels], ["kernels"], "kernel")
 
@@ -560,7 +571,9 @@ class _Checker:
                                               "compared; remove its tolerance, or make it an output (intent: out)")
             elif name not in outputs:
                 self.add(["tolerance", name], f"{name!r} is not an output buffer (outputs: {', '.join(sorted(outputs))})")
-            if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol:
+            if "ulp" in tol:
+                tol = {**tol, "ulp": self.ulp(tol["ulp"], dtypes.get(name), ["tolerance", name, "ulp"])}
+            if dtypes.get(name) in LOW_PRECISION and "rtol" not in tol and "ulp" not in tol:
                 tol = {**tol, "rtol": default_rtol(dtypes[name])}
             tolerance[name] = Tolerance(**tol)
         for name in sorted(outputs - set(tolerance)):
@@ -604,6 +617,16 @@ class _Checker:
         if not self.problems:
             self.kernel_cases(suite)
         return suite
+
+    def ulp(self, value: float, dtype: str | None, parts: list) -> int:
+        """A tolerance's ``ulp``: a whole number of units in the last place, 0 or more, of a float output."""
+        if dtype in INT_DTYPES:
+            self.add(parts, f"the output is {dtype}: units in the last place belong to float outputs; remove `ulp` "
+                            "and use atol (0 for exact integers)")
+        elif value < 0 or not float(value).is_integer():
+            self.add(parts, f"{value!r} is not a number of units in the last place; write a whole number, 0 or more "
+                            "(e.g. `ulp: 4`)")
+        return int(value) if float(value).is_integer() else 0
 
     def distribution(self, dist: Distribution, dtype: str, parts: list) -> None:
         """Parameters the generator can draw from for ``dtype`` (numpy refuses or overflows otherwise)."""
@@ -716,6 +739,7 @@ class _Checker:
         each tunable value) for every case, and check each result against what it feeds, so errors
         show at load time."""
         crowded: set[str] = set()  # inputs whose outliers fill a row
+        narrow: set[str] = set()  # padded buffers whose ld is refused (one line each, naming the first case)
         for i, case in enumerate(suite.cases):
             try:
                 scalars = suite.scalars(case)
@@ -738,6 +762,8 @@ class _Checker:
                         if min(shape) < 0 or product != counts[param.name]:
                             self.add(["cases", i], f"buffer {param.name!r}: shape {list(shape)} holds {product} "
                                                    f"elements but size gives {counts[param.name]}")
+                        elif param.ld is not None and param.name not in narrow:
+                            self.padding(suite, param, case, narrow)
                     dist = suite.inputs.get(param.name)
                     if (not problem and dist is not None and dist.distribution == "outliers" and dist.k is not None
                             and param.name not in crowded and dist.k >= dist.group(suite.shape(param, case))):
@@ -760,6 +786,21 @@ class _Checker:
                             continue
                         for problem in launch_problems(resolved["grid"], resolved["block"], resolved["shared_bytes"]):
                             self.add(["cases", i], f"{program.name} {label} in case {case.name!r}: {problem}{facts}")
+
+    def padding(self, suite: Suite, param: Param, case: Case, narrow: set[str]) -> None:
+        """A padded buffer's ``ld`` on ``case``: at least its row length, its rows within a buffer's bytes
+        (a buffer refused is added to ``narrow``)."""
+        rows, cols, ld = suite.layout(param, case)
+        parts = ["signature", suite.signature.index(param), "ld"]
+        problem = buffer_problem(rows * ld, numpy_dtype(param.dtype).itemsize)
+        if ld < cols:
+            self.add(parts, f"ld = {param.ld} gives {ld} in case {case.name!r}, less than the row length {cols} of "
+                            f"buffer {param.name!r}: its rows would overlap; make ld at least {param.shape[1]}")
+        elif problem:
+            self.add(parts, f"buffer {param.name!r} with its padding (ld = {ld}) {problem} in case {case.name!r}")
+        else:
+            return
+        narrow.add(param.name)
 
     @staticmethod
     def labelled(what: str, launch: Launch | Steps):

@@ -22,6 +22,10 @@ class Param:
     intent: str | None = None  # in / out / inout / scratch, buffers only
     size: str | None = None
     shape: tuple[str, ...] | None = None
+    # `ld:` of a 2-D buffer: its rows sit this many elements apart on the device (an expression at
+    # least the row length); the elements between a row's end and the next row are padding the
+    # kernel must leave untouched. Case files, the reference and the judge see the logical shape.
+    ld: str | None = None
 
     @property
     def is_output(self) -> bool:
@@ -148,6 +152,7 @@ class Tolerance:
     rtol: float = 0.0  # a bfloat16 or float8 output's: default_rtol(dtype) when the suite leaves it out
     nan: str = "fail"
     max_rel_norm: float | None = None
+    ulp: int | None = None  # also pass within this many units in the last place of the output's type
 
 
 # A low-precision output's rtol when its tolerance leaves rtol out: 4u, two units in the last place
@@ -347,14 +352,17 @@ class Program:
     # `outputs:`: the outputs this kernel is judged on; None: every output of the signature. Signed
     # in the manifest where given.
     judged: tuple[str, ...] | None = None
+    # The suite's derived scalars (Suite.derivations), which `requires` may read too.
+    derived: tuple[tuple[str, str, str | None], ...] = ()
 
     def skip_reason(self, case: Case) -> str | None:
         """Why ``case`` is absent for this kernel: the first of its ``requires`` the case breaks, with
-        the values of the scalars it reads; None when the case meets them all."""
+        the values of the scalars it reads (derived ones too); None when the case meets them all."""
+        scalars = derive(case.scalars, self.derived) if self.requires and self.derived else case.scalars
         for text in self.requires:
             condition = parse_condition(text)
-            if not condition.holds(case.scalars):
-                values = ", ".join(f"{name}={case.scalars[name]}" for name in sorted(condition.names))
+            if not condition.holds(scalars):
+                values = ", ".join(f"{name}={scalars[name]}" for name in sorted(condition.names))
                 return f"kernel {self.name} requires {text} ({values}): case {case.name} is not one of its cases"
         return None
 
@@ -432,6 +440,33 @@ class Case:
     constant_ok: bool = False  # a maintainer accepts that a constant output may pass (e.g. one element)
 
 
+def derivations(signature, derived: dict[str, str]) -> tuple[tuple[str, str, str | None], ...]:
+    """Each of ``derived`` as (name, expression, the type ``signature`` gives it or None)."""
+    types = {p.name: p.dtype for p in signature if p.kind == "scalar"}
+    return tuple((name, text, types.get(name)) for name, text in derived.items())
+
+
+def derive(scalars: dict, derivations: tuple[tuple[str, str, str | None], ...]) -> dict:
+    """``scalars`` followed by each derived scalar ``(name, expression, dtype)``, evaluated over those
+    before it; one the signature declares (``dtype``) takes its type (a whole number for an integer
+    type, a float otherwise). Raises :class:`ExprError` naming the derived scalar that fails."""
+    values = dict(scalars)
+    for name, text, dtype in derivations:
+        try:
+            value = parse(text).value(values)
+        except ExprError as exc:
+            raise ExprError(f"derived scalar {name}: {exc}") from None
+        if dtype is not None and np.issubdtype(numpy_dtype(dtype), np.integer):
+            if isinstance(value, float) and not value.is_integer():
+                raise ExprError(f"derived scalar {name} = {text!r} gives {value}, but {name} is {dtype}: "
+                                "write a whole-number expression (// or cdiv divide to one)")
+            value = int(value)
+        elif dtype is not None:
+            value = float(value)
+        values[name] = value
+    return values
+
+
 @dataclass(frozen=True)
 class Suite:
     path: Path
@@ -475,30 +510,25 @@ class Suite:
         raise KeyError(f"suite {self.name!r} has no case {name!r}")
 
     def scalars(self, case: Case) -> dict:
-        """The case's scalars followed by the suite's derived ones, each evaluated over those before
-        it; a derived scalar the signature declares takes its type (a whole number for an integer
-        type, a float otherwise). Raises :class:`ExprError` naming the derived scalar that fails."""
-        values = dict(case.scalars)
-        types = {p.name: p.dtype for p in self.signature if p.kind == "scalar"}
-        for name, text in self.derived.items():
-            try:
-                value = parse(text).value(values)
-            except ExprError as exc:
-                raise ExprError(f"derived scalar {name}: {exc}") from None
-            dtype = types.get(name)
-            if dtype is not None and np.issubdtype(numpy_dtype(dtype), np.integer):
-                if isinstance(value, float) and not value.is_integer():
-                    raise ExprError(f"derived scalar {name} = {text!r} gives {value}, but {name} is {dtype}: "
-                                    "write a whole-number expression (// or cdiv divide to one)")
-                value = int(value)
-            elif dtype is not None:
-                value = float(value)
-            values[name] = value
-        return values
+        """The case's scalars followed by the suite's derived ones (:func:`derive`). Raises
+        :class:`ExprError` naming the derived scalar that fails."""
+        return derive(case.scalars, self.derivations)
+
+    @property
+    def derivations(self) -> tuple[tuple[str, str, str | None], ...]:
+        """Each derived scalar as (name, expression, its signature type or None), in evaluation order."""
+        return derivations(self.signature, self.derived)
 
     def counts(self, case: Case) -> dict[str, int]:
         scalars = self.scalars(case)
         return {p.name: evaluate(p.size, scalars) for p in self.buffers}
+
+    def layout(self, param: Param, case: Case) -> list[int] | None:
+        """A padded buffer's [rows, cols, ld] on ``case`` (the worker's ``layout``); None without ``ld``."""
+        if param.ld is None:
+            return None
+        rows, cols = self.shape(param, case)
+        return [rows, cols, evaluate(param.ld, self.scalars(case))]
 
     def shape(self, param: Param, case: Case) -> tuple[int, ...]:
         scalars = self.scalars(case)

@@ -3,7 +3,7 @@
 Signed: suite name, the ordered parameter signature, the reference (its source or Python file hash,
 the headers it includes, entry, options, launch), every case (kind, holdout, seed, scalars, class
 and generated where set, the sha256 of each input and expected-output file, or for a generated
-case of its generated.json and output samples), tolerances, input distributions, each kernel's
+case of its generated.json and output samples), tolerances (their `ulp` where given), input distributions, each kernel's
 entry and launch configuration(s), its class variants' launches included, its ``requires`` and
 judged ``outputs`` where given, timing settings and the gate threshold, and the derived scalars'
 expressions where the suite has any.
@@ -214,10 +214,13 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
     manifest = {
         "format": MANIFEST_FORMAT,
         "suite": suite.name,
-        "signature": [_plain(p, root) for p in suite.signature],
+        # a buffer's `ld` only where given, so suites signed before it existed keep their signatures
+        "signature": [{k: v for k, v in _plain(p, root).items() if k != "ld" or v is not None} for p in suite.signature],
         "reference": _reference(suite, problems),
         "cases": cases,
-        "tolerance": {name: _plain(t, root) for name, t in suite.tolerance.items()},
+        # `ulp` only where given, so suites signed before it existed keep their signatures
+        "tolerance": {name: {k: v for k, v in _plain(t, root).items() if k != "ulp" or v is not None}
+                      for name, t in suite.tolerance.items()},
         # a key a suite leaves unset is left out, so suites signed before the key existed still verify
         "inputs": {name: {k: v for k, v in _plain(d, root).items() if v is not None} for name, d in suite.inputs.items()},
         "kernels": {k.name: {"entry": k.entry, **_program_launches(k), **_kernel_cases(k)} for k in suite.kernels},

@@ -155,7 +155,8 @@ def case_spec(suite: Suite, launch: Program | Launch | Steps, case: Case, *, exp
         "scalars": {name: value for name, value in resolved.scalars.items()
                     if name in case.scalars or any(p.name == name and p.kind == "scalar" for p in suite.signature)},
         "buffers": {
-            p.name: {"count": resolved.counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {})}
+            p.name: {"count": resolved.counts[p.name], **({"input": str(folder / f"{p.name}.npy")} if p.is_input else {}),
+                     **({"layout": suite.layout(p, case)} if p.ld is not None else {})}
             for p in suite.buffers
         },
         "launch": resolved.launch(launch),

@@ -34,7 +34,7 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.cases import case_data_fix
 from pytest_cudagate.suite.model import Case, Suite
-from pytest_cudagate.trust import load_signature_file, signature_path
+from pytest_cudagate.trust import instance_manifest, load_signature_file, signature_path
 from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
 from pytest_cudagate.worker.requests import case_spec, run_request
 
@@ -67,8 +67,8 @@ def _signed_sha256(suite: Suite, path: Path) -> tuple[Path, str | None]:
     if not signature.is_file():
         return signature, None
     try:
-        signed = load_signature_file(signature)["manifest"]["reference"].get("python")
-    except (FileError, KeyError, AttributeError):
+        signed = instance_manifest(load_signature_file(signature)["manifest"], suite)["reference"].get("python")
+    except (FileError, KeyError, AttributeError, TypeError):
         return signature, None
     if not isinstance(signed, dict) or Path(os.path.normpath(suite.root / str(signed.get("file")))) != path:
         return signature, None

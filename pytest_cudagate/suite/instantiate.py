@@ -82,9 +82,8 @@ def expand(raw: dict) -> tuple[list[Instantiation], list[tuple[list, str]]]:
     declared = raw.get("instantiate")
     variables: dict[str, list[str]] = {}
     if declared is not None and not isinstance(declared, dict):
-        problems.append((["instantiate"], "expected a mapping of type variables to their types, e.g. "
-                                          "`instantiate: {T: [float32, bfloat16]}`"))
-        declared = {}
+        return [], [(["instantiate"], "expected a mapping of type variables to their types, e.g. "
+                                      "`instantiate: {T: [float32, bfloat16]}`")]
     for name, types in (declared or {}).items():
         parts = ["instantiate", name]
         if not isinstance(name, str) or not VARIABLE.fullmatch(name):
@@ -117,9 +116,9 @@ def expand(raw: dict) -> tuple[list[Instantiation], list[tuple[list, str]]]:
                 if how == "type" and text != f"{{{name}}}":
                     problems.append((parts, f"{text!r}: a type is one name or one variable; write {{{name}}}"))
                 continue
-            where = (f"declared in instantiate ({', '.join(map(str, declared))})" if declared
-                     else "declared: the suite has no `instantiate:`")
-            problems.append((parts, f"{{{name}}} is not a type variable {where}; declare it, e.g. "
+            where = (f"of instantiate ({', '.join(map(str, declared))})" if declared
+                     else "(the suite has no `instantiate:`)")
+            problems.append((parts, f"{{{name}}} names no type variable {where}; declare it, e.g. "
                                     f"`instantiate: {{{name or 'T'}: [float32, bfloat16]}}`, or write the type"))
     for name in variables:
         if name not in used:
@@ -135,13 +134,13 @@ def expand(raw: dict) -> tuple[list[Instantiation], list[tuple[list, str]]]:
             for combo in itertools.product(*variables.values())], []
 
 
-def _output_variables(raw: dict, variables: dict[str, list[str]]) -> dict[str, str]:
-    """Each output buffer typed by a variable: its variable."""
+def _output_variables(raw: dict) -> dict[str, str]:
+    """Each output buffer typed by a placeholder: the name in its braces."""
     found = {}
     for param in raw.get("signature") or []:
         if isinstance(param, dict) and param.get("intent") in ("out", "inout") and isinstance(param.get("buffer"), str):
             match = PLACEHOLDER.fullmatch(param["buffer"])
-            if match and match.group(1) in variables:
+            if match:
                 found[param.get("name")] = match.group(1)
     return found
 
@@ -152,11 +151,13 @@ def _tolerance_problems(raw: dict, variables: dict[str, list[str]]) -> list[tupl
     tolerance = raw.get("tolerance")
     if not isinstance(tolerance, dict):
         return problems  # the schema says what it takes
-    typed = _output_variables(raw, variables)
+    typed = _output_variables(raw)
     for name, tol in tolerance.items():
         parts = ["tolerance", name]
         per_type = isinstance(tol, dict) and bool(tol) and all(key in DTYPES for key in tol)
         variable = typed.get(name)
+        if variable is not None and variable not in variables:
+            continue  # its placeholder is refused already
         if variable is None:
             if per_type:
                 problems.append((parts, f"{name!r} has one type in every instantiation; give it one tolerance, "
@@ -192,7 +193,7 @@ def _written(raw: dict, types: dict[str, str]) -> dict:
             node[parts[-1]] = PLACEHOLDER.sub(lambda m: types[m.group(1)], text)
         else:
             node[parts[-1]] = PLACEHOLDER.sub(lambda m: DTYPES[types[m.group(1)]][1], text)
-    for name, variable in _output_variables(raw, types).items():
+    for name, variable in _output_variables(raw).items():
         out["tolerance"][name] = out["tolerance"][name][types[variable]]
     out["data"] = f"{str(raw.get('data', 'cases')).rstrip('/')}/{label(types)}"
     return out

@@ -204,3 +204,20 @@ def test_a_bad_instantiation_is_one_line_naming_the_field(tmp_path, capsys, old,
     assert code == 2, out
     assert message in out
     assert len([line for line in out.splitlines() if line.startswith("  - ")]) == 1, out
+
+
+def test_a_reference_that_names_the_type_variable_gets_the_types_name(tmp_path, capsys):
+    # A bfloat16 input reaches a Python reference as float32 (exact), so the type comes by name.
+    path = write_gelu(tmp_path / "gelu")
+    reference = tmp_path / "gelu" / "reference.py"
+    reference.write_text(reference.read_text().replace("def gelu(x, n):", "def gelu(x, n, T):\n"
+                                                       "    return x * {'float32': 1, 'bfloat16': 2}[T]\n"))
+    code, out = cli(capsys, "cases", "generate", path)
+    assert code == 0, out
+    for dtype, factor in (("float32", 1), ("bfloat16", 2)):
+        folder = tmp_path / "gelu" / "cases" / f"T={dtype}" / "small"
+        x, y = (np.load(folder / name).view(np.uint16 if dtype == "bfloat16" else np.float32) for name in
+                ("x.npy", "expected/y.npy"))
+        if dtype == "bfloat16":
+            x, y = (a.view(ml_dtypes.bfloat16).astype(np.float32) for a in (x, y))
+        np.testing.assert_array_equal(y, x * factor)

@@ -164,9 +164,10 @@ class ReferenceRunner:
     def scalars(self, function, case: Case) -> dict:
         """What the Python reference is given besides the inputs: every scalar the case gives, and a
         derived scalar only where the function names it as a parameter (a reference written before
-        the suite derived it keeps working)."""
+        the suite derived it keeps working); so does a type variable of an instantiated suite (its
+        type's name, e.g. T="bfloat16", for a reference that rounds as the kernel's type does)."""
         derived = list(self.suite.derived)
-        if not derived:
+        if not derived and not self.suite.types:
             return dict(case.scalars)
         try:
             named = {name for name, p in inspect.signature(function).parameters.items()
@@ -174,7 +175,8 @@ class ReferenceRunner:
         except (TypeError, ValueError):  # no signature to read: it gets the case's scalars only
             named = set()
         values = self.suite.scalars(case)
-        return {**case.scalars, **{name: values[name] for name in derived if name in named}}
+        return {**case.scalars, **{name: values[name] for name in derived if name in named},
+                **{name: dtype for name, dtype in self.suite.types.items() if name in named}}
 
     # -- what a reference returns -----------------------------------------------------------------
     def checked(self, case: Case, result: dict, who: str) -> dict[str, np.ndarray]:

@@ -84,10 +84,14 @@ def expand(raw: dict) -> tuple[list[Instantiation], list[tuple[list, str]]]:
     if declared is not None and not isinstance(declared, dict):
         return [], [(["instantiate"], "expected a mapping of type variables to their types, e.g. "
                                       "`instantiate: {T: [float32, bfloat16]}`")]
+    taken = {p.get("name") for p in raw.get("signature") or [] if isinstance(p, dict)} | set(raw.get("derived") or ())
     for name, types in (declared or {}).items():
         parts = ["instantiate", name]
         if not isinstance(name, str) or not VARIABLE.fullmatch(name):
             problems.append((parts, f"{name!r} is not a type variable name; write a C++-style name such as T"))
+        elif name in taken:
+            problems.append((parts, f"{name} is a parameter or derived scalar of the suite too (a Python reference "
+                                    "naming it gets the type's name); give the type variable another name"))
         elif not isinstance(types, list) or not types:
             problems.append((parts, f"{name} lists no type; list the types to gate, e.g. `{name}: [float32, bfloat16]`"))
         elif not all(isinstance(t, str) for t in types):

@@ -6,7 +6,8 @@ and generated where set, the sha256 of each input and expected-output file, or f
 case of its generated.json and output samples), tolerances, input distributions, each kernel's
 entry and launch configuration(s), its class variants' launches included, its ``requires`` and
 judged ``outputs`` where given, timing settings and the gate threshold, and the derived scalars'
-expressions where the suite has any.
+expressions where the suite has any. An instantiated suite (``instantiate:``) signs that mapping and
+all of the above per instantiation (``instances``).
 
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),

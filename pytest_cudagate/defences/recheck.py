@@ -114,7 +114,8 @@ def recheck_in_process(suite: Suite, *, budget_s: float = DEFAULT_RECHECK_S, sig
     start = time.monotonic()
     left = []
     # an instantiated suite's cases, in every instantiation (named `case [T=bfloat16]`), smallest first
-    todo = [(one, case, ReferenceRunner(one, signed=signed)) for one in suite.instances for case in one.cases]
+    runners = {one.label: ReferenceRunner(one, signed=signed) for one in suite.instances}  # one import each
+    todo = [(one, case, runners[one.label]) for one in suite.instances for case in one.cases]
     for one, case, runner in sorted(todo, key=lambda t: _case_bytes(t[0], t[1])):
         name = f"{case.name} [{one.label}]" if one.label else case.name
         if check_case_data(one, case):

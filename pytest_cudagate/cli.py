@@ -67,12 +67,17 @@ def cmd_check(args) -> int:
     failed = bad_input = False
     for path in _suites(args.suites):
         suite = load_suite(path)
-        print(f"{path}: suite {suite.name!r} is valid ({len(suite.kernels)} kernel(s), {len(suite.cases)} case(s))")
-        for kernel in suite.kernels:  # a case that breaks a kernel's `requires` is absent for it
-            for case in suite.cases:
-                reason = kernel.skip_reason(case)
-                if reason:
-                    print(f"  skips: {reason}")
+        kernels = suite.all_kernels
+        print(f"{path}: suite {suite.name!r} is valid ({len(kernels)} kernel(s), {len(suite.cases)} case(s))")
+        for one in suite.instances if suite.instantiate else ():  # each gated as a suite of its own
+            print(f"  instantiation {one.label}: {', '.join(k.name for k in one.kernels)}; case data in "
+                  f"{display_path(one.data_dir)}")
+        for one in suite.instances:
+            for kernel in one.kernels:  # a case that breaks a kernel's `requires` is absent for it
+                for case in one.cases:
+                    reason = kernel.skip_reason(case)
+                    if reason:
+                        print(f"  skips: {reason}")
         if args.allow_unsigned:
             print(f"  {UNSIGNED_WARNING}")
         distrusted = gate_problems(suite, None, None, allow_unsigned=args.allow_unsigned)
@@ -80,15 +85,16 @@ def cmd_check(args) -> int:
             failed = True
             print(f"  trust: {problem}")
         bad_data = False
-        for case in suite.cases:
-            for problem in check_case_data(suite, case):
-                bad_data = True
-                print(f"  case {case.name}: {problem}")
+        for one in suite.instances:
+            for case in one.cases:
+                for problem in check_case_data(one, case):
+                    bad_data = True
+                    print(f"  case {case.name}{f' [{one.label}]' if one.label else ''}: {problem}")
         if bad_data:
             failed = True
             print(f"  {case_data_fix(suite)}")
-        for flag in flag_cases(suite) if not bad_data else []:  # judged only on sound data
-            print(f"  warning: {flag}")
+        for flag in [flag for one in suite.instances for flag in flag_cases(one)] if not bad_data else []:
+            print(f"  warning: {flag}")  # judged only on sound data
         if distrusted:  # the reference runs only as a trusted signature signs it, as in the gate
             print("  note: expected outputs not rechecked with the reference: the suite is not trusted (above)")
         else:
@@ -97,14 +103,14 @@ def cmd_check(args) -> int:
             for line in recheck.problems + recheck.said(suite):
                 print(f"  {line}")
         versions = []
-        for program in suite_builds(suite):
+        for one, program in [(one, build) for one in suite.instances for build in suite_builds(one)]:
             try:
-                versions.append((program, current_version(program)))
+                versions.append((program, one.signature, current_version(program)))
             except IncludeError as exc:  # the headers it includes are bad input, as the suite file's are
                 bad_input = True
                 print(f"  {program.build_name}: {exc}")
         for arch in args.arch or [project_config(suite).arch]:
-            for program, version in versions:
+            for program, signature, version in versions:
                 result = compile_version(version, arch)
                 if result.ok:
                     res = entry_resources(result)
@@ -112,7 +118,7 @@ def cmd_check(args) -> int:
                           f"{result.seconds * 1000:.0f} ms"
                           f"{' (cached)' if result.cache_hit else ''}; {res.get('registers', '?')} registers, "
                           f"{res.get('spill_store_bytes', 0)} B spill stores, {res.get('shared_static_bytes', 0)} B static shared")
-                    mismatch = parameter_problems(program, result, suite.signature, arch)
+                    mismatch = parameter_problems(program, result, signature, arch)
                     if mismatch:
                         failed = True
                         print(f"  {program.build_name}: {mismatch_heading(program, loud=True)}:\n"
@@ -183,8 +189,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_cases_generate(args) -> int:
-    for path in _suites(args.suites):
-        suite = load_suite(path)
+    # an instantiated suite's instantiations each get their data: drawn from the same seeds in its types
+    for suite in [one for path in _suites(args.suites) for one in load_suite(path).instances]:
         cases = [suite.case(name) for name in args.case] if args.case else list(suite.cases)
         if suite.reference.python:
             folders = generate(suite, cases)
@@ -213,7 +219,7 @@ def cmd_cases_generate(args) -> int:
 def cmd_approve(args) -> int:
     """Record the working-tree kernel(s) as approved, if the gate passes them, with baselines measured here."""
     suite = load_suite(next(iter(_suites([args.suite]))))
-    kernels = [suite.kernel(args.kernel)] if args.kernel else list(suite.kernels)
+    kernels = [suite.instance_of(args.kernel).kernel(args.kernel)] if args.kernel else list(suite.all_kernels)
     config = project_config(suite, timeout_s=args.timeout, lock_timeout_s=args.lock_timeout)
     if args.pull_request is not None and not (args.key or os.environ.get(SIGNING_KEY_ENV)):
         raise CudagateError(f"--pull-request {args.pull_request}: names what a signing is for, and without --key (or "
@@ -224,7 +230,7 @@ def cmd_approve(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    suite = load_suite(next(iter(_suites([args.suite]))))
+    suite = load_suite(next(iter(_suites([args.suite])))).instance_of(args.kernel)
     print("\n".join(kernel_diff(suite, args.kernel, Path(args.report) if args.report else None)))
     return 0
 

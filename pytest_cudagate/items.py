@@ -326,13 +326,15 @@ class SuiteFile(pytest.File):
         except Exception as exc:  # a loader bug must cost this suite only, never the whole session
             yield SuiteErrorItem.from_parent(self, name="suite", message=f"{self.path}: cannot load: {exc!r}")
             return
-        if suite.reference.program is not None:
-            yield ProgramNode.from_parent(self, name="reference", suite=suite, program=suite.reference.program, cases=())
-        for kernel in suite.kernels:
-            # a case that breaks the kernel's `requires` is absent for it: not compiled for, run or judged
-            yield ProgramNode.from_parent(self, name=kernel.name, suite=suite, program=kernel,
-                                          cases=tuple(c for c in suite.cases if kernel.runs(c)),
-                                          absent=tuple(c for c in suite.cases if not kernel.runs(c)))
+        for suite in suite.instances:  # an instantiated suite: its kernels are named for their instantiation
+            if suite.reference.program is not None:
+                yield ProgramNode.from_parent(self, name=suite.reference.program.name, suite=suite,
+                                              program=suite.reference.program, cases=())
+            for kernel in suite.kernels:
+                # a case that breaks the kernel's `requires` is absent for it: not compiled for, run or judged
+                yield ProgramNode.from_parent(self, name=kernel.name, suite=suite, program=kernel,
+                                              cases=tuple(c for c in suite.cases if kernel.runs(c)),
+                                              absent=tuple(c for c in suite.cases if not kernel.runs(c)))
 
 
 class ProgramNode(pytest.Collector):

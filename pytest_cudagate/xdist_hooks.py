@@ -134,6 +134,7 @@ def _item_info(nodeid: str, suite_path: Path, key: Key, index: dict) -> ItemInfo
             suite = load_suite(suite_path)
         except CudagateError:  # the worker loaded it; if the controller cannot, locate from the requests
             return ItemInfo(nodeid=nodeid, suite_path=suite_path)
+    suite = suite.instance_of(key[1])  # an instantiated suite: the kernel's instantiation
     program = next((p for p in [*suite.kernels, suite.reference.program] if p is not None and p.name == key[1]), None)
     case = next((c for c in suite.cases if c.name == key[2]), None)
     if program is None or case is None:

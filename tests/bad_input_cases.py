@@ -44,6 +44,7 @@ from pytest_cudagate.reports.writer import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa: E402
+from instantiated import GELU_YAML, write_gelu  # noqa: E402
 from optimize_fakes import opt_suite, write_proposals  # noqa: E402
 from report_fixtures import build_scenario, built_report  # noqa: E402
 from test_attacks import Repo  # noqa: E402
@@ -1172,6 +1173,38 @@ for _entry in ("cudagate", "harness"):
     for _name, _layout in [("a layout that is not three numbers", [1, 4]), ("a layout whose ld is below its cols", [1, 4, 3]),
                            ("a layout that does not hold count", [2, 4, 8]), ("a layout of text", "1x4")]:
         bad("layouts", f"{_entry}: {_name}")(lambda d, e=_entry, v=_layout: request(d, e, buffer_change(layout=v)))
+
+
+# -- dtype instantiations (issue 44 item 4): each refused by `cudagate check`, naming the field ------------
+def instantiated(d: Path, *changes: str) -> tuple[str, list[str]]:
+    """The gelu suite with each (old, new) pair of ``changes`` made."""
+    text = GELU_YAML
+    for old, new in zip(changes[::2], changes[1::2]):
+        text = replace_once(text, old, new)
+    return check(write_gelu(d / "s", text))
+
+
+for _name, _args in [
+    ("a type without a tolerance", ("    bfloat16: {atol: 1.0e-2, rtol: 1.6e-2}\n", "")),
+    ("an unknown dtype", ("[float32, bfloat16]", "[float32, bfloat17]")),
+    ("a placeholder not declared", ('"gelu<{T}>"', '"gelu<{U}>"')),
+    ("a variable nothing uses", ("{T: [float32, bfloat16]}", "{T: [float32, bfloat16], U: [int32]}")),
+    ("an empty list", ("{T: [float32, bfloat16]}", "{T: []}")),
+    ("a type listed twice", ("[float32, bfloat16]", "[bfloat16, bfloat16]")),
+    ("a list that is a string", ("{T: [float32, bfloat16]}", "{T: float32}")),
+    ("one tolerance for a typed output", ("    float32: {atol: 1.0e-6, rtol: 1.0e-5}\n    bfloat16: {atol: 1.0e-2, "
+                                          "rtol: 1.6e-2}\n", "    atol: 1.0e-2\n")),
+    ("a tolerance of a type not instantiated", ("    bfloat16: {atol", "    float16: {atol: 1.0}\n    bfloat16: {atol")),
+    ("a placeholder inside a type name", ('buffer: "{T}", intent: in', 'buffer: "b{T}", intent: in')),
+    ("a placeholder without instantiate", ("instantiate: {T: [float32, bfloat16]}\n", "")),
+    ("the product of the lists too large", ("{T: [float32, bfloat16]}", "{T: [float32, bfloat16, float16, float64, "
+                                            "int8], U: [int8, int16, int32, int64]}")),
+    ("instantiate that is a list", ("{T: [float32, bfloat16]}", "[float32, bfloat16]")),
+    ("a bfloat16 scalar", ("  - {name: n, scalar: int32}\n", "  - {name: n, scalar: int32}\n  - {name: a, scalar: "
+                                                             "\"{T}\"}\n", "{n: 1000}", "{n: 1000, a: 1.0}",
+                           "{n: 65536}", "{n: 65536, a: 1.0}")),
+]:
+    bad("instantiate", _name)(lambda d, a=_args: instantiated(d, *a))
 
 
 def cpu_seconds() -> float:

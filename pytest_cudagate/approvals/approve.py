@@ -91,7 +91,7 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
         for program in kernels:
             measured: list[ApprovalRun] = []
             for number in range(runs):
-                run = approval_run(suite, program, config, Path(work) / program.name / str(number))
+                run = approval_run(suite.instance_of(program.name), program, config, Path(work) / program.name / str(number))
                 if number == 0:
                     print(f"measuring on {run.fingerprint.key()}: {run.fingerprint.describe()}", file=out)
                 for warning in run.warnings():
@@ -105,7 +105,8 @@ def approve(suite: Suite, kernels: list[Program], config: GateConfig, *, approve
                 print(f"{program.name}: NOT approved; it fails the gate:\n" + textwrap.indent("\n".join(refusals), "  "),
                       file=out)
                 continue
-            print(f"{program.name}: {record(ledger, suite, program, measured, who, now)}", file=out)
+            print(f"{program.name}: {record(ledger, suite.instance_of(program.name), program, measured, who, now)}",
+                  file=out)
     key = load_private_key(key_file) if (key_file or os.environ.get(SIGNING_KEY_ENV)) else None
     if key is not None:
         sign_ledger(ledger, key, who, pull_request)

@@ -131,7 +131,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def _bisect(args: argparse.Namespace, root: TrustRoot | None) -> int:
     suite = _suite(args.suite)
-    program = suite.kernel(args.kernel) if args.kernel else _only_kernel(suite)
+    name = args.kernel or _only_kernel(suite).name
+    suite = suite.instance_of(name)  # an instantiated suite: one instantiation is bisected at a time
+    program = suite.kernel(name)
     case = _case(suite, program, args.case)
     threshold = _threshold(args.threshold, suite)
     problems = gate_problems(suite, None, None, trust_root=root)
@@ -190,10 +192,11 @@ def _suite(given: str) -> Suite:
 
 
 def _only_kernel(suite: Suite):
-    if len(suite.kernels) != 1:
-        raise CudagateError(f"{display_path(suite.path)}: suite {suite.name!r} has {len(suite.kernels)} kernels "
-                            f"({', '.join(k.name for k in suite.kernels)}): name one as KERNEL")
-    return suite.kernels[0]
+    kernels = suite.all_kernels  # an instantiated suite's: one per instantiation
+    if len(kernels) != 1:
+        raise CudagateError(f"{display_path(suite.path)}: suite {suite.name!r} has {len(kernels)} kernels "
+                            f"({', '.join(k.name for k in kernels)}): name one as KERNEL")
+    return kernels[0]
 
 
 def _case(suite: Suite, program: Program, name: str | None) -> Case:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Suite
-from pytest_cudagate.trust import SIGNATURE_FILENAME, load_signature_file, signature_path
+from pytest_cudagate.trust import SIGNATURE_FILENAME, instance_manifest, load_signature_file, signature_path
 
 
 def _signed_checks(suite: Suite) -> tuple[bool, dict | None]:
@@ -22,8 +22,8 @@ def _signed_checks(suite: Suite) -> tuple[bool, dict | None]:
     if not path.is_file():
         return False, None
     try:
-        manifest = load_signature_file(path)["manifest"]
-    except FileError:
+        manifest = instance_manifest(load_signature_file(path)["manifest"], suite)
+    except (FileError, KeyError, TypeError):
         return True, None
     return True, manifest.get("checks")
 

@@ -111,22 +111,25 @@ def recheck_in_process(suite: Suite, *, budget_s: float = DEFAULT_RECHECK_S, sig
                             f"only; after changing it, run `{command('cudagate', 'cases', 'generate', suite.path)}` "
                             f"on one, then `{command('cudagate', 'sign', suite.path)}`")
         return result
-    runner = ReferenceRunner(suite, signed=signed)
     start = time.monotonic()
     left = []
-    for case in sorted(suite.cases, key=lambda c: _case_bytes(suite, c)):
-        if check_case_data(suite, case):
+    # an instantiated suite's cases, in every instantiation (named `case [T=bfloat16]`), smallest first
+    runners = {one.label: ReferenceRunner(one, signed=signed) for one in suite.instances}  # one import each
+    todo = [(one, case, runners[one.label]) for one in suite.instances for case in one.cases]
+    for one, case, runner in sorted(todo, key=lambda t: _case_bytes(t[0], t[1])):
+        name = f"{case.name} [{one.label}]" if one.label else case.name
+        if check_case_data(one, case):
             continue
         if time.monotonic() - start >= budget_s:
-            left.append(case.name)
+            left.append(name)
             continue
         try:
-            found = _generated(suite, case, runner) if case.generated else _stored(suite, case, runner)
+            found = _generated(one, case, runner) if case.generated else _stored(one, case, runner)
         except (ReferenceFailure, GeneratedCaseError) as exc:
             found = [f"case {case.name}: {exc}"]
-        result.problems += found
+        result.problems += [problem.replace(f"case {case.name}", f"case {name}", 1) for problem in found]
         if not found:
-            result.agreed.append(case.name)
+            result.agreed.append(name)
     if result.problems:
         result.problems.append(case_data_fix(suite))
     if left:

@@ -34,7 +34,7 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.suite.cases import case_data_fix
 from pytest_cudagate.suite.model import Case, Suite
-from pytest_cudagate.trust import load_signature_file, signature_path
+from pytest_cudagate.trust import instance_manifest, load_signature_file, signature_path
 from pytest_cudagate.trust.canonical import normalize_newlines, sha256_bytes
 from pytest_cudagate.worker.requests import case_spec, run_request
 
@@ -67,8 +67,8 @@ def _signed_sha256(suite: Suite, path: Path) -> tuple[Path, str | None]:
     if not signature.is_file():
         return signature, None
     try:
-        signed = load_signature_file(signature)["manifest"]["reference"].get("python")
-    except (FileError, KeyError, AttributeError):
+        signed = instance_manifest(load_signature_file(signature)["manifest"], suite)["reference"].get("python")
+    except (FileError, KeyError, AttributeError, TypeError):
         return signature, None
     if not isinstance(signed, dict) or Path(os.path.normpath(suite.root / str(signed.get("file")))) != path:
         return signature, None
@@ -164,9 +164,10 @@ class ReferenceRunner:
     def scalars(self, function, case: Case) -> dict:
         """What the Python reference is given besides the inputs: every scalar the case gives, and a
         derived scalar only where the function names it as a parameter (a reference written before
-        the suite derived it keeps working)."""
+        the suite derived it keeps working); so does a type variable of an instantiated suite (its
+        type's name, e.g. T="bfloat16", for a reference that rounds as the kernel's type does)."""
         derived = list(self.suite.derived)
-        if not derived:
+        if not derived and not self.suite.types:
             return dict(case.scalars)
         try:
             named = {name for name, p in inspect.signature(function).parameters.items()
@@ -174,7 +175,8 @@ class ReferenceRunner:
         except (TypeError, ValueError):  # no signature to read: it gets the case's scalars only
             named = set()
         values = self.suite.scalars(case)
-        return {**case.scalars, **{name: values[name] for name in derived if name in named}}
+        return {**case.scalars, **{name: values[name] for name in derived if name in named},
+                **{name: dtype for name, dtype in self.suite.types.items() if name in named}}
 
     # -- what a reference returns -----------------------------------------------------------------
     def checked(self, case: Case, result: dict, who: str) -> dict[str, np.ndarray]:

@@ -55,7 +55,7 @@ class SentAhead:
 
 
 def sent_key(suite: Suite, program: Program, case: Case, ledger: Ledger) -> tuple:
-    return str(suite.path), repr(program), case.name, str(ledger.path)
+    return suite.ident, repr(program), case.name, str(ledger.path)
 
 
 class Lookahead:
@@ -113,7 +113,7 @@ class Lookahead:
         jobs = []
         begun = self._sent.key if self._sent is not None else None  # its sets were taken, or failed, already
         for suite, case in upcoming[:self._ahead.held]:  # places, not jobs: never further ahead than that
-            if begun is not None and begun[0] == str(suite.path) and begun[2] == case.name:
+            if begun is not None and begun[0] == suite.ident and begun[2] == case.name:
                 continue
             checks, _ = self._prep.checks(suite)
             key = fresh_key(suite, case, checks)

@@ -39,7 +39,7 @@ class Hangs:
 
 
 def fresh_key(suite: Suite, case: Case, checks: Checks) -> tuple:
-    return str(suite.path), case.name, checks.fresh_inputs, checks.adversarial_inputs
+    return suite.ident, case.name, checks.fresh_inputs, checks.adversarial_inputs
 
 
 class Preparer:
@@ -103,7 +103,7 @@ class Preparer:
         thread, where they are in place)."""
         if not case.generated:
             return None
-        tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
+        tag = _tag(suite)
         try:
             materialise(suite, case, client=None if ahead else self._link.free(),
                         root=self.output_dir / "generated" / f"{suite.name}-{tag}", notes=notes)
@@ -118,7 +118,7 @@ class Preparer:
 
     def sets(self, suite: Suite, case: Case, checks: Checks, *, reference: bool) -> Prepared:
         """The case's fresh sets as far as they go without the worker (``reference``: a Python one run)."""
-        tag = hashlib.sha256(str(suite.path).encode()).hexdigest()[:8]
+        tag = _tag(suite)
         return prepare(suite, case, count=checks.fresh_inputs, adversarial=checks.adversarial_inputs,
                        seed=self.fresh_seed, root=self.output_dir / "fresh" / f"{suite.name}-{tag}" / case.name,
                        reference=reference)
@@ -140,3 +140,8 @@ class Preparer:
         specs, notes = self._fresh[key]
         job.outcome.notes.extend(notes)
         return copy.deepcopy(specs)
+
+
+def _tag(suite: Suite) -> str:
+    """The suite's folders of this run are named for its file and instantiation (each has its own arrays)."""
+    return hashlib.sha256(suite.ident.encode()).hexdigest()[:8]

@@ -117,6 +117,7 @@ def run_optimize(args, *, evaluator_factory=None, openai_client=None, sleep=None
     if not paths:
         raise CudagateError(f"no cudagate.yaml found at {args.suite}")
     suite = load_suite(paths[0])
+    suite = suite.instance_of(args.kernel)  # an instantiated suite: the instantiation of `gelu[T=bfloat16]`
     program = suite.kernel(args.kernel)
     if program.steps:
         raise CudagateError(f"{display_path(suite.path)}: kernel {program.name!r} is {len(program.steps)} steps; "

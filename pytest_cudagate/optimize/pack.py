@@ -36,7 +36,7 @@ from pytest_cudagate.boundary.schema import problems as schema_problems
 from pytest_cudagate.optimize.budgets import STOP_REASONS
 from pytest_cudagate.optimize.heatmap import write_heatmaps
 from pytest_cudagate.optimize.report import render
-from pytest_cudagate.trust import collect_manifest
+from pytest_cudagate.trust import collect_manifest, instance_manifest
 from pytest_cudagate.optimize.loop import geomean
 
 FORMAT = 1
@@ -229,6 +229,7 @@ def history_doc(pack: AuditPack, opt) -> dict:
 def _oracle(suite) -> dict:
     try:
         manifest, problems = collect_manifest(suite)
+        manifest = instance_manifest(manifest, suite)  # an instantiated suite: the instantiation optimized
         return {"reference": manifest.get("reference"), "cases": {n: c.get("files") for n, c in manifest["cases"].items()},
                 "problems": problems}
     except Exception as exc:  # hashes are evidence, not a precondition

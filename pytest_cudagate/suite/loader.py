@@ -28,7 +28,7 @@ from pytest_cudagate.config import load_settings, project_root
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse, parse_condition
-from pytest_cudagate.suite import device, placeholders
+from pytest_cudagate.suite import device, instantiate, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
@@ -82,14 +82,51 @@ def load_suite(path: str | Path, include: tuple[Path, ...] | None = None) -> Sui
     if not isinstance(raw, dict):
         raise FileError(path, ["(top level): expected a mapping with keys suite, signature, reference, kernels, cases, tolerance"])
     _refuse_placeholders(path, raw, locate)
+    include = project_include(path) if include is None else include
+    instantiations, problems = instantiate.expand(raw)
+    if problems:
+        checker = _Checker(path, locate)
+        for parts, message in problems:
+            checker.add(parts, message)
+        checker.raise_if_any()
+    if len(instantiations) == 1 and not instantiations[0].types:
+        return _build(path, raw, locate, include)
+    suites, found = [], {}  # a problem -> the instantiations it is found in
+    for one in instantiations:
+        try:
+            suites.append(_instance(_build(path, one.raw, locate, include), one.label))
+        except FileError as exc:
+            for problem in exc.problems:
+                found.setdefault(problem, []).append(one.label)
+    if found:  # a problem of every instantiation once; one of some, naming them
+        raise FileError(path, [problem if len(labels) == len(instantiations) else
+                               f"{problem} (instantiation {', '.join(labels)})" for problem, labels in found.items()])
+    declared = {name: tuple(types) for name, types in raw["instantiate"].items()}
+    for suite, one in zip(suites, instantiations):
+        object.__setattr__(suite, "_instances", tuple(suites))  # not fields: see Suite.instances
+        object.__setattr__(suite, "_instantiation", (declared, one.types))
+    return suites[0]
+
+
+def _build(path: Path, raw: dict, locate, include: tuple[Path, ...]) -> Suite:
     schema.validate(raw, "suite", path, locate)
-    checker = _Checker(path, locate, project_include(path) if include is None else include)
+    checker = _Checker(path, locate, include)
     for parts, value in non_finite(raw):  # JSON Schema cannot say "finite"
         checker.add(parts, f"{value} is not a finite number; write a finite value")
     checker.raise_if_any()
     suite = checker.build(raw)
     checker.raise_if_any()
     return suite
+
+
+def _instance(suite: Suite, label: str) -> Suite:
+    """An instantiation's suite: its kernels and a CUDA reference named for it (``gelu[T=bfloat16]``)."""
+    program = suite.reference.program
+    reference = replace(suite.reference, program=replace(program, name=f"reference[{label}]")) if program else suite.reference
+    named = replace(suite, kernels=tuple(replace(k, name=f"{k.name}[{label}]") for k in suite.kernels),
+                    reference=reference)
+    named.__dict__.update((key, value) for key, value in suite.__dict__.items() if key.startswith("_"))  # _checks
+    return named
 
 
 def _refuse_placeholders(path: Path, raw: dict, locate) -> None:

@@ -12,6 +12,7 @@ from cudagate_harness.protocol import numpy_dtype, unit_roundoff
 
 from pytest_cudagate.suite import device
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
+from pytest_cudagate.suite.instantiate import label
 
 
 @dataclass(frozen=True)
@@ -501,7 +502,47 @@ class Suite:
         for kernel in self.kernels:
             if kernel.name == name:
                 return kernel
-        raise KeyError(f"suite {self.name!r} has no kernel {name!r} (kernels: {', '.join(k.name for k in self.kernels)})")
+        names = [k.name for suite in self.instances for k in suite.kernels]
+        raise KeyError(f"suite {self.name!r} has no kernel {name!r} (kernels: {', '.join(names)})")
+
+    # An instantiated suite file (`instantiate:`, suite/instantiate.py) loads as one Suite per
+    # instantiation, each knowing all of them. Not fields: the manifest signs fields, and signs an
+    # instantiated suite's instantiations as a whole (trust/manifest.py).
+    @property
+    def instances(self) -> tuple[Suite, ...]:
+        """Every instantiation of the suite file, this one among them; (self,) for a plain suite."""
+        return self.__dict__.get("_instances", (self,))
+
+    @property
+    def instantiate(self) -> dict[str, tuple[str, ...]]:
+        """The suite file's ``instantiate:`` (each variable's types); {} for a plain suite."""
+        return self.__dict__.get("_instantiation", ({}, {}))[0]
+
+    @property
+    def types(self) -> dict[str, str]:
+        """This instantiation's type of each variable; {} for a plain suite."""
+        return self.__dict__.get("_instantiation", ({}, {}))[1]
+
+    @property
+    def label(self) -> str:
+        """This instantiation's name (``T=bfloat16``); "" for a plain suite."""
+        return label(self.types)
+
+    @property
+    def ident(self) -> str:
+        """The suite file and instantiation (``path[T=bfloat16]``): what keys a run's state per suite,
+        as each instantiation has arrays of its own."""
+        return f"{self.path}[{self.label}]" if self.label else str(self.path)
+
+    def instance_of(self, kernel: str) -> Suite:
+        """The instantiation whose kernels include ``kernel`` (``gelu[T=bfloat16]``); this suite where
+        none does (its :meth:`kernel` then says which names there are)."""
+        return next((suite for suite in self.instances if any(k.name == kernel for k in suite.kernels)), self)
+
+    @property
+    def all_kernels(self) -> tuple[Program, ...]:
+        """The kernels of every instantiation (this suite's kernels for a plain suite)."""
+        return tuple(k for suite in self.instances for k in suite.kernels)
 
     def case(self, name: str) -> Case:
         for case in self.cases:

@@ -123,7 +123,7 @@ class Ledger:
     @classmethod
     def for_suite(cls, suite: Suite) -> Ledger:
         path = suite.root / LEDGER_NAME
-        kernels = tuple(k.name for k in suite.kernels)
+        kernels = tuple(k.name for k in suite.all_kernels)  # one ledger holds every instantiation's
         if not path.exists():
             return cls(path, suite.name, exists=False, kernels=kernels)
         try:

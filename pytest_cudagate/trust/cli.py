@@ -24,6 +24,7 @@ from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.trust import gate_command
 from pytest_cudagate.trust.ledger import ledger_problems
+from pytest_cudagate.trust.manifest import instance_manifest
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.suite.loader import discover, load_suite
@@ -147,7 +148,8 @@ def cmd_sign(args) -> int:
         path = sign_suite(suite, key, signer, args.pull_request)
         for flag in flag_cases(suite):
             print(f"  warning: {flag}")
-        files = sum(len(c["files"]) for c in json.loads(path.read_text(encoding="utf-8"))["manifest"]["cases"].values())
+        manifest = json.loads(path.read_text(encoding="utf-8"))["manifest"]
+        files = sum(len(c["files"]) for one in suite.instances for c in instance_manifest(manifest, one)["cases"].values())
         print(f"{display_path(suite.path)}: signed {len(suite.cases)} case(s), {files} data file(s) as {signer or 'unnamed signer'} "
               f"with key {kid} -> {display_path(path)}")
         ledger = Ledger.for_suite(suite)

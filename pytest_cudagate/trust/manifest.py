@@ -6,7 +6,8 @@ and generated where set, the sha256 of each input and expected-output file, or f
 case of its generated.json and output samples), tolerances (their `ulp` where given), input distributions, each kernel's
 entry and launch configuration(s), its class variants' launches included, its ``requires`` and
 judged ``outputs`` where given, timing settings and the gate threshold, and the derived scalars'
-expressions where the suite has any.
+expressions where the suite has any. An instantiated suite (``instantiate:``) signs that mapping and
+all of the above per instantiation (``instances``).
 
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
@@ -46,7 +47,11 @@ def sign_fix(suite: Suite, pull_request: int | None = None) -> str:
 def change_fix(suite: Suite, signed: dict, current: dict, pull_request: int | None = None) -> str:
     """The fix for a manifest that changed from ``signed`` to ``current``: after a reference change the
     expected outputs are stale, so they are generated again before anyone signs."""
-    if _named(signed).get("reference") != _named(current).get("reference"):
+    def references(manifest) -> list:  # an instantiated suite's: each instantiation's
+        instances = _named(_named(manifest).get("instances"))
+        return [_named(m).get("reference") for m in instances.values()] or [_named(manifest).get("reference")]
+
+    if references(signed) != references(current):
         return case_data_fix(suite, pull_request)
     return sign_fix(suite, pull_request)
 
@@ -187,10 +192,51 @@ def _case_entry(case: Case, root: Path) -> dict:
 
 def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
     """The manifest of ``suite`` as it is on disk, and the problems found while building it: referenced
-    files that are missing (their hash is ``None``) and files under the case folder no case uses."""
-    root = suite.root
+    files that are missing (their hash is ``None``) and files under the case folder no case uses.
+
+    An instantiated suite (``instantiate:``) signs ``instantiate`` and, per instantiation, all that an
+    ordinary suite's manifest holds, whichever of its instantiations ``suite`` is; a suite without
+    it keeps the manifest it had."""
     problems: list[str] = []
     referenced: set[Path] = set()
+    if suite.instantiate:
+        manifest = {"format": MANIFEST_FORMAT, "suite": suite.name,
+                    "instantiate": {name: list(types) for name, types in suite.instantiate.items()},
+                    "instances": {one.label: _signed(one, problems, referenced) for one in suite.instances}}
+        data_dir = suite.data_dir.parent  # each instantiation's data lies in its folder there
+    else:
+        manifest = {"format": MANIFEST_FORMAT, "suite": suite.name, **_signed(suite, problems, referenced)}
+        data_dir = suite.data_dir
+    _unexpected_files(data_dir, referenced, suite.root, problems)
+    try:
+        canonical_bytes(manifest)
+    except ValueError as exc:  # NaN or Infinity somewhere in the suite's numbers
+        problems.append(f"the suite holds a number JSON cannot represent (NaN or Infinity): {exc}")
+    return manifest, problems
+
+
+def instance_manifest(manifest: dict, suite: Suite) -> dict:
+    """What a manifest signs of ``suite``: an instantiation's part, or the whole manifest of a plain
+    suite. KeyError or TypeError where it holds none (a manifest signed before the suite was instantiated)."""
+    return manifest["instances"][suite.label] if suite.label else manifest
+
+
+def _unexpected_files(data_dir: Path, referenced: set[Path], root: Path, problems: list[str]) -> None:
+    if data_dir.is_dir():
+        try:
+            below = boundary.walk(data_dir, "case folder")
+        except FileError as exc:  # too deep or too large to be checked for planted files: not trusted
+            problems.append(f"{exc.path}: {exc.problems[0]}")
+            below = []
+        for path in below:
+            if (path.is_file() or path.is_symlink()) and Path(os.path.normpath(path)) not in referenced:
+                problems.append(f"unexpected file {visible(_rel(path, root))}: no case references it (remove it, or "
+                                "add the case that uses it to the suite and re-sign)")
+
+
+def _signed(suite: Suite, problems: list[str], referenced: set[Path]) -> dict:
+    """What the manifest signs of one suite (or instantiation) but the format and the suite's name."""
+    root = suite.root
     cases = {}
     for case in suite.cases:
         files = {}
@@ -201,19 +247,7 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
         entry = _case_entry(case, root)
         entry["files"] = files
         cases[case.name] = entry
-    if suite.data_dir.is_dir():
-        try:
-            below = boundary.walk(suite.data_dir, "case folder")
-        except FileError as exc:  # too deep or too large to be checked for planted files: not trusted
-            problems.append(f"{exc.path}: {exc.problems[0]}")
-            below = []
-        for path in below:
-            if (path.is_file() or path.is_symlink()) and Path(os.path.normpath(path)) not in referenced:
-                problems.append(f"unexpected file {visible(_rel(path, root))}: no case references it (remove it, or "
-                                "add the case that uses it to the suite and re-sign)")
     manifest = {
-        "format": MANIFEST_FORMAT,
-        "suite": suite.name,
         # a buffer's `ld` only where given, so suites signed before it existed keep their signatures
         "signature": [{k: v for k, v in _plain(p, root).items() if k != "ld" or v is not None} for p in suite.signature],
         "reference": _reference(suite, problems),
@@ -238,11 +272,7 @@ def collect_manifest(suite: Suite) -> tuple[dict, list[str]]:
     for f in dataclasses.fields(suite):
         if f.name not in _HANDLED_SUITE_FIELDS:
             manifest[f.name] = _plain(getattr(suite, f.name), root)
-    try:
-        canonical_bytes(manifest)
-    except ValueError as exc:  # NaN or Infinity somewhere in the suite's numbers
-        problems.append(f"the suite holds a number JSON cannot represent (NaN or Infinity): {exc}")
-    return manifest, problems
+    return manifest
 
 
 def suite_manifest(suite: Suite) -> dict:
@@ -372,12 +402,22 @@ def _diff_kernels(old, new, out: list[str]) -> None:
         _diff_values(old[name], new[name], f"kernels.{name}", out)
 
 
+def _diff_instances(old, new, out: list[str]) -> None:
+    """An instantiated suite's: each instantiation's differences, under its name."""
+    old, new = _named(old), _named(new)
+    for label in sorted(set(old) | set(new)):
+        if label not in new or label not in old:
+            out.append(f"instances.{label}: {'removed' if label not in new else 'added'}")
+        else:
+            out += [f"instances.{label}.{line}" for line in diff_manifests(old[label], new[label])]
+
+
 def diff_manifests(signed: dict, current: dict) -> list[str]:
     """Readable differences, field by field and file by file, from ``signed`` to ``current``."""
     out: list[str] = []
     signed, current = _named(signed), _named(current)
     special = {"signature": _diff_signature, "reference": _diff_reference, "cases": _diff_cases,
-               "kernels": _diff_kernels}
+               "kernels": _diff_kernels, "instances": _diff_instances}
     for key in sorted(set(signed) | set(current), key=lambda k: (k not in ("format", "suite"), k)):
         if key in special:
             special[key](signed.get(key), current.get(key), out)

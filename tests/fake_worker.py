@@ -165,6 +165,11 @@ class FakeDevice:
             self.view(ptr, np.dtype(np.uint8), nbytes)[:] = byte
             self.flushed |= nbytes >= 1 << 20
 
+    def set_elements(self, ptr: int, bits: int, itemsize: int, count: int) -> None:
+        self._check()
+        words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+        self.view(ptr, np.dtype(words), count)[:] = bits
+
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         self._check()
         if nbytes:

@@ -126,6 +126,25 @@ class Device:
         if nbytes:
             check(_cu().cuMemsetD8Async(ptr, byte, nbytes, self.stream), "cuMemsetD8Async")
 
+    def set_elements(self, ptr: int, bits: int, itemsize: int, count: int) -> None:
+        """Set ``count`` elements of ``itemsize`` bytes to the element ``bits``, in stream order. An
+        8-byte element whose halves differ is set half by half: a 2D memset of 4-byte words one word
+        wide with a pitch of 8 bytes, once for the low words and once for the high ones."""
+        cu = _cu()
+        if not count:
+            return
+        if itemsize == 8:
+            low, high = bits & 0xFFFFFFFF, bits >> 32
+            if low == high:
+                itemsize, count, bits = 4, 2 * count, low
+            else:
+                for offset, word in ((0, low), (4, high)):
+                    check(cu.cuMemsetD2D32Async(ptr + offset, 8, word, 1, count, self.stream), "cuMemsetD2D32Async")
+                return
+        memset = {1: (cu.cuMemsetD8Async, "cuMemsetD8Async"), 2: (cu.cuMemsetD16Async, "cuMemsetD16Async"),
+                  4: (cu.cuMemsetD32Async, "cuMemsetD32Async")}[itemsize]
+        check(memset[0](ptr, bits, count, self.stream), memset[1])
+
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes:
             check(_cu().cuMemcpyDtoDAsync(dst, src, nbytes, self.stream), "cuMemcpyDtoDAsync")

@@ -1,9 +1,8 @@
 // Causal attention's softmax between two cuBLAS GEMMs (cudagate.yaml's steps): scores = scale·Q·Kᵀ
 // arrive in a scratch buffer, H·T rows of T; these two kernels turn each row into probabilities in
 // place, keys after the query's position (j > i) masked to 0.
-#include <math.h>
-
 #define BLOCK 256
+#define NEG_INF __int_as_float(0xff800000)
 
 // A float's maximum by integer atomics: non-negative floats order as ints, negative ones in reverse
 // as unsigned ints. The accumulator must start at -inf (the memset step before row_max).
@@ -36,9 +35,9 @@ extern "C" __global__ void row_max(const float* scores, float* rowmax, int T)
     int row = blockIdx.y;
     int i = row % T;
     int j = blockIdx.x * BLOCK + threadIdx.x;
-    float value = (j < T && j <= i) ? scores[(size_t)row * T + j] : -INFINITY;
+    float value = (j < T && j <= i) ? scores[(size_t)row * T + j] : NEG_INF;
     float most = block_reduce(value, true);
-    if (threadIdx.x == 0 && most > -INFINITY) atomic_max_float(&rowmax[row], most);
+    if (threadIdx.x == 0 && most > NEG_INF) atomic_max_float(&rowmax[row], most);
 }
 
 // Grid (H·T): one block per row; p = exp(s - max) / sum over the unmasked keys, 0 past the query.

@@ -6,6 +6,7 @@ users run it, one fresh process per comparison, each slowdown measured by nvbenc
     python benchmarks/gate_power.py --aa-only 200 --json aa-session1.json      # A/A false alarms only
     python benchmarks/gate_power.py --merge aa-session1.json aa-session2.json  # tables over several runs
     python benchmarks/gate_power.py --suites rmsnorm,split_reduce --targets 0,3,5 --gate-only  # other examples
+    python benchmarks/gate_power.py --suites attention --targets 0,3,5 --gate-only  # cuBLAS, memset and kernels
 
 ``--gpus N`` (default: every GPU NVML sees) runs N independent streams of comparisons at once, stream i
 pinned to card i through CUDA_VISIBLE_DEVICES (by UUID); every comparison is still a fresh process with
@@ -306,7 +307,9 @@ def prepare(name: str, work: Path, env: dict[str, str], case: str | None = None)
         raise RuntimeError(f"{name}: the gate saved no request for {case['name']}:\n{text[-3000:]}")
     samples = (item.get("samples_ms") or {}).get("current") or (item.get("samples_ms") or {}).get("approved")
     base_us = float(np.median(samples)) * 1000 if samples else 15.0
-    entry = kernel["steps"][0]["entry"] if "steps" in kernel else kernel.get("entry", kernel["name"])
+    # the kernel's first launch (a memset, copy or library step before it has no source to slow)
+    entry = (next(s["entry"] for s in kernel["steps"] if "entry" in s) if "steps" in kernel
+             else kernel.get("entry", kernel["name"]))
     return Prepared(name, root, kernel["source"], entry, case["name"], requests[0], base_us)
 
 

@@ -5,8 +5,9 @@ kernel, launch and inputs from the ``run`` requests that ``pytest --cuda-gate --
 saves under ``DIR/requests/`` (schemas/harness-request.schema.json), never from the package's internals.
 CuPy (on the GPU image) compiles the source with NVRTC (templated entries through name expressions, the
 toolkit headers from the same pinned packages the gate compiles with) and launches it on whatever stream
-it is given: every step of a kernel of steps, in order, each with the parameters it names. Low-precision
-buffers travel as their bits.
+it is given: every step of a kernel of steps, in order, each with the parameters it names, its memsets,
+copies and cuBLAS calls too (through the harness's adapter, on that stream). Low-precision buffers travel
+as their bits.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ class StepLaunch:
     args: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class OtherStep:
+    """A memset, copy or library step as the request resolves it (cudagate_harness/steps.py)."""
+
+    spec: dict
+
+
 @dataclass
 class RequestKernel:
     """One kernel × case of a run request: source, its launches, and the host data of its buffers."""
@@ -44,14 +52,18 @@ class RequestKernel:
     source: str
     options: tuple[str, ...]
     headers: dict[str, str]
-    steps: tuple[StepLaunch, ...]
+    steps: tuple[StepLaunch | OtherStep, ...]
     params: list[dict]
     scalars: dict[str, int | float]
     host: dict[str, np.ndarray] = field(repr=False)
 
     @property
     def entry(self) -> str:
-        return self.steps[0].entry
+        return self.launches[0].entry
+
+    @property
+    def launches(self) -> tuple[StepLaunch, ...]:
+        return tuple(step for step in self.steps if isinstance(step, StepLaunch))
 
     @classmethod
     def load(cls, path: Path, label: str | None = None, source: str | None = None) -> RequestKernel:
@@ -75,7 +87,7 @@ class RequestKernel:
         launches = case["launch"] if isinstance(case["launch"], list) else [
             {**case["launch"], "entry": kernel["entry"], "args": list(names)}]
         steps = tuple(StepLaunch(str(l["entry"]), tuple(l["grid"]), tuple(l["block"]), int(l.get("shared_bytes", 0)),
-                                 tuple(l["args"])) for l in launches)
+                                 tuple(l["args"])) if "entry" in l else OtherStep(l) for l in launches)
         return cls(label=label or f"{kernel['name']}::{case['name']}", source=source or kernel["source"],
                    options=tuple(kernel.get("options", [])), headers=dict(kernel.get("headers") or {}), steps=steps,
                    params=request["signature"], scalars=dict(case["scalars"]), host=host)
@@ -88,13 +100,16 @@ class RequestKernel:
             (include / name).parent.mkdir(parents=True, exist_ok=True)
             (include / name).write_text(text, encoding="utf-8")
         toolkit = tuple(f"-I{folder}" for folder in toolkit_include_dirs())
-        entries = list(dict.fromkeys(step.entry for step in self.steps))
+        entries = list(dict.fromkeys(step.entry for step in self.launches))
         module = cupy.RawModule(code=self.source, options=(*self.options, f"-I{include}", *toolkit), backend="nvrtc",
                                 name_expressions=entries)
         by_name = {p["name"]: p for p in self.params}
         device = {name: cupy.asarray(array) for name, array in self.host.items()}
         calls = []
         for step in self.steps:
+            if isinstance(step, OtherStep):
+                calls.append((None, step, other_step(cupy, step.spec, device, by_name)))
+                continue
             function = module.get_function(step.entry)
             if step.shared_bytes > 48 * 1024:  # past the default limit a kernel must opt in, as the harness does
                 function.max_dynamic_shared_size_bytes = step.shared_bytes
@@ -104,6 +119,41 @@ class RequestKernel:
 
         def launch(stream) -> None:
             for function, step, args in calls:
-                function(step.grid, step.block, args, shared_mem=step.shared_bytes, stream=stream)
+                if function is None:
+                    args(stream)
+                else:
+                    function(step.grid, step.block, args, shared_mem=step.shared_bytes, stream=stream)
 
         return launch
+
+
+def other_step(cupy, spec: dict, device: dict, params: dict):
+    """``run(stream)`` for a memset, copy or library step on the kernel's device arrays."""
+    from cudagate_harness import library
+
+    if "memset" in spec:
+        words = device[spec["memset"]["buffer"]]
+        words = words.view({1: cupy.uint8, 2: cupy.uint16, 4: cupy.uint32, 8: cupy.uint64}[words.dtype.itemsize])
+        bits = spec["memset"]["bits"]
+
+        def run(stream):
+            with stream:
+                words.fill(bits)
+        return run
+    if "copy" in spec:
+        source, target, count = device[spec["copy"]["from"]], device[spec["copy"]["to"]], spec["copy"]["count"]
+
+        def run(stream):
+            with stream:
+                target[:count] = source[:count]
+        return run
+    adapter = library.ADAPTERS[spec["library"]]
+    pointers = {role: device[name].data.ptr for role, name in spec["args"].items()}
+    dtypes = {role: params[name]["dtype"] for role, name in spec["args"].items()}
+    calls = {}  # one library handle per stream it is enqueued on
+
+    def run(stream):
+        if stream.ptr not in calls:
+            calls[stream.ptr] = adapter.load(type("OnStream", (), {"stream": stream.ptr})())
+        calls[stream.ptr].enqueue(pointers, dtypes, spec["options"])
+    return run

@@ -1205,6 +1205,39 @@ for _name, _args in [
                            "{n: 65536}", "{n: 65536, a: 1.0}")),
 ]:
     bad("instantiate", _name)(lambda d, a=_args: instantiated(d, *a))
+# -- steps beyond launches (issue 44): examples/attention with one edit each -----------------------------
+ATTENTION = Path(__file__).resolve().parents[1] / "examples" / "attention"
+# name: (old text of examples/attention/cudagate.yaml, new text); kernels[0].steps[1] is its memset.
+STEP_EDITS = {
+    "an unknown library adapter": ("  - library: cublas_gemm\n        args: {a: q", "  - library: cublas_hgemm\n        args: {a: q"),
+    "a library buffer of a type the adapter does not take": (
+        "{name: out, buffer: float32", "{name: out, buffer: int32"),
+    "a library layout the adapter does not know": ("trans_b: true,", "trans_b: true, layout: diagonal,"),
+    "a memset value beyond the buffer's type": ("value: -inf}", "value: 1.0e+39}"),
+    "a memset value that is not a number": ("value: -inf}", "value: minus_infinity}"),
+    "a memset of an input": ("memset: {buffer: rowmax", "memset: {buffer: q"),
+    "a copy into an input": ("      - memset: {buffer: rowmax, value: -inf}\n",
+                             "      - memset: {buffer: rowmax, value: -inf}\n      - copy: {from: out, to: v}\n"),
+    "a step of two kinds": ("      - memset: {buffer: rowmax, value: -inf}\n",
+                            "      - memset: {buffer: rowmax, value: -inf}\n        copy: {from: q, to: out}\n"),
+    "an output no step writes": ("        args: {a: scores, b: v, c: out}", "        args: {a: scores, b: v, c: scores}"),
+    "init on an output": ("{name: out, buffer: float32, intent: out,", "{name: out, buffer: float32, intent: out, init: 0,"),
+    "a scratch init beyond its type": ("{name: rowmax, buffer: float32, intent: scratch,",
+                                       "{name: rowmax, buffer: float32, intent: scratch, init: 1.0e+300,"),
+    "a library call past its buffer": ("options: {m: T, n: D, k: T, batch: H}", "options: {m: T, n: D, k: T, batch: H*2}"),
+}
+
+
+def attention_with(d: Path, old: str, new: str) -> tuple[str, list[str]]:
+    folder = d / "attention"
+    shutil.copytree(ATTENTION, folder, ignore=shutil.ignore_patterns("cases", "approved", "*.json"))
+    path = folder / "cudagate.yaml"
+    path.write_text(replace_once(path.read_text(encoding="utf-8"), old, new), encoding="utf-8")
+    return check(path)
+
+
+for _name, (_old, _new) in STEP_EDITS.items():
+    bad("steps", _name)(lambda d, o=_old, n=_new: attention_with(d, o, n))
 
 
 def cpu_seconds() -> float:

@@ -171,6 +171,10 @@ class FakeDevice:
             rows = self.view(ptr, np.dtype(np.uint8), pitch * (height - 1) + width)
             for row in range(height):
                 rows[row * pitch:row * pitch + width] = byte
+    def set_elements(self, ptr: int, bits: int, itemsize: int, count: int) -> None:
+        self._check()
+        words = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+        self.view(ptr, np.dtype(words), count)[:] = bits
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         self._check()

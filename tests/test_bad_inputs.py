@@ -72,7 +72,7 @@ def test_a_leaked_key_or_a_damaged_file_is_its_own_verdict(tmp_path):
 def test_the_generator_covers_every_family_of_the_issue():
     assert set(FAMILIES) == {"expressions", "yaml", "data", "trust", "settings", "requests", "references",
                              "gate", "merge", "replay", "tunables", "history", "options", "includes", "links", "comment", "init", "compiler",
-                             "kernel_cases", "derived", "inputs", "tolerances", "layouts", "instantiate"}
+                             "kernel_cases", "derived", "inputs", "tolerances", "layouts", "instantiate", "steps"}
     assert len(INPUTS) >= 140
 
 

@@ -40,8 +40,10 @@ def test_check_the_examples(capsys):
     assert "suite 'rmsnorm' is valid (1 kernel(s), 5 case(s))" in out
     assert "rmsnorm_bf16: compiles for sm_90" in out  # a templated entry, with <cuda_bf16.h>
     assert "row_sums_split: compiles for sm_90" in out  # two steps
+    assert "suite 'attention' is valid (1 kernel(s), 5 case(s))" in out  # cuBLAS, memset and kernel steps
+    assert "attention_causal: compiles for sm_90" in out
     registers = [line for line in out.splitlines() if "registers" in line]
-    assert len(registers) == 6
+    assert len(registers) == 7
     assert all(line.split("; ")[1].split()[0].isdigit() for line in registers)
     assert err == ""
 

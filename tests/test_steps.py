@@ -179,7 +179,7 @@ BAD = {
     "unresolved launch": ('grid: ["cdiv(rows, 128)"]', 'grid: ["cdiv(rowz, 128)"]',
                           "'cdiv(rowz, 128)' uses rowz, which is not a scalar parameter", "cdiv(rowz, 128)"),
     "output taken by no step": ("args: [partials, y, rows, cols]", "args: [partials, rows, cols]",
-                                "output buffer 'y' is taken by no step", "- entry: row_partials"),
+                                "output buffer 'y' is written by no step", "- entry: row_partials"),
     "scratch in tolerance": ("  y: {atol: 2.0e-3, rtol: 1.0e-5, nan: fail}",
                              "  y: {atol: 2.0e-3, rtol: 1.0e-5, nan: fail}\n  partials: {atol: 0}",
                              "'partials' is a scratch buffer: the kernel's own workspace is never compared",

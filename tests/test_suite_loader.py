@@ -371,7 +371,7 @@ def test_discover_takes_named_yaml_files_as_they_are(tmp_path):
 
 def test_discover_on_the_examples():
     found = discover([EXAMPLES])
-    assert [p.parent.name for p in found] == ["fir", "matmul", "rmsnorm", "softmax", "split_reduce"]
+    assert [p.parent.name for p in found] == ["attention", "fir", "matmul", "rmsnorm", "softmax", "split_reduce"]
     for path in found:
         load_suite(path)
 

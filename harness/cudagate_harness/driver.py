@@ -131,6 +131,24 @@ class Device:
         buffer's rows, its padding left as it is)."""
         if width and height:
             check(_cu().cuMemsetD2D8Async(ptr, pitch, byte, width, height, self.stream), "cuMemsetD2D8Async")
+    def set_elements(self, ptr: int, bits: int, itemsize: int, count: int) -> None:
+        """Set ``count`` elements of ``itemsize`` bytes to the element ``bits``, in stream order. An
+        8-byte element whose halves differ is set half by half: a 2D memset of 4-byte words one word
+        wide with a pitch of 8 bytes, once for the low words and once for the high ones."""
+        cu = _cu()
+        if not count:
+            return
+        if itemsize == 8:
+            low, high = bits & 0xFFFFFFFF, bits >> 32
+            if low == high:
+                itemsize, count, bits = 4, 2 * count, low
+            else:
+                for offset, word in ((0, low), (4, high)):
+                    check(cu.cuMemsetD2D32Async(ptr + offset, 8, word, 1, count, self.stream), "cuMemsetD2D32Async")
+                return
+        memset = {1: (cu.cuMemsetD8Async, "cuMemsetD8Async"), 2: (cu.cuMemsetD16Async, "cuMemsetD16Async"),
+                  4: (cu.cuMemsetD32Async, "cuMemsetD32Async")}[itemsize]
+        check(memset[0](ptr, bits, count, self.stream), memset[1])
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
         if nbytes:

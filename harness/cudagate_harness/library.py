@@ -129,13 +129,12 @@ def find_cublas(environ: Mapping[str, str] = os.environ, search: Iterable[str] |
     return None, f"not in CUDAGATE_CUBLAS, {' or '.join(WHEEL_FOLDERS)} under site-packages, or the system's library path"
 
 
-class CublasSgemm:
-    """Row-major float32 C(m×n) = A(m×k)·B(k×n) with ``cublasSgemm_v2`` on the worker's stream.
+class _Cublas:
+    """A cuBLAS handle on the worker's stream: the library found (:func:`find_cublas`) and loaded, each
+    function of ``FUNCTIONS`` typed, pointer mode host (alpha and beta live in host memory) and the
+    default math mode (no TF32)."""
 
-    cuBLAS is column-major: the row-major buffers read as C^T (n×m), A^T (k×m) and B^T (n×k), so
-    the call computes C^T = B^T·A^T: no transposes, m' = n, n' = m, B with ld n, A with ld k, C
-    with ld n. Pointer mode host (alpha = 1, beta = 0 live in host memory), default math mode.
-    """
+    FUNCTIONS: dict[str, list] = {}
 
     def __init__(self, device):
         path, how = find_cublas()
@@ -150,11 +149,7 @@ class CublasSgemm:
         for fn, types in (("cublasCreate_v2", [ctypes.POINTER(ctypes.c_void_p)]),
                           ("cublasSetStream_v2", [ctypes.c_void_p, ctypes.c_void_p]),
                           ("cublasSetPointerMode_v2", [ctypes.c_void_p, ctypes.c_int]),
-                          ("cublasSetMathMode", [ctypes.c_void_p, ctypes.c_int]),
-                          ("cublasSgemm_v2", [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                              ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p,
-                                              ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
-                                              ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int])):
+                          ("cublasSetMathMode", [ctypes.c_void_p, ctypes.c_int]), *self.FUNCTIONS.items()):
             function = getattr(lib, fn, None)
             if function is None:
                 raise LibraryUnavailable(f"{path} has no {fn}: not a cuBLAS library this adapter can use; {CUBLAS_HINT}")
@@ -163,12 +158,29 @@ class CublasSgemm:
         self._check(lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(int(device.stream))), "cublasSetStream_v2")
         self._check(lib.cublasSetPointerMode_v2(self.handle, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode_v2")
         self._check(lib.cublasSetMathMode(self.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode")
-        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     @staticmethod
     def _check(status: int, call: str, error: type[Exception] = LibraryCallError) -> None:
         if status:
             raise error(f"{call}: CUBLAS_STATUS_{_STATUS.get(status, status)}")
+
+
+class CublasSgemm(_Cublas):
+    """Row-major float32 C(m×n) = A(m×k)·B(k×n) with ``cublasSgemm_v2`` on the worker's stream.
+
+    cuBLAS is column-major: the row-major buffers read as C^T (n×m), A^T (k×m) and B^T (n×k), so
+    the call computes C^T = B^T·A^T: no transposes, m' = n, n' = m, B with ld n, A with ld k, C
+    with ld n (alpha = 1, beta = 0).
+    """
+
+    FUNCTIONS = {"cublasSgemm_v2": [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                    ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p,
+                                    ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                    ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int]}
+
+    def __init__(self, device):
+        super().__init__(device)
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     def enqueue(self, pointers: Mapping[str, int], scalars: Mapping[str, int]) -> None:
         m, n, k = scalars["m"], scalars["n"], scalars["k"]
@@ -188,11 +200,131 @@ def _sgemm_fits(counts: Mapping[str, int], scalars: Mapping[str, int], names: Ma
     return None
 
 
-ADAPTERS: dict[str, Adapter] = {
+# -- library steps: a call that is part of the operation (``steps: - library: NAME``) -------------------
+
+@dataclass(frozen=True)
+class StepAdapter:
+    """A library routine a kernel's ``steps:`` may call. Its buffers are named by role; its options are
+    integer expressions (``"int"``), number expressions (``"number"``), booleans (``"bool"``) or one of a
+    few words (a tuple of them), resolved per case by the client: the worker gets plain values."""
+
+    label: str
+    buffers: Mapping[str, bool]  # role -> written by the call
+    options: Mapping[str, str | tuple[str, ...]]  # option -> its kind
+    required: tuple[str, ...]  # options without a default
+    types: Callable[[Mapping[str, str]], str | None]  # dtype per role -> why the call cannot take them, or None
+    complete: Callable[[Mapping[str, object]], dict]  # resolved options -> every option, defaults filled in
+    fits: Callable[[Mapping[str, int], Mapping[str, object]], str | None]  # elements per role, complete options
+    load: Callable[[object], object]  # (harness Device) -> a call with enqueue(pointers, dtypes, options)
+
+
+# cudaDataType_t of the matrices, and the compute type: float32 accumulation for every input type.
+_CUDA_TYPES = {"float32": 0, "float16": 2, "bfloat16": 14}
+CUBLAS_OP_T = 1
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_GEMM_DEFAULT = -1
+_I, _P, _L = ctypes.c_int, ctypes.c_void_p, ctypes.c_longlong
+
+
+class CublasGemm(_Cublas):
+    """C = alpha·op(A)·op(B) + beta·C with ``cublasGemmEx`` (``cublasGemmStridedBatchedEx`` for a
+    batch), float32 accumulation (CUBLAS_COMPUTE_32F) whatever the matrices' type.
+
+    A row-major operation is the column-major one on the transposed matrices: C^T = op(B)^T·op(A)^T,
+    so the call swaps A and B, and m and n, and keeps each operand's transpose flag and leading
+    dimension (a row-major matrix with row stride ld reads as its transpose, column-major with ld)."""
+
+    FUNCTIONS = {
+        "cublasGemmEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _P, _I, _I, _P, _P, _I, _I, _I, _I],
+        "cublasGemmStridedBatchedEx": [_P, _I, _I, _I, _I, _I, _P, _P, _I, _I, _L, _P, _I, _I, _L, _P, _P, _I, _I,
+                                       _L, _I, _I, _I],
+    }
+
+    def enqueue(self, pointers: Mapping[str, int], dtypes: Mapping[str, str], options: Mapping[str, object]) -> None:
+        o = options
+        alpha, beta = ctypes.c_float(float(o["alpha"])), ctypes.c_float(float(o["beta"]))
+        a = (pointers["a"], _CUDA_TYPES[dtypes["a"]], o["lda"], o["stride_a"], CUBLAS_OP_T if o["trans_a"] else CUBLAS_OP_N)
+        b = (pointers["b"], _CUDA_TYPES[dtypes["b"]], o["ldb"], o["stride_b"], CUBLAS_OP_T if o["trans_b"] else CUBLAS_OP_N)
+        m, n = o["m"], o["n"]
+        if o["layout"] == "row":
+            a, b, m, n = b, a, n, m
+        c = (pointers["c"], _CUDA_TYPES[dtypes["c"]], o["ldc"], o["stride_c"])
+        if o["batch"] == 1:
+            self._check(self.lib.cublasGemmEx(
+                self.handle, a[4], b[4], m, n, o["k"], ctypes.byref(alpha), a[0], a[1], a[2], b[0], b[1], b[2],
+                ctypes.byref(beta), c[0], c[1], c[2], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), "cublasGemmEx")
+            return
+        self._check(self.lib.cublasGemmStridedBatchedEx(
+            self.handle, a[4], b[4], m, n, o["k"], ctypes.byref(alpha), a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3],
+            ctypes.byref(beta), c[0], c[1], c[2], c[3], o["batch"], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx")
+
+
+def _gemm_types(dtypes: Mapping[str, str]) -> str | None:
+    a, b, c = dtypes["a"], dtypes["b"], dtypes["c"]
+    if a not in ("float32", "bfloat16", "float16") or b != a or c not in (a, "float32"):
+        return (f"cublas_gemm multiplies float32, bfloat16 or float16 matrices, a and b of one type and c of "
+                f"theirs or float32; here a is {a}, b is {b}, c is {c}")
+    return None
+
+
+def _stored(options: Mapping[str, object]) -> dict[str, tuple[int, int]]:
+    """Each matrix as it lies in memory: (rows, columns) before any transpose."""
+    m, n, k = options["m"], options["n"], options["k"]
+    return {"a": (k, m) if options["trans_a"] else (m, k), "b": (n, k) if options["trans_b"] else (k, n), "c": (m, n)}
+
+
+def _gemm_complete(given: Mapping[str, object]) -> dict:
+    """Defaults: row-major, no transposes, alpha 1, beta 0, packed leading dimensions (a row's length
+    row-major, a column's column-major), one matrix, and batch strides of one packed matrix each."""
+    options = {"layout": "row", "trans_a": False, "trans_b": False, "alpha": 1.0, "beta": 0.0, "batch": 1, **given}
+    row = options["layout"] == "row"
+    for role, (rows, cols) in _stored(options).items():
+        ld = options.setdefault(f"ld{role}", cols if row else rows)
+        options.setdefault(f"stride_{role}", (rows if row else cols) * ld)
+    return options
+
+
+def _gemm_fits(counts: Mapping[str, int], options: Mapping[str, object]) -> str | None:
+    m, n, k, batch = options["m"], options["n"], options["k"], options["batch"]
+    if not all(1 <= v <= INT32_MAX for v in (m, n, k, batch)):
+        return f"m, n, k, batch = {m}, {n}, {k}, {batch}: each must be 1 to {INT32_MAX}"
+    row = options["layout"] == "row"
+    for role, (rows, cols) in _stored(options).items():
+        ld, stride = options[f"ld{role}"], options[f"stride_{role}"]
+        least = cols if row else rows
+        if not least <= ld <= INT32_MAX:
+            return (f"ld{role} = {ld}: a {options['layout']}-major {rows}×{cols} {role} needs a leading dimension of "
+                    f"{least} to {INT32_MAX}")
+        span = (rows - 1) * ld + cols if row else (cols - 1) * ld + rows
+        if batch > 1 and not (span <= stride if role == "c" else 0 <= stride):
+            return (f"stride_{role} = {stride}: " + (f"the batch's matrices of c overlap (each spans {span} elements)"
+                                                     if role == "c" else "a stride is 0 or more"))
+        need = (batch - 1) * stride + span
+        if counts[role] < need:
+            return (f"{role}: the call reads or writes {need} elements (m={m}, n={n}, k={k}, ld{role}={ld}"
+                    f"{f', batch={batch}, stride_{role}={stride}' if batch > 1 else ''}), the buffer holds {counts[role]}")
+    return None
+
+
+_GEMM_OPTIONS = {"m": "int", "n": "int", "k": "int", "layout": ("row", "col"), "trans_a": "bool", "trans_b": "bool",
+                 "alpha": "number", "beta": "number", "lda": "int", "ldb": "int", "ldc": "int", "batch": "int",
+                 "stride_a": "int", "stride_b": "int", "stride_c": "int"}
+
+ADAPTERS: dict[str, Adapter | StepAdapter] = {
     "cublas_sgemm": Adapter(label="cuBLAS SGEMM", buffers={"a": ("float32", False), "b": ("float32", False),
                                                            "c": ("float32", True)},
                             scalars=("m", "n", "k"), load=CublasSgemm, fits=_sgemm_fits),
+    "cublas_gemm": StepAdapter(label="cuBLAS GEMM", buffers={"a": False, "b": False, "c": True},
+                               options=_GEMM_OPTIONS, required=("m", "n", "k"), types=_gemm_types,
+                               complete=_gemm_complete, fits=_gemm_fits, load=CublasGemm),
 }
+
+
+def known(kind: type) -> list[str]:
+    """The registered adapters of ``kind`` (:class:`Adapter`: library baselines; :class:`StepAdapter`:
+    library steps), by name."""
+    return sorted(name for name, adapter in ADAPTERS.items() if isinstance(adapter, kind))
 
 
 def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:
@@ -200,8 +332,8 @@ def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> Lib
     (the baseline, or why it is unavailable); a string says why there is no baseline."""
     name = str(spec.get("adapter"))
     adapter = ADAPTERS.get(name)
-    if adapter is None:
-        return f"unknown library baseline adapter {name!r} (known: {', '.join(ADAPTERS)})"
+    if not isinstance(adapter, Adapter):
+        return f"unknown library baseline adapter {name!r} (known: {', '.join(known(Adapter))})"
     args = dict(spec.get("args") or {})
     missing = [role for role in adapter.roles if role not in args]
     if missing:

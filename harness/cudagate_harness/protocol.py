@@ -217,21 +217,28 @@ INTENTS = ("in", "out", "inout", "scratch")
 STEPS_MAX = 16
 
 
-def _operation_problems(where: str, launch, kernel, names: list[str]) -> list[str]:
+def _operation_problems(where: str, launch, kernel, params: dict[str, dict], counts: dict[str, int]) -> list[str]:
     """A case's launch: one launch of the whole signature, or a list of steps, each naming one of
-    the kernel's ``entries`` and the signature parameters it takes (``names``)."""
+    the kernel's ``entries`` and the signature parameters it takes (``params``, by name), or a
+    memset, copy or library call on the case's buffers (``counts``: their element counts)."""
     if not isinstance(launch, list):
         return _launch_problems(where, launch)
+    from .steps import kind_of, step_problems  # (steps reads this module's types)
+
     entries = kernel.get("entries") if isinstance(kernel, dict) else None
     if not 1 <= len(launch) <= STEPS_MAX:
         return [f"{where}: a kernel of steps has 1 to {STEPS_MAX} steps, not {len(launch)}"]
     # The worker compiles every entry: as many as the steps use, each once, the first the kernel's entry.
-    used = list(dict.fromkeys(step.get("entry") for step in launch if isinstance(step, dict)))
-    if not (isinstance(entries, list) and entries == used and entries[0] == kernel.get("entry")):
+    used = list(dict.fromkeys(step.get("entry") for step in launch if kind_of(step) == "entry"))
+    if not (isinstance(entries, list) and entries and entries == used and entries[0] == kernel.get("entry")):
         return [f"{where}: the kernel's `entries` must be the steps' entries, each once, in order of first use"]
+    names = list(params)
     problems = []
     for number, step in enumerate(launch, 1):
         at = f"{where}: step {number}"
+        if kind_of(step) != "entry":
+            problems += step_problems(at, step, params, counts)
+            continue
         problems += _launch_problems(at, step)
         if not isinstance(step, dict):
             continue
@@ -300,7 +307,7 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
         problems.append(f"timeout_s: {str(request['timeout_s'])[:40]!r} is not a number of seconds in "
                         f"(0, {TIMEOUT_S_MAX:g}]")
     signature = request.get("signature") or []
-    itemsize = {}
+    itemsize, params = {}, {}
     for i, param in enumerate(signature if isinstance(signature, list) else []):
         name, dtype = (param.get("name"), param.get("dtype")) if isinstance(param, dict) else (None, None)
         if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
@@ -310,7 +317,11 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
         if dtype not in DTYPES:
             problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
         elif isinstance(name, str):
-            itemsize[name] = numpy_dtype(dtype).itemsize
+            itemsize[name], params[name] = numpy_dtype(dtype).itemsize, param
+            if "init" in param and not (param.get("intent") == "scratch" and type(param["init"]) is int
+                                        and 0 <= param["init"] < 1 << (8 * itemsize[name])):
+                problems.append(f"signature[{i}].init: a scratch buffer's initial element, as an integer of "
+                                f"{8 * itemsize[name]} bits")
     cases = request.get("cases") or []
     if len(cases) > CASES_MAX:
         problems.append(f"cases: {len(cases)} cases, more than {CASES_MAX} in one request")
@@ -338,5 +349,7 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             for key in ("inputs", "expected"):
                 for buffer, path in (fresh.get(key) or {}).items() if isinstance(fresh, dict) else ():
                     problems += _confined(f"{where}: fresh {key}.{buffer}", path, base)
-        problems += _operation_problems(where, case.get("launch"), request.get("kernel"), list(itemsize))
+        counts = {buffer: spec["count"] for buffer, spec in (case.get("buffers") or {}).items()
+                  if isinstance(spec, dict) and type(spec.get("count")) is int}
+        problems += _operation_problems(where, case.get("launch"), request.get("kernel"), params, counts)
     return problems

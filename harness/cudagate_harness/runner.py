@@ -203,6 +203,7 @@ class Buffer:
         found = np.argwhere(words != words.dtype.type(int.from_bytes(bytes([CANARY]) * self.dtype.itemsize, "little")))
         found[:, 1] += cols
         return found
+    init: int | None = None  # a scratch buffer's initial element (its bits), set before every launch
 
     @property
     def written(self) -> bool:
@@ -212,8 +213,9 @@ class Buffer:
     @property
     def poisoned(self) -> bool:
         """Filled with a poison pattern before every launch: outputs, and scratch, which is never
-        compared (so a step that reads scratch its previous step never wrote reads garbage)."""
-        return self.intent in ("out", "scratch")
+        compared (so a step that reads scratch its previous step never wrote reads garbage), unless
+        the signature gives the scratch an initial value."""
+        return self.intent == "out" or (self.intent == "scratch" and self.init is None)
 
     @property
     def ptr(self) -> int:
@@ -243,19 +245,42 @@ class Launchable:
                    int(launch.get("shared_bytes", 0)))
 
     @classmethod
-    def operation(cls, functions: dict[str, object], launch: dict | list[dict]) -> Launchable:
+    def operation(cls, functions: dict[str, object], launch: dict | list[dict],
+                  other: Callable[[dict], object] | None = None) -> Launchable | Operation:
         """A case's launch (:data:`~cudagate_harness.protocol` form): one launch of the kernel's entry
-        (``functions`` holds one), or its steps, each of the function of its entry."""
+        (``functions`` holds one), or its steps, each of the function of its entry; ``other`` makes
+        a step that is no launch (a memset, copy or library call: :func:`cudagate_harness.steps.build`)."""
         if isinstance(launch, dict):
             (function,) = functions.values()
             return cls.of(function, launch)
-        steps = [replace(cls.of(functions[step["entry"]], step), args=tuple(step["args"])) for step in launch]
+        steps = [replace(cls.of(functions[step["entry"]], step), args=tuple(step["args"])) if "entry" in step
+                 else other(step) for step in launch]
+        if not all(isinstance(step, Launchable) for step in steps):
+            return Operation(tuple(steps))
         return replace(steps[0], later=tuple(steps[1:]))
 
     @property
     def launches(self) -> tuple[Launchable, ...]:
         """Its launches in order: itself, then its later steps."""
         return (self, *self.later)
+
+    @property
+    def sequence(self) -> tuple[Launchable, ...]:
+        """What it enqueues, in order: here its launches (see :class:`Operation`)."""
+        return self.launches
+
+
+@dataclass
+class Operation:
+    """A kernel's steps where some are no launch but a memset, a copy or a library call
+    (:mod:`.steps`): enqueued in order on the stream, like a kernel of launches."""
+
+    sequence: tuple  # Launchable, or a step with enqueue(device, buffers, slot)
+
+    @property
+    def launches(self) -> tuple[Launchable, ...]:
+        """Its kernel launches (each checked against the device's limits before anything runs)."""
+        return tuple(step for step in self.sequence if isinstance(step, Launchable))
 
 
 def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: dict, slot: int = 0,
@@ -304,7 +329,7 @@ def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buf
         layout = spec.get("layout")
         layout = tuple(int(v) for v in layout) if layout and layout[2] > layout[1] else None  # ld = cols: no padding
         buf = Buffer(name, dtype, param["intent"], padded_count(spec) if layout else int(spec["count"]), None,
-                     layout=layout)
+                     layout=layout, init=param.get("init"))
         if param["intent"] in ("in", "inout"):
             if not spec.get("input"):
                 raise CaseInputError(f"case {case['name']!r}: input buffer {name!r} has no data file")
@@ -563,16 +588,23 @@ class CaseRun:
                 self.device.fill2d(buf.ptrs[slot], ld * size, byte, cols * size, rows)
 
     def _restore(self, slot: int = 0) -> None:
+        """Before every launch of the kernel: an inout buffer's input back in place, and a scratch
+        buffer with an initial value set to it (the harness's reset, outside any event pair)."""
         for buf in self.buffers.values():
             if buf.intent == "inout":
                 self.device.copy(buf.ptrs[slot], buf.pristine, buf.nbytes)
+            elif buf.init is not None:
+                self.device.set_elements(buf.ptrs[slot], buf.init, buf.dtype.itemsize, buf.count)
 
     def _launch(self, kernel: Launchable | LibraryLaunch, slot: int = 0) -> None:
         if isinstance(kernel, LibraryLaunch):  # enqueued on the same stream, on the same copy of the buffers
             kernel.enqueue({name: buf.ptrs[slot] for name, buf in self.buffers.items()}, self.case["scalars"])
             return
-        for step in kernel.launches:
-            self.device.launch(step.function, step.grid, step.block, step.shared, self._params(slot, step.args))
+        for step in kernel.sequence:
+            if isinstance(step, Launchable):
+                self.device.launch(step.function, step.grid, step.block, step.shared, self._params(slot, step.args))
+            else:
+                step.enqueue(self.device, self.buffers, slot)
 
     @_step("validation")
     def validation_launch(self, kernel: Launchable, poison: int | None) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import PROTOCOL_VERSION, digest, library, telemetry
+from . import PROTOCOL_VERSION, digest, library, steps, telemetry
 from .compiler import CompileLimits, CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
 from .protocol import (EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds,
@@ -85,6 +85,10 @@ class Worker:
             return None
         return (str(spec.get("adapter")), library.bind(spec, self.device, self.libraries), int(spec["rounds"]),
                 Settle.from_json(spec.get("settle")))
+
+    def operation(self, functions: dict, launch: dict | list):
+        """A case's launch, its memset, copy and library steps included (libraries loaded once per worker)."""
+        return Launchable.operation(functions, launch, lambda step: steps.build(step, self.libraries))
 
     def flush_l2(self) -> None:
         # Writing twice the L2's size evicts whatever the last launch left there (cold-cache timing).
@@ -242,7 +246,7 @@ class Worker:
         scrub = self.scrubber() if checks["scrub_shared"] else None
         baseline = self.library_for(request) if timing else None
         for case in request["cases"]:
-            body = run_case(self.device, Launchable.operation(functions, case["launch"]), request["signature"], case,
+            body = run_case(self.device, self.operation(functions, case["launch"]), request["signature"], case,
                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
                             scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
                             floor=self.warmup_floor_ms, hold=self.held,
@@ -268,7 +272,7 @@ class Worker:
             if functions[role] is None:
                 return
         case, timing = request["case"], request["timing"]
-        kernels = [Launchable.operation(functions[role], request["launches"][role]) for role in ROLES]
+        kernels = [self.operation(functions[role], request["launches"][role]) for role in ROLES]
         cold = timing.get("cache", "cold") == "cold"
         batch = int(timing.get("batch", 1))
         pad_max = int(timing.get("pad_max", DEFAULT_PAD_MAX))

@@ -18,7 +18,7 @@ import yaml
 
 from cudagate_harness import nvcc
 from cudagate_harness.compiler import CompileOptionError, check_options
-from cudagate_harness.library import ADAPTERS
+from cudagate_harness.library import ADAPTERS, Adapter, known
 from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
 
 from pytest_cudagate.boundary import schema
@@ -30,6 +30,7 @@ from pytest_cudagate.host.paths import command, display_path, visible
 from pytest_cudagate.suite.expr import ExprError, buffer_problem, launch_problems, parse, parse_condition
 from pytest_cudagate.suite import device, instantiate, placeholders
 from pytest_cudagate.suite.includes import IncludeError, local_headers
+from pytest_cudagate.suite.step_checks import OTHER_STEPS, init_value, other_step, step_fits
 from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distribution, Launch, LibraryBaseline, Param,
                                         Program, Reference, Step, Steps, Suite, Tolerance, Timing, Variant,
                                         default_bounds, default_rtol, derivations)
@@ -285,6 +286,14 @@ class _Checker:
         listed = ([(parts + ["steps", i], raw_step) for i, raw_step in enumerate(raw["steps"])] if "steps" in raw else
                   [(parts, {"entry": raw.get("entry", name), "args": raw["args"], "launch": raw["launch"]})])
         for where, raw_step in listed:
+            if "entry" not in raw_step or any(k in raw_step for k in OTHER_STEPS):
+                step = other_step(self, raw_step, where, params, scalars)
+                if step is not None:
+                    steps.append(step)
+                continue
+            if "launch" not in raw_step:
+                self.add(where, "a launch step needs `launch: {grid: [...], block: [...]}`")
+                continue
             entry = raw_step["entry"]
             base = entry.split("<", 1)[0].strip()
             if text is not None and not re.search(rf"\b{re.escape(base)}\b", text):
@@ -298,21 +307,28 @@ class _Checker:
             for arg in sorted({a for a in args if args.count(a) > 1}):
                 self.add(where + ["args"], f"{arg!r} is named twice; a step takes each parameter once")
             steps.append(Step(entry, args, self.launch(raw_step["launch"], where + ["launch"], scalars)))
-        taken = {a for step in steps for a in step.args}
-        # An output left out of `outputs:` may be taken by none (it is not judged); so may the scratch of
-        # a one-launch kernel with `args` (a fused version needs no workspace).
-        for param in signature:
+        taken = {a for step in steps for a in step.params}
+        written = {a for step in steps for a in step.writes}
+        if "steps" in raw and len(steps) == len(listed) and not any(isinstance(step, Step) for step in steps):
+            self.add(parts + ["steps"], f"no step launches an entry of {raw['source']}: the operation gated is the "
+                                        "kernel's; add its launch step (`- entry: NAME`)")
+        # An output left out of `outputs:` may be written by none (it is not judged); so may the scratch
+        # of a one-launch kernel with `args` (a fused version needs no workspace).
+        for param in signature if len(steps) == len(listed) else ():  # (a refused step has said why)
             if ((param.is_scratch and "steps" in raw or param.is_output and "outputs" not in raw)
-                    and param.name not in taken):
+                    and param.name not in (taken if param.is_scratch else written)):
                 if "steps" in raw:
                     self.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} "
-                                                "is taken by no step; add it to the `args` of the step that writes it")
+                                                f"is {'taken' if param.is_scratch else 'written'} by no step; add it "
+                                                "to the `args` of the step that writes it (a memset, copy or library "
+                                                "call into it counts)")
                 else:
                     self.add(parts + ["args"], f"output buffer {param.name!r} is not in `args`, so it is never written; "
                                                "add it, or name the outputs the kernel is judged on in `outputs:`")
         return Program(
             include=self.include,
-            name=name, source=source, entry=steps[0].entry, options=tuple(raw.get("options", [])),
+            name=name, source=source, entry=next((s.entry for s in steps if isinstance(s, Step)), name),
+            options=tuple(raw.get("options", [])),
             launch=Steps(tuple(steps)), arch_suffix=raw.get("arch_suffix", ""),
             classes={shape_class: self.variant(variant, parts + ["classes", shape_class], scalars, {}, case_classes)
                      for shape_class, variant in raw.get("classes", {}).items() if "launch" not in variant},
@@ -345,7 +361,7 @@ class _Checker:
         if "outputs" not in raw:
             return program
         params = {p.name: p for p in signature}
-        taken = {a for step in program.steps for a in step.args} if program.steps else set(params)
+        taken = {a for step in program.steps for a in step.writes} if program.steps else set(params)
         for i, name in enumerate(raw["outputs"]):
             param = params.get(name)
             if param is None or not param.is_output:
@@ -403,9 +419,13 @@ class _Checker:
         adapter = ADAPTERS.get(name)
         if adapter is None:
             self.add(parts + ["adapter"], f"unknown library baseline adapter {name!r}; known adapters: "
-                                          f"{', '.join(sorted(ADAPTERS))}")
+                                          f"{', '.join(known(Adapter))}")
             return LibraryBaseline(name, args)
         params = {p.name: p for p in signature}
+        if not isinstance(adapter, Adapter):
+            self.add(parts + ["adapter"], f"{name} is a library step adapter (`steps: - library: {name}`), not a "
+                                          f"baseline; known baseline adapters: {', '.join(known(Adapter))}")
+            return LibraryBaseline(name, args)
         for role in sorted(set(args) - set(adapter.roles)):
             self.add(parts + ["args", role], f"{name} has no role {role!r} (its roles: {', '.join(adapter.roles)})")
         for role in adapter.roles:
@@ -548,11 +568,15 @@ class _Checker:
             if "buffer" in p:
                 signature.append(Param(p["name"], "buffer", p["buffer"], p["intent"], str(p["size"]),
                                        tuple(str(s) for s in p["shape"]) if "shape" in p else None,
-                                       str(p["ld"]) if "ld" in p else None))
+                                       str(p["ld"]) if "ld" in p else None, init_value(self, p, ["signature", i])))
                 if "ld" in p and len(p.get("shape", ())) != 2:
                     self.add(["signature", i, "ld"], f"{p['name']!r} has no 2-D shape; `ld` is the distance between "
                                                      "the rows of a [rows, cols] buffer: give it `shape: [ROWS, COLS]`"
                                                      ", or remove `ld`")
+                if "ld" in p and "init" in p:
+                    self.add(["signature", i, "init"], f"{p['name']!r} has `ld`: its padding must keep the canary the "
+                                                       "harness checks, and `init` sets the whole buffer; scratch is "
+                                                       "never compared, so remove `ld` (or `init`)")
             else:
                 signature.append(Param(p["name"], "scalar", p["scalar"]))
                 if p["scalar"] in LOW_PRECISION:
@@ -777,6 +801,7 @@ class _Checker:
         show at load time."""
         crowded: set[str] = set()  # inputs whose outliers fill a row
         narrow: set[str] = set()  # padded buffers whose ld is refused (one line each, naming the first case)
+        misfits: set[tuple[str, int]] = set()  # (kernel, step number) of steps already named as not fitting
         for i, case in enumerate(suite.cases):
             try:
                 scalars = suite.scalars(case)
@@ -813,6 +838,7 @@ class _Checker:
                 self.add(["cases", i], f"case {case.name!r}: {exc}")
             programs = list(suite.kernels) + ([suite.reference.program] if suite.reference.program else [])
             for program in programs:
+                step_fits(self, suite, program, case, i, scalars, misfits)
                 for what, launch, scalars in self.launches(program, case, scalars):
                     for label, one in self.labelled(what, launch):
                         facts = "" if one.names().isdisjoint(device.FACTS) else f" ({device.STAND_IN_TEXT})"
@@ -844,7 +870,8 @@ class _Checker:
         """``(label, launch)`` for a launch, or for each step of a kernel's steps (named by number and entry)."""
         if isinstance(launch, Steps):
             for number, step in enumerate(launch.steps, 1):
-                yield f"step {number} ({step.entry})", step.launch
+                if isinstance(step, Step):
+                    yield f"step {number} ({step.entry})", step.launch
         else:
             yield what, launch
 

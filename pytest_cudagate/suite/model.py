@@ -13,6 +13,7 @@ from cudagate_harness.protocol import numpy_dtype, unit_roundoff
 from pytest_cudagate.suite import device
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
 from pytest_cudagate.suite.instantiate import label
+from pytest_cudagate.suite.steps import CopyStep, LibraryStep, MemsetStep, element_bits, from_record
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Param:
     # least the row length); the elements between a row's end and the next row are padding the
     # kernel must leave untouched. Case files, the reference and the judge see the logical shape.
     ld: str | None = None
+    # A scratch buffer's initial value (`init:`, as written): set before every run of the kernel,
+    # outside the timed region, instead of the poison. None: poisoned. Signed only where given.
+    init: str | float | int | None = None
 
     @property
     def is_output(self) -> bool:
@@ -46,6 +50,8 @@ class Param:
         entry = {"name": self.name, "kind": self.kind, "dtype": self.dtype}
         if self.kind == "buffer":
             entry["intent"] = self.intent
+        if self.init is not None:
+            entry["init"] = element_bits(self.init, self.dtype)[0]
         return entry
 
 
@@ -112,38 +118,64 @@ class Step:
     def to_json(self) -> dict:
         return {"entry": self.entry, "args": list(self.args), **self.launch.to_json()}
 
+    def resolve(self, scalars: dict) -> dict:
+        return {"entry": self.entry, "args": list(self.args), **self.launch.resolve(scalars)}
+
+    def names(self) -> frozenset[str]:
+        return self.launch.names()
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return self.args
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        """What it may write: every parameter it takes (a launch's writes are not known before it runs)."""
+        return self.args
+
+
+AnyStep = Step | MemsetStep | CopyStep | LibraryStep
+
 
 @dataclass(frozen=True)
 class Steps:
     """The launch of a kernel given as ``steps:``: its launches in order, timed as one unit between
     one event pair. It stands where a :class:`Launch` stands (resolved per case, pinned by an approval,
     signed in the manifest), so the number, order, entries and arguments of the steps are all part of
-    the kernel's identity."""
+    the kernel's identity. A step may also be a memset, a copy or a library call (suite/steps.py),
+    enqueued between the launches on the same stream."""
 
-    steps: tuple[Step, ...]
+    steps: tuple[AnyStep, ...]
 
     def resolve(self, scalars: dict) -> list[dict]:
-        return [{"entry": s.entry, "args": list(s.args), **s.launch.resolve(scalars)} for s in self.steps]
+        return [s.resolve(scalars) for s in self.steps]
 
     def to_json(self) -> list[dict]:
         return [s.to_json() for s in self.steps]
 
     def names(self) -> frozenset[str]:
-        return frozenset().union(*(s.launch.names() for s in self.steps))
+        return frozenset().union(*(s.names() for s in self.steps))
 
     def with_constants(self, values: dict[str, int]) -> Steps:
-        return Steps(tuple(replace(s, launch=s.launch.with_constants(values)) for s in self.steps))
+        return Steps(tuple(replace(s, launch=s.launch.with_constants(values)) if isinstance(s, Step) else s
+                           for s in self.steps))
+
+    @property
+    def launches(self) -> tuple[Step, ...]:
+        """The kernel launches among the steps, in order."""
+        return tuple(s for s in self.steps if isinstance(s, Step))
 
     @property
     def entries(self) -> list[str]:
         """The distinct entries the steps launch, in order of first use."""
-        return list(dict.fromkeys(s.entry for s in self.steps))
+        return list(dict.fromkeys(s.entry for s in self.launches))
 
 
 def launch_from_record(raw: dict | list) -> Launch | Steps:
     """A launch as a ledger or a request records it: one launch, or a kernel's steps."""
     if isinstance(raw, list):
-        return Steps(tuple(Step(str(s["entry"]), tuple(str(a) for a in s["args"]), Launch.from_record(s)) for s in raw))
+        return Steps(tuple(Step(str(s["entry"]), tuple(str(a) for a in s["args"]), Launch.from_record(s))
+                           if "entry" in s else from_record(s) for s in raw))
     return Launch.from_record(raw)
 
 
@@ -404,9 +436,15 @@ class Program:
         return f"{self.name} (variant of class {self.variant}: options {list(self.options)})" if self.variant else self.name
 
     @property
-    def steps(self) -> tuple[Step, ...]:
-        """The kernel's launches in order: its steps, or () for a single launch of the whole signature."""
+    def steps(self) -> tuple[AnyStep, ...]:
+        """The kernel's steps in order (launches, memsets, copies, library calls), or () for a single
+        launch of the whole signature."""
         return self.launch.steps if isinstance(self.launch, Steps) else ()
+
+    @property
+    def launch_steps(self) -> tuple[Step, ...]:
+        """The kernel launches among its steps (the entries compiled and checked against their args)."""
+        return self.launch.launches if isinstance(self.launch, Steps) else ()
 
     @property
     def entries(self) -> list[str]:

@@ -5,9 +5,11 @@ the headers it includes, entry, options, launch), every case (kind, holdout, see
 and generated where set, the sha256 of each input and expected-output file, or for a generated
 case of its generated.json and output samples), tolerances (their `ulp` where given), input distributions, each kernel's
 entry and launch configuration(s), its class variants' launches included, its ``requires`` and
-judged ``outputs`` where given, timing settings and the gate threshold, and the derived scalars'
-expressions where the suite has any. An instantiated suite (``instantiate:``) signs that mapping and
-all of the above per instantiation (``instances``).
+judged ``outputs`` where given (a kernel's steps: its launches, memsets, copies and library calls,
+with their values and options), a scratch buffer's ``init`` and a buffer's ``ld`` where given, timing
+settings and the gate threshold, and the derived scalars' expressions where the suite has any. An
+instantiated suite (``instantiate:``) signs that mapping and all of the above per instantiation
+(``instances``).
 
 Not signed: a kernel's source and compile options, its class variants' options too (changing a
 kernel is what pull requests do; the approvals ledger pins approved kernel sources and variants),
@@ -29,7 +31,7 @@ from pytest_cudagate.errors import FileError
 from pytest_cudagate.host.paths import command, visible
 from pytest_cudagate.suite.cases import case_data_fix, sign_command
 from pytest_cudagate.suite.generated import generated_files
-from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Program, Suite, manifest_entry
+from pytest_cudagate.suite.model import DEFAULT_CLASS, Case, Launch, Param, Program, Suite, manifest_entry
 from pytest_cudagate.trust.canonical import canonical_bytes, file_sha256
 
 MANIFEST_FORMAT = 1
@@ -84,6 +86,16 @@ def _plain(value, root: Path):
 
 def _launch(launch: Launch) -> dict:
     return _plain(launch, Path("."))
+
+
+def _param(param: Param, root: Path) -> dict:
+    """A parameter's fields; a scratch buffer's ``init`` and a buffer's ``ld`` only where given, so suites
+    signed before they existed keep their signatures."""
+    entry = _plain(param, root)
+    for key in ("init", "ld"):
+        if entry[key] is None:
+            entry.pop(key)
+    return entry
 
 
 def _program_launches(program: Program) -> dict:
@@ -248,8 +260,7 @@ def _signed(suite: Suite, problems: list[str], referenced: set[Path]) -> dict:
         entry["files"] = files
         cases[case.name] = entry
     manifest = {
-        # a buffer's `ld` only where given, so suites signed before it existed keep their signatures
-        "signature": [{k: v for k, v in _plain(p, root).items() if k != "ld" or v is not None} for p in suite.signature],
+        "signature": [_param(p, root) for p in suite.signature],
         "reference": _reference(suite, problems),
         "cases": cases,
         # `ulp` only where given, so suites signed before it existed keep their signatures

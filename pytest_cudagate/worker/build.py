@@ -137,6 +137,8 @@ def parameter_problems(program: Program, result: CompileResult, signature: tuple
     built = built or entry_builds(program, result, arch, timeout_s=timeout_s)
     problems = []
     for number, step in enumerate(program.steps, 1):
+        if step not in program.launch_steps:  # a memset, copy or library call: no parameters to check
+            continue
         step_result = built[step.entry]
         if not step_result.ok and step_result is not result:
             problems.append(f"step {number} ({step.entry}): does not compile: {step_result.log.strip().splitlines()[0]}")

@@ -1,0 +1,176 @@
+"""What the suite loader checks of a memset, copy or library step, and of a scratch buffer's ``init:``.
+
+Each problem is one line on the loader's checker (file, line, field and fix); the loader calls these
+from its own pass over a kernel's ``steps:`` (suite/loader.py).
+"""
+
+from __future__ import annotations
+
+from cudagate_harness.library import ADAPTERS, StepAdapter, known
+
+from pytest_cudagate.suite.expr import ExprError
+from pytest_cudagate.suite.steps import CopyStep, LibraryStep, MemsetStep, element_bits
+
+OTHER_STEPS = ("memset", "copy", "library")
+# The keys each kind of step may hold besides its own.
+_KEYS = {"entry": ("args", "launch"), "memset": (), "copy": (), "library": ("args", "options")}
+
+
+def init_value(checker, raw: dict, parts: list):
+    """A buffer's ``init:``: a value of its type, on a scratch buffer only (None where not given)."""
+    if "init" not in raw:
+        return None
+    value = raw["init"]
+    if raw.get("intent") != "scratch":
+        checker.add(parts + ["init"], f"`init` is for scratch buffers; {raw['name']!r} has intent {raw.get('intent')} "
+                                      "(an output starts poisoned, so the gate sees what no step writes; set it in a "
+                                      "`memset` step instead): remove `init`")
+        return None
+    _, problem = element_bits(value, raw["buffer"])
+    if problem:
+        checker.add(parts + ["init"], problem)
+    return value
+
+
+def other_step(checker, raw: dict, where: list, params: dict, scalars: set[str]):
+    """A step that is a memset, a copy or a library call, checked against the signature (``params``
+    by name) and the scalars its expressions may read; None where it is refused."""
+    kinds = [k for k in ("entry", *OTHER_STEPS) if k in raw]
+    if len(kinds) != 1:
+        checker.add(where, (f"a step is one of a launch (`entry`), `memset`, `copy` or `library`; this one is "
+                            f"{' and '.join(kinds)}: split it into one step each") if kinds else
+                    "a step needs one of `entry` (a launch), `memset`, `copy` or `library`")
+        return None
+    kind = kinds[0]
+    extra = sorted(set(raw) - {kind, *_KEYS[kind]})
+    if extra:
+        checker.add(where + [extra[0]], f"a {kind} step takes no `{extra[0]}` (its keys: "
+                                        f"{', '.join((kind, *_KEYS[kind]))}); remove it")
+        return None
+
+    def buffer(name: str, at: list, writes: bool, what: str):
+        param = params.get(name)
+        if param is None or param.kind != "buffer":
+            checker.add(at, f"{name!r} is not a buffer of the signature (buffers: "
+                            f"{', '.join(p.name for p in params.values() if p.kind == 'buffer')})")
+            return None
+        if writes and param.intent == "in":
+            checker.add(at, f"{what} writes {name!r}, an input buffer, which must come back unchanged; "
+                            "write an output or scratch buffer")
+            return None
+        return param
+
+    if kind == "memset":
+        body = raw["memset"]
+        param = buffer(body["buffer"], where + ["memset", "buffer"], True, "the memset")
+        if param is None:
+            return None
+        bits, problem = element_bits(body["value"], param.dtype)
+        if problem:
+            checker.add(where + ["memset", "value"], f"buffer {param.name!r} is {param.dtype}: {problem}")
+            return None
+        return MemsetStep(param.name, body["value"], bits)
+    if kind == "copy":
+        body = raw["copy"]
+        source = buffer(body["from"], where + ["copy", "from"], False, "the copy")
+        target = buffer(body["to"], where + ["copy", "to"], True, "the copy")
+        if source is None or target is None:
+            return None
+        if source.dtype != target.dtype:
+            checker.add(where + ["copy"], f"a copy keeps the type: {source.name!r} is {source.dtype}, {target.name!r} "
+                                          f"is {target.dtype}; copy between buffers of one type")
+            return None
+        count = checker.expr(body.get("count", source.size), where + ["copy", "count"], scalars)
+        return CopyStep(source.name, target.name, count)
+    return library_step(checker, raw, where, params, scalars, buffer)
+
+
+def library_step(checker, raw: dict, where: list, params: dict, scalars: set[str], buffer):
+    name = raw["library"]
+    adapter = ADAPTERS.get(name)
+    if not isinstance(adapter, StepAdapter):
+        checker.add(where + ["library"], f"unknown library step adapter {name!r}; known adapters: "
+                                         f"{', '.join(known(StepAdapter))}")
+        return None
+    args = raw.get("args", {})
+    if not isinstance(args, dict):
+        checker.add(where + ["args"], f"a library step's args map each role of {name} to a buffer, e.g. "
+                                      f"`args: {{{', '.join(f'{r}: {r}' for r in adapter.buffers)}}}`")
+        return None
+    ok = True
+    for role in sorted(set(args) - set(adapter.buffers)):
+        checker.add(where + ["args", role], f"{name} has no role {role!r} (its roles: {', '.join(adapter.buffers)})")
+        ok = False
+    dtypes = {}
+    for role, writes in adapter.buffers.items():
+        if role not in args:
+            checker.add(where + ["args"], f"{name} needs role {role!r}: map it to a buffer, e.g. `{role}: {role}`")
+            ok = False
+            continue
+        param = buffer(args[role], where + ["args", role], writes, f"{name}'s {role}")
+        if param is None:
+            ok = False
+            continue
+        dtypes[role] = param.dtype
+    if ok:
+        problem = adapter.types(dtypes)
+        if problem:
+            checker.add(where + ["args"], f"{problem}; map buffers of types it takes")
+            ok = False
+    options = raw.get("options", {})
+    for option in sorted(set(options) - set(adapter.options)):
+        checker.add(where + ["options", option], f"{name} has no option {option!r} (its options: "
+                                                 f"{', '.join(adapter.options)})")
+        ok = False
+    for option in adapter.required:
+        if option not in options:
+            checker.add(where + ["options"], f"{name} needs option {option!r}: an expression over the scalars")
+            ok = False
+    for option, value in options.items():
+        what, at = adapter.options.get(option), where + ["options", option]
+        if what in ("int", "number"):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                checker.add(at, f"{value!r} is not an expression; write a number or an expression over the scalars")
+                ok = False
+            elif what == "number" and isinstance(value, (int, float)):
+                continue
+            else:
+                errors = len(checker.problems)
+                checker.expr(value, at, scalars)
+                ok = ok and len(checker.problems) == errors
+        elif what == "bool" and not isinstance(value, bool):
+            checker.add(at, f"{value!r} is not true or false")
+            ok = False
+        elif isinstance(what, tuple) and value not in what:
+            checker.add(at, f"{value!r} is not one of {', '.join(what)}")
+            ok = False
+    if not ok:
+        return None
+    return LibraryStep(name, dict(args), {k: (str(v) if adapter.options[k] == "int" else v) for k, v in options.items()})
+
+
+def step_fits(checker, suite, program, case, index: int, scalars: dict, named: set) -> None:
+    """Each copy and library step of ``program`` on ``case``: a copy's count within both buffers, a
+    library call's extents within its buffers (``scalars``: the case's, derived ones too). A step that
+    does not fit is named once, on the first case it does not fit (``named``: those named so far)."""
+    counts = suite.counts(case)
+    for number, step in enumerate(program.steps, 1):
+        if not isinstance(step, (CopyStep, LibraryStep)) or (program.name, number) in named:
+            continue
+        label = f"{program.name} step {number} ({step.kind}) in case {case.name!r}"
+        try:
+            resolved = step.resolve(scalars)
+        except ExprError as exc:
+            problem = str(exc)
+        else:
+            if isinstance(step, CopyStep):
+                count = resolved["copy"]["count"]
+                problem = (None if 0 <= count <= min(counts[step.source], counts[step.target]) else
+                           f"copies {count} elements, but {step.source!r} holds {counts[step.source]} and "
+                           f"{step.target!r} {counts[step.target]}; size the destination for the source, or copy fewer")
+            else:
+                problem = ADAPTERS[step.adapter].fits({role: counts[name] for role, name in step.args.items()},
+                                                      resolved["options"])
+        if problem:
+            named.add((program.name, number))
+            checker.add(["cases", index], f"{label}: {problem}")

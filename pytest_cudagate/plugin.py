@@ -20,10 +20,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_cudagate.items import GateSession
-    from pytest_cudagate.session import GateRuntime
     from pytest_cudagate.worker.client import Worker
-
-RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
 
 
 def add_gate_options(add: Callable[..., object]) -> None:
@@ -151,9 +148,8 @@ def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
             require_gpu=config.getoption("cuda_gate_require_gpu"))
     except FileError as exc:  # one clear error, not INTERNALERROR
         raise pytest.UsageError(str(exc)) from None
-    session = GateSession.start(config, gate_config, trust_root, spawned)
-    config.stash[RUNTIME] = session.runtime
-    config.pluginmanager.register(session, PLUGIN_NAME)
+    session = GateSession(config, gate_config, trust_root, spawned)
+    config.pluginmanager.register(session, PLUGIN_NAME)  # the one way to the run (items.gate_session)
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(Path(config.rootpath) / s) for s in settings.suites]

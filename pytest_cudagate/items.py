@@ -28,7 +28,7 @@ from pytest_cudagate.config import GateConfig
 from pytest_cudagate.defences import fresh_ahead
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
-from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.outcome import CaseOutcome, Failure
 from pytest_cudagate.host import trash
 from pytest_cudagate.host.paths import RUN_PREFIX, log_lines, scratch_dir
 from pytest_cudagate.reports import pytest_hooks as reports
@@ -575,7 +575,7 @@ class CaseItem(GateItem):
         problem = case_data_problem(suite, case)
         if problem:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
-                                     message="bad case data", shape_class=case.shape_class))
+                                     message="bad case data", shape_class=case.shape_class, failure=Failure.CASE_DATA))
             raise GateFailure(problem)
         waited = time.perf_counter()
         if run.client() is None:

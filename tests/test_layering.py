@@ -21,7 +21,7 @@ LAYERS = (
     ("defences",),
     ("gate", "phases"),
     ("reports", "history", "approvals"),
-    ("plugin", "items", "session", "xdist_hooks", "bisect", "optimize", "cli"),
+    ("plugin", "items", "session", "xdist_hooks", "bisect", "optimize", "cli", "commands", "suite_commands"),
 )
 # A command's module (its parser and handler) sits with the CLI, whichever package holds its subject.
 COMMANDS = ("trust.cli", "trust.gate_command", "reports.cli", "history.cli", "optimize.cli", "approvals.approve")

@@ -75,7 +75,7 @@ class GateSession:
     (outcomes, skips, builds and pytest's counts), which the reports read."""
 
     def __init__(self, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None,
-                 spawned: Worker | None = None):
+                 spawned: Worker | None = None, worker_env: dict[str, str] | None = None):
         self.config = config
         self.settings = gate
         fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
@@ -83,7 +83,8 @@ class GateSession:
                                    threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None,
                                    processes=xdist_hooks.worker_count(config))
         self.trust_root = trust_root
-        self.worker = RunWorker(timeout_s=gate.timeout_s, lock_timeout_s=gate.lock_timeout_s, spawned=spawned)
+        self.worker = RunWorker(timeout_s=gate.timeout_s, lock_timeout_s=gate.lock_timeout_s, spawned=spawned,
+                                env=worker_env)
         self.suites = SuiteTrust(allow_unsigned=gate.allow_unsigned, trust_root=trust_root)
         # What the run judged, for the reports (an xdist controller gathers its workers': xdist_hooks).
         self.outcomes: list[CaseOutcome] = []

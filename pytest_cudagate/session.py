@@ -48,17 +48,19 @@ class OpenWorker:
 
 
 def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-                spawned: Worker | None = None) -> OpenWorker:
+                spawned: Worker | None = None, env: dict[str, str] | None = None) -> OpenWorker:
     """Start a worker (under pytest-xdist on gwN's GPU) and hold its GPU's lock while it runs: two
     gate runs, approvals or optimizations never time on one card at once.
 
     The one place a worker is started, for the pytest session, ``cudagate run``, ``cases generate``,
     ``approve`` and ``optimize``. ``spawned``: a process the pytest session started early
-    (:mod:`pytest_cudagate.worker.spawn`), taken over here (closed on failure like one started here).
+    (:mod:`pytest_cudagate.worker.spawn`), taken over here (closed on failure like one started here);
+    ``env``: what a worker started here is told beside its GPU (the gate run's library adapters).
     Raises :class:`WorkerUnavailable` without a usable GPU and
     :class:`~pytest_cudagate.errors.GpuLockTimeout` when the card stays busy.
     """
-    client = spawned if spawned is not None else HarnessClient(timeout_s=timeout_s, env=xdist_device_env())
+    client = spawned if spawned is not None else HarnessClient(timeout_s=timeout_s,
+                                                               env={**xdist_device_env(), **(env or {})})
     client.timeout_s = timeout_s
     try:
         hello = client.start()
@@ -75,8 +77,10 @@ class RunWorker:
     """A run's worker, opened once and lazily (in a thread while pytest collects): the process the
     plugin spawned at configure, taken over; or, without a usable GPU, the reason there is none."""
 
-    def __init__(self, *, timeout_s: float, lock_timeout_s: float, spawned: Worker | None = None):
+    def __init__(self, *, timeout_s: float, lock_timeout_s: float, spawned: Worker | None = None,
+                 env: dict[str, str] | None = None):
         self.timeout_s = timeout_s
+        self.env = env
         self.lock_timeout_s = lock_timeout_s
         self.spawned = spawned  # the process the plugin started at configure, until open() takes it
         self.opened: OpenWorker | None = None
@@ -91,7 +95,7 @@ class RunWorker:
                 spawned, self.spawned = self.spawned, None
                 try:  # held for the whole run: the GPU's lock with it
                     self.opened = open_worker(timeout_s=self.timeout_s, lock_timeout_s=self.lock_timeout_s,
-                                              spawned=spawned)
+                                              spawned=spawned, env=self.env)
                 except WorkerUnavailable as exc:
                     self.unavailable = str(exc)
         return self.opened

@@ -80,7 +80,7 @@ class _Fields:
 
 def test_the_report_produces_every_field_of_its_schema_and_no_other(tmp_path):
     """Read from report.json as a whole run writes it: every phase clocked, a class selection, a trust
-    root's ref and pull request, pytest's counts."""
+    root's ref and pull request, pytest's counts, a plugin's extra field."""
     schema = json.loads((SCHEMAS / "report.schema.json").read_text(encoding="utf-8"))
     scenario = build_scenario(tmp_path / "scale")
     for outcome in scenario.outcomes:
@@ -96,6 +96,7 @@ def test_the_report_produces_every_field_of_its_schema_and_no_other(tmp_path):
         clock.add(phase, 0.001)
     clock.worker(0.5, 0.25)
     clock.case_ran(0.0, 1.0)
+    built.document["extra"] = {"ci": "a plugin's field"}  # as pytest_cudagate_update_report adds it
     write_report(tmp_path / "out", built, clock=clock)
     fields = _Fields(schema)
     fields.walk(schema, read_report(tmp_path / "out"), "report")

@@ -21,7 +21,7 @@ import pytest
 
 from cudagate_harness.compiler import compile_kernel
 from pytest_cudagate.worker.client import HarnessClient, WorkerUnavailable
-from pytest_cudagate.plugin import RUNTIME
+from pytest_cudagate.items import PLUGIN_NAME
 from pytest_cudagate.reports.plots import timing_svg
 from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.worker.requests import run_request
@@ -91,7 +91,7 @@ class _Capture:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config):
-        self.runtime = config.stash.get(RUNTIME, None)
+        self.runtime = config.pluginmanager.get_plugin(PLUGIN_NAME)
 
 
 def report_costs(rows):

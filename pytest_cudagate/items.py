@@ -2,9 +2,9 @@
 
 Node ids read ``SUITE::KERNEL::CASE`` (and ``SUITE::KERNEL::compile``). A suite that does not load
 becomes one failing item rather than a collection error, so one broken suite never stops the
-others from being judged. :class:`GateSession` is the session's plugin object: registered by
-:mod:`pytest_cudagate.plugin` only when ``--cuda-gate`` is on, it owns the run's
-:class:`~pytest_cudagate.session.GateRuntime`.
+others from being judged. :class:`GateSession` is the one object of a run: registered by
+:mod:`pytest_cudagate.plugin` as the plugin :data:`PLUGIN_NAME` only when ``--cuda-gate`` is on, and
+reached that way alone (:func:`gate_session`), as pytest-xdist reaches its session object.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 import importlib
 import itertools
 import os
+import tempfile
 import threading
 import time
 import warnings
+from collections import Counter
 from contextvars import Token
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,29 +27,38 @@ from pytest_cudagate import phases, xdist_hooks
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.defences import fresh_ahead
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.gate import GateOptions, case_data_problem
-from pytest_cudagate.judge.outcome import CaseOutcome
-from pytest_cudagate.host.paths import log_lines
+from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
+from pytest_cudagate.judge.outcome import CaseOutcome, Failure
+from pytest_cudagate.host import trash
+from pytest_cudagate.host.paths import RUN_PREFIX, log_lines, scratch_dir
 from pytest_cudagate.reports import pytest_hooks as reports
 from pytest_cudagate.reports.durations import render_durations, render_run_phases
 from pytest_cudagate.reports.terminal import render_table
-from pytest_cudagate.session import GateRuntime
+from pytest_cudagate.session import RunWorker, SuiteTrust
 from pytest_cudagate.suite.loader import SUITE_FILENAME, load_suite, refuse_folder_links
 from pytest_cudagate.suite.expr import ExprError
 from pytest_cudagate.suite.includes import IncludeError
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import UNSIGNED_WARNING
+from pytest_cudagate.trust.ledger import release_verifier
 from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.worker.build import (BuildFacts, build_record, compile_ahead, compile_builds, entry_builds,
                                          entry_resources, mismatch_heading, parameter_problems)
 from pytest_cudagate.worker.client import Worker
+from pytest_cudagate.worker.fingerprint import Fingerprint
 from pytest_cudagate.worker.spawn import runs_items
 
-if TYPE_CHECKING:  # `cudagate gate --trusted-ref` only
+if TYPE_CHECKING:  # `cudagate gate --trusted-ref` and release mode only
     from pytest_cudagate.trust.base_ref import TrustRoot
+    from pytest_cudagate.trust.release import ReleaseSource
 
 
 PLUGIN_NAME = "cudagate-session"
+
+
+def gate_session(config: pytest.Config) -> GateSession:
+    """The run's :class:`GateSession` (registered under ``--cuda-gate`` only)."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME)
 
 
 class GateFailure(Exception):
@@ -59,29 +70,116 @@ class CudagateWarning(UserWarning):
 
 
 class GateSession:
-    """The hooks of one ``--cuda-gate`` session, around its :class:`GateRuntime`."""
+    """One ``--cuda-gate`` run: its pytest hooks, and what the run holds: its settings, worker
+    (:class:`RunWorker`), suites' trust (:class:`SuiteTrust`), gate, output folder, and what it judged
+    (outcomes, skips, builds and pytest's counts), which the reports read."""
 
-    def __init__(self, config: pytest.Config, runtime: GateRuntime):
+    def __init__(self, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None,
+                 spawned: Worker | None = None, worker_env: dict[str, str] | None = None):
         self.config = config
-        self.runtime = runtime
+        self.settings = gate
+        fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
+        self.options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
+                                   threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None,
+                                   processes=xdist_hooks.worker_count(config))
+        self.trust_root = trust_root
+        self.worker = RunWorker(timeout_s=gate.timeout_s, lock_timeout_s=gate.lock_timeout_s, spawned=spawned,
+                                env=worker_env)
+        self.suites = SuiteTrust(allow_unsigned=gate.allow_unsigned, trust_root=trust_root)
+        # What the run judged, for the reports (an xdist controller gathers its workers': xdist_hooks).
+        self.outcomes: list[CaseOutcome] = []
+        self.skipped: list[tuple[str, str, str, str]] = []
+        self.compiles: list[BuildFacts] = []  # each compile item's builds
+        self.tested: Counter = Counter()  # pytest's outcome category -> cudagate items, as it counts them
+        self.selection: dict = {}  # --cuda-gate-class: the classes run and the cases left out
+        self.fingerprint: Fingerprint | None = None  # the worker's hardware, once one started
+        self.classes: dict[tuple[str, str], str] = {}  # (suite, case) -> shape class, for the table's skipped rows
         self.suites_collected = 0
         self._starting: threading.Thread | None = None
         self.worker_start_s: float | None = None  # how long the first item still waited for the worker
-        self.classes: dict[tuple[str, str], str] = {}  # (suite, case) -> shape class, for the table's skipped rows
         self._positions: dict[int, int] | None = None  # id(item) -> its place in session.items
+        self._gate: Gate | None = None
+        self._release: ReleaseSource | None = None
+        self._output_dir: Path | None = None
 
-    @classmethod
-    def start(cls, config: pytest.Config, gate: GateConfig, trust_root: TrustRoot | None = None,
-              spawned: Worker | None = None) -> GateSession:
-        fresh_seed = gate.fresh_seed if gate.fresh_seed is not None else xdist_hooks.worker_fresh_seed(config)
-        options = GateOptions(strict=gate.strict, release=gate.release, budget_s=gate.budget_s,
-                              threshold=gate.threshold, fresh_seed=fresh_seed, trusted=trust_root is not None,
-                              processes=xdist_hooks.worker_count(config))
-        return cls(config, GateRuntime(timeout_s=gate.timeout_s, default_arch=gate.arch, require_gpu=gate.require_gpu,
-                                       options=options, lock_timeout_s=gate.lock_timeout_s,
-                                       allow_unsigned=gate.allow_unsigned, trust_root=trust_root,
-                                       root=Path(config.rootpath), release_ref=gate.release_ref,
-                                       release_tags=gate.release_tags, include=gate.include, spawned=spawned))
+    @property
+    def trust(self) -> dict[str, str]:
+        """Suite path -> its signature status, for reports."""
+        return self.suites.status
+
+    def client(self) -> Worker | None:
+        """The worker, or None with :attr:`unavailable_reason` set when there is no GPU."""
+        opened = self.worker.open()
+        if opened is None:
+            return None
+        self.fingerprint = opened.fingerprint
+        return opened.client
+
+    @property
+    def unavailable_reason(self) -> str | None:
+        self.client()
+        return self.worker.unavailable
+
+    @property
+    def fingerprint_text(self) -> str | None:
+        return f"{self.fingerprint.key()}: {self.fingerprint.describe()}" if self.fingerprint is not None else None
+
+    def arch(self) -> str:
+        client = self.client()
+        return client.device["arch"] if client else self.settings.arch
+
+    def gate(self) -> Gate:
+        if self._gate is None:
+            opened = self.worker.open()
+            self._gate = Gate(opened.client, opened.fingerprint, self.options, self.output_dir, keep_outputs=False,
+                              release=self.release())
+        return self._gate
+
+    def release(self) -> ReleaseSource | None:
+        """Release mode's reference, resolved once per session (None outside release mode)."""
+        if self._release is None and self.options.release:
+            from pytest_cudagate.trust.release import ReleaseSource
+
+            self._release = ReleaseSource(Path(self.config.rootpath), self.settings.release_ref,
+                                          self.settings.release_tags,
+                                          release_verifier(self.trust_root, self.settings.allow_unsigned))
+        return self._release
+
+    @property
+    def output_dir(self) -> Path:
+        if self._output_dir is None:
+            self._output_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=scratch_dir()))
+        return self._output_dir
+
+    def prefetch(self, upcoming: list[tuple[Suite, Case]]) -> None:
+        """Hand the gate the case items about to run (this one first) to prepare their fresh inputs
+        ahead: once a worker runs, and for suites already trusted (a Python reference may run)."""
+        if self.worker.opened is not None:
+            self.gate().ahead.prefetch([(suite, case) for suite, case in upcoming if not self.suites.problems(suite)])
+
+    def expect(self, upcoming: tuple[Suite, Program, Case] | None) -> None:
+        """Name the case item after the one about to run to the gate (None: none), where its suite is
+        trusted and its ledger reads, so that its run may be sent while this one is judged."""
+        if self.worker.opened is None:
+            return
+        if upcoming is not None:
+            suite, program, case = upcoming
+            upcoming = None if self.suites.problems(suite) else (suite, program, case, self.suites.ledger(suite))
+        self.gate().ahead.expect(upcoming)
+
+    def close_worker(self) -> None:
+        """End the worker and release its GPU once the items are done (the reports need neither)."""
+        if self._gate is not None:
+            self._gate.ahead.settle()  # a run sent ahead for an item that did not come: the link is its until answered
+        self.worker.close()
+
+    def close(self) -> None:
+        # First: what the gate prepares ahead is written under the output folder, which stays while a
+        # job still runs there (a sweep of a later run deletes it: paths.sweep_stale).
+        settled = self._gate.ahead.close() if self._gate is not None else True
+        self.close_worker()
+        if self._output_dir is not None and settled:
+            trash.discard(self._output_dir)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -116,12 +214,12 @@ class GateSession:
         Not for --collect-only, nor in an xdist controller (it runs no items)."""
         if self._starting is not None or self.worker_start_s is not None or not runs_items(config):
             return
-        self._starting = threading.Thread(target=self.runtime.client, name="cudagate-worker-start", daemon=True)
+        self._starting = threading.Thread(target=self.client, name="cudagate-worker-start", daemon=True)
         self._starting.start()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> None:
-        if self._starting is not None:  # items use the runtime from one thread only: wait for the start
+        if self._starting is not None:  # items use the session from one thread only: wait for the start
             waited = time.perf_counter()
             self._starting.join()
             self._starting = None
@@ -134,21 +232,20 @@ class GateSession:
         suite's programs compiled (NVRTC children at once), then, on a GPU, every kernel sanitized
         that has no cached verdict. The items then read both back from the on-disk caches. Not in an
         xdist worker, which runs only some of the items it collected."""
-        runtime = self.runtime
         nodes = list({id(item.parent): item.parent for item in items if isinstance(item, (CompileItem, CaseItem))}.values())
         with phases.run_phase("ahead"):
             # The first cases' fresh sets (and their references' imports) are drawn meanwhile.
             self._draw_ahead([i for i in items if isinstance(i, CaseItem)][:1 + fresh_ahead.MAX_WORKERS])
-            trusted = [node for node in nodes if not runtime.trust_problems(node.suite)]
-            compile_ahead([(node.program, list(node.cases)) for node in trusted], runtime.arch(),
-                          timeout_s=runtime.timeout_s)
-            if runtime.client() is not None:
+            trusted = [node for node in nodes if not self.suites.problems(node.suite)]
+            compile_ahead([(node.program, list(node.cases)) for node in trusted], self.arch(),
+                          timeout_s=self.settings.timeout_s)
+            if self.client() is not None:
                 # scipy.special (the Student t of a kernel judged against its approval runs, judge/stats.py)
                 # costs ~0.25 s to import on the H200 runner: meanwhile, not in the first such item's turn
                 threading.Thread(target=_import_quietly, args=("scipy.special",), name="cudagate-import",
                                  daemon=True).start()
                 ids = {id(node) for node in trusted}
-                runtime.gate().ahead.sanitize([(item.parent.suite, item.parent.program, item.case) for item in items
+                self.gate().ahead.sanitize([(item.parent.suite, item.parent.program, item.case) for item in items
                                                if isinstance(item, CaseItem) and id(item.parent) in ids])
 
     @pytest.hookimpl(tryfirst=True)
@@ -161,7 +258,7 @@ class GateSession:
             stops = self.config.option.maxfail or getattr(self.config.option, "stepwise", False)
             follows = nextitem if isinstance(nextitem, CaseItem) and not stops else None
             try:
-                self.runtime.expect((follows.parent.suite, follows.parent.program, follows.case) if follows else None)
+                self.expect((follows.parent.suite, follows.parent.program, follows.case) if follows else None)
             except Exception:  # noqa: BLE001 - only a head start: the next item meets and reports the failure
                 pass
 
@@ -169,7 +266,7 @@ class GateSession:
         if not cases:
             return
         try:
-            self.runtime.prefetch([(i.parent.suite, i.case) for i in cases])
+            self.prefetch([(i.parent.suite, i.case) for i in cases])
         except Exception:  # noqa: BLE001 - only a head start: the item meets and reports the same failure itself
             pass
 
@@ -208,7 +305,7 @@ class GateSession:
                                     "suite, or name one of those")
         dropped = [item for item in cases if item.case.kind == "performance" and item.case.shape_class not in wanted]
         # report.json says what the run left out, so a merged report or job summary cannot pass it off as complete
-        self.runtime.selection = {"classes": sorted(set(wanted)),
+        self.selection = {"classes": sorted(set(wanted)),
                                   "deselected_by_class": sorted(item.nodeid for item in dropped)}
         if dropped:
             config.hook.pytest_deselected(items=dropped)
@@ -217,7 +314,7 @@ class GateSession:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Under a trust root, every suite the trusted ref gates in the paths given was collected with all
         its kernels (pytest's own skipping is not the pull request's way out); else the run is refused."""
-        root = self.runtime.trust_root
+        root = self.trust_root
         if root is None or xdist_hooks.is_controller(self.config):  # an xdist controller collects nothing itself
             return
         collected: dict[Path, tuple[str, set[str]] | None] = {}  # None: the suite fails to load, so the run fails
@@ -238,7 +335,7 @@ class GateSession:
         if isinstance(item, GateItem) and not isinstance(item, AbsentCaseItem):  # absent: not counted as skipped
             setattr(report, xdist_hooks.GATE_ITEM, True)
         if call.when == "call" and isinstance(item, (CaseItem, CompileItem)) and xdist_hooks.is_worker(self.config):
-            xdist_hooks.attach(report, item, self.runtime)
+            xdist_hooks.attach(report, item, self)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -248,49 +345,48 @@ class GateSession:
             # the report's counts are pytest's own for the gate's items: compile and release items too
             category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
             if category:
-                self.runtime.tested["errors" if category == "error" else category] += 1
+                self.tested["errors" if category == "error" else category] += 1
         if xdist_hooks.is_controller(self.config):
-            xdist_hooks.gather(self.config, report, self.runtime)
+            xdist_hooks.gather(self.config, report, self)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        xdist_hooks.configure_node(node, self.runtime.options.fresh_seed)
+        xdist_hooks.configure_node(node, self.options.fresh_seed)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log):
         return xdist_hooks.make_scheduler(config, log)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        reports.session_finish(session.config, self.runtime, exitstatus)
+        reports.session_finish(session.config, self, exitstatus)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._starting is not None:  # a session that ended before its items: let the start finish, then close
             self._starting.join()
-        self.runtime.close()
+        self.close()
 
     def pytest_terminal_summary(self, terminalreporter, exitstatus, config: pytest.Config) -> None:
-        runtime = self.runtime
-        if not (self.suites_collected or runtime.outcomes or runtime.skipped):  # an xdist controller collects none
+        if not (self.suites_collected or self.outcomes or self.skipped):  # an xdist controller collects none
             where = ", ".join(str(a) for a in config.args) or str(config.rootpath)
             terminalreporter.write_line(
                 f"cudagate: no {SUITE_FILENAME} found under {where}; pass a suite's path, or list the suites in "
                 f"pyproject.toml: [tool.cudagate] suites = [\"path/to/{SUITE_FILENAME}\"]", yellow=True)
             return
-        if not (runtime.outcomes or runtime.skipped):
+        if not (self.outcomes or self.skipped):
             return
         terminalreporter.write_sep("=", "cudagate")
-        if runtime.allow_unsigned:
+        if self.settings.allow_unsigned:
             terminalreporter.write_line(UNSIGNED_WARNING, red=True, bold=True)
-        if runtime.fingerprint_text:
-            terminalreporter.write_line(f"fingerprint {runtime.fingerprint_text}")
-        if runtime.release() is not None:
-            terminalreporter.write_line(runtime.release().describe())
-        for line in render_table(runtime.outcomes, runtime.skipped, self.classes):
+        if self.fingerprint_text:
+            terminalreporter.write_line(f"fingerprint {self.fingerprint_text}")
+        if self.release() is not None:
+            terminalreporter.write_line(self.release().describe())
+        for line in render_table(self.outcomes, self.skipped, self.classes):
             terminalreporter.write_line(line)
         count = config.getoption("cuda_gate_durations")
-        if count is not None and runtime.outcomes:
+        if count is not None and self.outcomes:
             terminalreporter.write_sep("-", "cudagate durations")
-            for line in render_durations(runtime.outcomes, count, self.worker_start_s):
+            for line in render_durations(self.outcomes, count, self.worker_start_s):
                 terminalreporter.write_line(line)
 
 
@@ -319,7 +415,7 @@ class SuiteFile(pytest.File):
 
     def collect(self):
         try:
-            suite = load_suite(self.path, self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime.include)
+            suite = load_suite(self.path, gate_session(self.config).settings.include)
         except CudagateError as exc:
             yield SuiteErrorItem.from_parent(self, name="suite", message=str(exc))
             return
@@ -347,7 +443,7 @@ class ProgramNode(pytest.Collector):
 
     def collect(self):
         yield CompileItem.from_parent(self, name="compile")
-        if self.cases and self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime.release() is not None:
+        if self.cases and gate_session(self.config).release() is not None:
             yield ReleaseItem.from_parent(self, name="release")
         for case in self.suite.cases:
             if case in self.cases:
@@ -359,8 +455,8 @@ class ProgramNode(pytest.Collector):
 
 class GateItem(pytest.Item):
     @property
-    def runtime(self) -> GateRuntime:
-        return self.config.pluginmanager.get_plugin(PLUGIN_NAME).runtime
+    def gate_session(self) -> GateSession:
+        return gate_session(self.config)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, GateFailure):  # it may quote the checkout: its names, a compiler's log
@@ -389,11 +485,11 @@ class CompileItem(GateItem):
 
     def runtest(self) -> None:
         node: ProgramNode = self.parent
-        refusal = self.runtime.trust_refusal(node.suite, self.nodeid, "compile this suite's kernels")
+        refusal = self.gate_session.suites.refusal(node.suite, self.nodeid, "compile this suite's kernels")
         if refusal:
             raise GateFailure(refusal)
         failures = []
-        arch, timeout_s = self.runtime.arch(), self.runtime.timeout_s
+        arch, timeout_s = self.gate_session.arch(), self.gate_session.settings.timeout_s
         builds = compile_builds(node.program, node.cases, arch, timeout_s=timeout_s)
         for number, (build, result) in enumerate(builds):
             if not number:
@@ -410,7 +506,7 @@ class CompileItem(GateItem):
             if mismatch:
                 failures.append(f"{node.program.source}{what}: {mismatch_heading(build)}:\n"
                                 + "\n".join(f"  - {p}" for p in mismatch))
-        self.runtime.compiles += self.facts
+        self.gate_session.compiles += self.facts
         if failures:
             raise GateFailure("\n".join(failures))
 
@@ -425,13 +521,13 @@ class ReleaseItem(GateItem):
         from pytest_cudagate.trust.release import BuildRecord  # release mode only
 
         node: ProgramNode = self.parent
-        runtime = self.runtime
+        run = self.gate_session
         try:
-            current = build_record(current_version(node.program), runtime.arch(), timeout_s=runtime.timeout_s)
+            current = build_record(current_version(node.program), run.arch(), timeout_s=run.settings.timeout_s)
         except IncludeError:  # its compile item fails saying why; the release status goes on without a build
             current = None
         try:
-            line, warning = runtime.release().kernel_status(node.suite, node.program.name,
+            line, warning = run.release().kernel_status(node.suite, node.program.name,
                                                             BuildRecord.from_json(current) if current else None)
         except CudagateError as exc:
             raise GateFailure(f"release gate: {exc}") from None
@@ -461,20 +557,20 @@ class CaseItem(GateItem):
         super().__init__(**kwargs)
         self.case = case
         self.extra_keyword_matches.add(case.shape_class)  # `-k large` selects a class
-        self.config.pluginmanager.get_plugin(PLUGIN_NAME).classes[(self.parent.suite.name, case.name)] = case.shape_class
+        gate_session(self.config).classes[(self.parent.suite.name, case.name)] = case.shape_class
         self.outcome: CaseOutcome | None = None  # what this item judged (an xdist worker sends it on)
         self.skipped_entry: tuple[str, str, str, str] | None = None
 
     def _record(self, outcome: CaseOutcome) -> None:
         self.outcome = outcome
-        self.runtime.outcomes.append(outcome)
+        self.gate_session.outcomes.append(outcome)
 
     def runtest(self) -> None:
         started = time.perf_counter()
         node: ProgramNode = self.parent
         suite, program, case = node.suite, node.program, self.case
-        runtime = self.runtime
-        refusal = runtime.trust_refusal(suite, self.nodeid, "judge this suite")
+        run = self.gate_session
+        refusal = run.suites.refusal(suite, self.nodeid, "judge this suite")
         if refusal:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                      message="suite not trusted", shape_class=case.shape_class))
@@ -482,19 +578,19 @@ class CaseItem(GateItem):
         problem = case_data_problem(suite, case)
         if problem:
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
-                                     message="bad case data", shape_class=case.shape_class))
+                                     message="bad case data", shape_class=case.shape_class, failure=Failure.CASE_DATA))
             raise GateFailure(problem)
         waited = time.perf_counter()
-        if runtime.client() is None:
-            reason = runtime.unavailable_reason
-            if runtime.require_gpu:
+        if run.client() is None:
+            reason = run.unavailable_reason
+            if run.settings.require_gpu:
                 raise GateFailure(f"{reason} (--cuda-gate-require-gpu is set)")
             self.skipped_entry = (suite.name, program.name, case.name, case.kind)
-            runtime.skipped.append(self.skipped_entry)
+            run.skipped.append(self.skipped_entry)
             pytest.skip(reason if reason.startswith("no CUDA device") else f"no CUDA device: {reason}")
         waited = time.perf_counter() - waited
         try:
-            outcome = runtime.gate().replay(suite, program, case, runtime.ledger(suite), started=started)
+            outcome = run.gate().replay(suite, program, case, run.suites.ledger(suite), started=started)
         except IncludeError as exc:  # the kernel's headers: its compile item says the same
             self._record(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True,
                                      message="bad include", shape_class=case.shape_class))
@@ -574,7 +670,7 @@ class RunPhases:
 
         def close() -> None:
             try:
-                self.session.runtime.close_worker()
+                self.session.close_worker()
             except BaseException as exc:  # raised again in this thread, as a close in place would
                 failed.append(exc)
 

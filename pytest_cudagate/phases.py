@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_cudagate.judge.outcome import CaseOutcome
+    from pytest_cudagate.worker.client import Worker
 
 # In pipeline order; the durations table and report.json use these names.
 PHASES = ("worker_start", "compile", "fresh_inputs", "checks", "warm_up", "timing", "sanitizer", "statistics",
@@ -59,21 +60,21 @@ def clocked(outcome: CaseOutcome, phase: str, function: Callable[..., Any]) -> C
 class RoundTrip:
     """One request to the worker: clocks it, then splits it with :meth:`answered`."""
 
-    def __init__(self, outcome: CaseOutcome, client: object):
+    def __init__(self, outcome: CaseOutcome, client: Worker):
         self.outcome = outcome
         self.client = client
         self.wall = 0.0
 
     def __enter__(self) -> RoundTrip:
         self._host = sum(self.outcome.phases.get(p, 0.0) for p in HOST_IN_CALL)
-        self._starts = float(getattr(self.client, "start_seconds", 0.0))
+        self._starts = self.client.start_seconds
         self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self._t0
         self._host = sum(self.outcome.phases.get(p, 0.0) for p in HOST_IN_CALL) - self._host
-        self._starts = float(getattr(self.client, "start_seconds", 0.0)) - self._starts
+        self._starts = self.client.start_seconds - self._starts
 
     def answered(self, compiles: list[dict], body: dict) -> None:
         """Split the round trip: worker restarts, compiles, the worker's steps on the case, IPC."""

@@ -20,10 +20,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_cudagate.items import GateSession
-    from pytest_cudagate.session import GateRuntime
     from pytest_cudagate.worker.client import Worker
-
-RUNTIME = pytest.StashKey["GateRuntime"]()  # the session's runtime, for tools that inspect a run
 
 
 def add_gate_options(add: Callable[..., object]) -> None:
@@ -80,6 +77,12 @@ def add_gate_options(add: Callable[..., object]) -> None:
     add("--cuda-gate-trust-root", default=None, type=PATH, metavar="FILE", help=argparse.SUPPRESS)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_cudagate import hookspecs  # pytest and the standard library only
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_gate_options(parser.getgroup("cudagate", "CUDA kernel regression gate").addoption)
 
@@ -116,10 +119,16 @@ def pytest_configure(config: pytest.Config) -> None:
             # First: the worker's process starts CUDA while the imports below run and pytest collects.
             # A light module (the standard library and the worker client), yet 5 ms that a run
             # without --cuda-gate does not pay.
+            from pytest_cudagate import extensions
             from pytest_cudagate.worker.spawn import spawn_worker
 
-            spawned = spawn_worker(config)
-            session = _start_gate(config, spawned)
+            try:
+                adapters = extensions.library_adapters(config)  # the worker imports them itself
+            except extensions.ExtensionError as exc:
+                raise pytest.UsageError(str(exc)) from None
+            worker_env = extensions.worker_env(adapters)
+            spawned = spawn_worker(config, worker_env)
+            session = _start_gate(config, spawned, adapters, worker_env)
             from pytest_cudagate.items import RunPhases  # imported by _start_gate
 
             config.pluginmanager.register(RunPhases(clock, token, session), "cudagate-run-phases")
@@ -130,11 +139,14 @@ def pytest_configure(config: pytest.Config) -> None:
         raise
 
 
-def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
-    """Settings and options resolved, the session registered; a bad setting is one usage error."""
+def _start_gate(config: pytest.Config, spawned: Worker | None, adapters: dict[str, str],
+                worker_env: dict[str, str]) -> GateSession:
+    """Settings and options resolved, the plugins' library adapters registered, the session
+    registered; a bad setting or adapter is one usage error."""
     # The one lazy import point (see the module docstring): suites, the worker, the judge and trust.
     from pytest_cudagate.config import load_settings, resolve
     from pytest_cudagate.errors import FileError
+    from pytest_cudagate.extensions import ExtensionError, register_adapters
     from pytest_cudagate.items import PLUGIN_NAME, GateSession, load_trust_root
 
     trust_root = load_trust_root(config)
@@ -149,11 +161,11 @@ def _start_gate(config: pytest.Config, spawned: Worker | None) -> GateSession:
             fresh_seed=config.getoption("cuda_gate_fresh_seed"),
             allow_unsigned=config.getoption("cuda_gate_allow_unsigned"),
             require_gpu=config.getoption("cuda_gate_require_gpu"))
-    except FileError as exc:  # one clear error, not INTERNALERROR
+        register_adapters(config, adapters)  # before collection: the suite loader reads the registry
+    except (FileError, ExtensionError) as exc:  # one clear error, not INTERNALERROR
         raise pytest.UsageError(str(exc)) from None
-    session = GateSession.start(config, gate_config, trust_root, spawned)
-    config.stash[RUNTIME] = session.runtime
-    config.pluginmanager.register(session, PLUGIN_NAME)
+    session = GateSession(config, gate_config, trust_root, spawned, worker_env)
+    config.pluginmanager.register(session, PLUGIN_NAME)  # the one way to the run (items.gate_session)
     # `pytest --cuda-gate` with no paths replays the suites the project lists.
     if settings.suites and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [str(Path(config.rootpath) / s) for s in settings.suites]

@@ -29,7 +29,7 @@ from cudagate_harness.protocol import numpy_dtype
 from cudagate_harness.worker import Worker
 from pytest_cudagate import session
 from pytest_cudagate.worker import spawn
-from pytest_cudagate.worker.client import CompareResult, RunResult
+from pytest_cudagate.worker.client import CompareResult, RunResult, reply_body
 
 LIMITS = {
     "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
@@ -339,6 +339,7 @@ class FakeWorker:
         self.worker: Worker | None = None
         self.hello: dict | None = None
         self.restarts = 0
+        self.start_seconds = 0.0  # it starts at once
         self.requests: list[dict] = []
         self.spawned = False  # spawn() was called: the plugin's early start took this worker
         self.closed = False
@@ -383,9 +384,9 @@ class FakeWorker:
         result = RunResult(compile={})
         for line in lines:
             if line["type"] == "compile":
-                result.compile = _body(line)
+                result.compile = reply_body(line)
             elif line["type"] == "case":
-                result.cases[line["case"]] = _body(line)
+                result.cases[line["case"]] = reply_body(line)
         return result
 
     def compare(self, request: dict, decide) -> CompareResult:
@@ -402,14 +403,10 @@ class FakeWorker:
         self._handle(request, lines, replies())
         for line in lines:
             if line["type"] == "compile":
-                result.compile[line.get("role", "current")] = _body(line)
+                result.compile[line.get("role", "current")] = reply_body(line)
             elif line["type"] == "case":
-                result.body = _body(line)
+                result.body = reply_body(line)
         return result
-
-
-def _body(line: dict) -> dict:
-    return {k: v for k, v in line.items() if k not in ("type", "id")}
 
 
 def install(monkeypatch, tmp_path: Path, kernels: Kernels) -> list[FakeWorker]:

@@ -275,3 +275,25 @@ def test_the_console_script(tmp_path):
     assert "needs kind: performance" in result.stderr
     version = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
     assert version.returncode == 0 and version.stdout.strip() == f"cudagate {__version__}"
+
+
+HEAVY = ("numpy", "jsonschema", "git", "yaml")
+
+
+def _loaded_by(argv: list[str]) -> tuple[str, list[str]]:
+    code = ("import sys\nfrom pytest_cudagate.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    return done.stdout, done.stdout.strip().splitlines()[-1]
+
+
+def test_cudagate_help_lists_every_command_and_imports_none_of_their_modules():
+    """`cudagate --help` (and a mistyped command) load no subcommand's module; a subcommand's
+    own --help loads its module, whose options it lists."""
+    out, loaded = _loaded_by(["--help"])
+    assert loaded == "[]"
+    for name in ("check", "approve", "gate", "report", "history", "bisect", "optimize", "cases"):
+        assert f"    {name}" in out
+    assert _loaded_by(["nonsense"])[1] == "[]"
+    out, loaded = _loaded_by(["report", "--help"])
+    assert "merge" in out and loaded != "[]"

@@ -498,7 +498,7 @@ def test_close_says_when_a_job_still_runs_so_its_folder_is_kept(monkeypatch):
     ahead.want([("k", stuck)])
     assert entered.wait(10)
     try:
-        assert ahead.close() is False  # GateRuntime.close then leaves the run folder (a later run sweeps it)
+        assert ahead.close() is False  # GateSession.close then leaves the run folder (a later run sweeps it)
     finally:
         release.set()
     done = fresh_ahead.Ahead()

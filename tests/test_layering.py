@@ -15,13 +15,13 @@ PACKAGE = Path(pytest_cudagate.__file__).parent
 
 # From the bottom. A module belongs to the layer of its package (a top-level module: its own name).
 LAYERS = (
-    ("__init__", "errors", "host", "boundary", "config"),
+    ("__init__", "errors", "host", "boundary", "config", "hookspecs"),
     ("suite",),
     ("trust", "judge", "worker"),
     ("defences",),
     ("gate", "phases"),
-    ("reports", "history", "approvals"),
-    ("plugin", "items", "session", "xdist_hooks", "bisect", "optimize", "cli"),
+    ("reports", "history", "approvals", "extensions"),
+    ("plugin", "items", "session", "xdist_hooks", "bisect", "optimize", "cli", "commands", "suite_commands"),
 )
 # A command's module (its parser and handler) sits with the CLI, whichever package holds its subject.
 COMMANDS = ("trust.cli", "trust.gate_command", "reports.cli", "history.cli", "optimize.cli", "approvals.approve")

@@ -254,7 +254,7 @@ HEAVY = ("numpy", "scipy", "jsonschema", "yaml", "cryptography", "git", "cuda")
 # options' converters (boundary.options, in the boundary package) and defaults (config).
 OPTIONS_MODULES = {"pytest_cudagate", "pytest_cudagate.plugin", "pytest_cudagate.boundary",
                    "pytest_cudagate.boundary.options", "pytest_cudagate.config", "pytest_cudagate.errors",
-                   "pytest_cudagate.host", "pytest_cudagate.host.paths"}
+                   "pytest_cudagate.host", "pytest_cudagate.host.paths", "pytest_cudagate.hookspecs"}
 LOADED = ("import sys\n"
           "def loaded(before):\n"
           "    new = set(sys.modules) - before\n"

@@ -19,7 +19,7 @@ import argparse
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
-from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.outcome import CaseOutcome, Failure
 from pytest_cudagate.judge.latency import AdaptiveSampler
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.reports.document import build_report
@@ -200,7 +200,7 @@ def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
     fault.correctness = judge_case("scale2", "small", {"status": "error", "error": {
         "kind": "fault", "message": "CUDA_ERROR_ILLEGAL_ADDRESS at launch 1"}}, {}, {})
     fault.message = fault.correctness.describe()
-    broken = CaseOutcome("scale", "scale2", "edge", "correctness", failed=True,
+    broken = CaseOutcome("scale", "scale2", "edge", "correctness", failed=True, failure=Failure.COMPILE,
                          message="scale.cu does not compile:\n"
                                  "scale.cu(3): error: identifier \"undefined_value_here\" is undefined")
     sampler = AdaptiveSampler(0.02)
@@ -216,6 +216,20 @@ def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
         ("edge", "failed", "compile"), ("small", "failed", "fault"), ("perf", "warning", "latency unstable")]
     page = (tmp_path / "out" / "report.html").read_text()
     assert "CUDA_ERROR_ILLEGAL_ADDRESS" in page and "sw_thermal_slowdown" in page and "undefined_value_here" in page
+
+
+def test_the_failures_category_is_the_failure_named_where_it_was_found_never_the_message_text(tmp_path):
+    """A hang whose message quotes a kernel's log saying "does not compile" is an error, not a compile
+    failure; a case-data failure is one whatever its words."""
+    scenario = build_scenario(tmp_path / "scale")
+    hang = CaseOutcome("scale", "scale2", "edge", "correctness", failed=True,
+                       message="not run: scale2 did not finish case small; its log: helper.cu does not compile")
+    data = CaseOutcome("scale", "scale2", "small", "correctness", failed=True, failure=Failure.CASE_DATA,
+                       message="case data does not match the signature:\n  - x: 3 values, the signature wants 4")
+    scenario.outcomes, scenario.skipped = [hang, data], []
+    write_report(tmp_path / "out", built_report(scenario))
+    assert [(i["case"], i["category"]) for i in read_report(tmp_path / "out")["items"]] == [
+        ("edge", "error"), ("small", "case data")]
 
 
 def test_an_empty_gate_is_not_a_pass(tmp_path):

@@ -38,7 +38,7 @@ import pytest
 
 sys.path.insert(0, {tests!r})
 from report_fixtures import scenario_for  # noqa: E402
-from pytest_cudagate.plugin import RUNTIME  # noqa: E402
+from pytest_cudagate.items import gate_session  # noqa: E402
 from pytest_cudagate.reports import pytest_hooks  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 
@@ -46,7 +46,7 @@ from pytest_cudagate.suite.loader import load_suite  # noqa: E402
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
     # No GPU here: the outcomes a GPU run of this suite gives stand in for the replays.
-    runtime = session.config.stash[RUNTIME]
+    runtime = gate_session(session.config)
     scenario = scenario_for(load_suite(Path(str(session.config.rootpath)) / "scale" / "cudagate.yaml"))
     leak = " ".join(os.environ[name] for name in {secrets!r})
     scenario.outcomes[1].message += "\\nenvironment dump: " + leak
@@ -55,7 +55,8 @@ def pytest_sessionfinish(session, exitstatus):
     runtime.tested.clear()  # ... and pytest's counts of the items they stand for
     runtime.tested.update(failed=2, passed=3, skipped=1)
     runtime.fingerprint = scenario.fingerprint
-    runtime.trust = {{str(scenario.suite.path): scenario.trust[str(scenario.suite.path)] + " key " + leak}}
+    runtime.trust.clear()
+    runtime.trust.update({{str(scenario.suite.path): scenario.trust[str(scenario.suite.path)] + " key " + leak}})
     pytest_hooks.session_finish(session.config, runtime, exitstatus)
 """
 

@@ -16,7 +16,7 @@ import pytest
 from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.session import GateRuntime
+from pytest_cudagate.session import SuiteTrust
 from pytest_cudagate.trust import (SIGNATURE_FILENAME, SignatureError, canonical_bytes, gate_problems, key_id,
                                    load_signature_file, sign_document, verify_document)
 from trust_project import clean_env, project, write_npy  # noqa: F401 (fixtures)
@@ -216,12 +216,12 @@ def test_the_gate_reads_a_ledger_once_and_judges_with_the_copy_it_verified(proje
         return real(cls, s)
 
     monkeypatch.setattr(Ledger, "for_suite", classmethod(counted))
-    runtime = GateRuntime()
-    problems = runtime.trust_problems(suite)
+    trust = SuiteTrust()
+    problems = trust.problems(suite)
     if readable:
-        assert problems == [] and runtime.ledger(suite) is runtime.ledger(suite)
+        assert problems == [] and trust.ledger(suite) is trust.ledger(suite)
     else:
         assert any("cannot read the approvals ledger (test)" in p for p in problems)
         with pytest.raises(FileError, match=r"cannot read the approvals ledger \(test\)"):
-            runtime.ledger(suite)
+            trust.ledger(suite)
     assert len(reads) == 1

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -325,13 +327,47 @@ def known(kind: type) -> list[str]:
     """The registered adapters of ``kind`` (:class:`Adapter`: library baselines; :class:`StepAdapter`:
     library steps), by name."""
     return sorted(name for name, adapter in ADAPTERS.items() if isinstance(adapter, kind))
+# name -> "module:ATTRIBUTE" (JSON): the adapters a gate run's plugins add (pytest_cudagate.hookspecs),
+# given to the worker process, which imports one when a request first names it.
+ADAPTERS_ENV = "CUDAGATE_LIBRARY_ADAPTERS"
+
+
+def register(name: str, where: str) -> None:
+    """Add the :class:`Adapter` at ``where`` ("module:ATTRIBUTE", importable by this Python) to
+    :data:`ADAPTERS` as ``name``; a name taken or an object that cannot be had raises
+    LibraryUnavailable saying which."""
+    module, _, attribute = where.partition(":")
+    if name in ADAPTERS:
+        raise LibraryUnavailable(f"library adapter {name!r} ({where}): the name is taken by {ADAPTERS[name].label}")
+    try:
+        adapter = getattr(importlib.import_module(module), attribute)
+    except Exception as exc:  # whatever the module raises on import: it is not ours to crash on
+        raise LibraryUnavailable(f"library adapter {name!r}: cannot import {where}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(adapter, (Adapter, StepAdapter)):
+        raise LibraryUnavailable(f"library adapter {name!r}: {where} is a {type(adapter).__name__}, not a "
+                                 "cudagate_harness.library.Adapter (a baseline) or StepAdapter (a step)")
+    ADAPTERS[name] = adapter
+
+
+def lookup(name: str) -> Adapter | StepAdapter | str | None:
+    """The adapter registered as ``name``, importing one a plugin added (:data:`ADAPTERS_ENV`) the first
+    time it is named; None where no adapter has the name, a string saying why where it cannot be had."""
+    added = json.loads(os.environ.get(ADAPTERS_ENV) or "{}")
+    if name not in ADAPTERS and name in added:
+        try:
+            register(name, added[name])
+        except LibraryUnavailable as exc:
+            return str(exc)
+    return ADAPTERS.get(name)
 
 
 def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:
     """A request's ``library`` field bound to its adapter, loaded once per worker into ``loaded``
     (the baseline, or why it is unavailable); a string says why there is no baseline."""
     name = str(spec.get("adapter"))
-    adapter = ADAPTERS.get(name)
+    adapter = lookup(name)
+    if isinstance(adapter, str):
+        return adapter
     if not isinstance(adapter, Adapter):
         return f"unknown library baseline adapter {name!r} (known: {', '.join(known(Adapter))})"
     args = dict(spec.get("args") or {})

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .driver import CudaError
-from .library import ADAPTERS, LibraryCallError, LibraryUnavailable, StepAdapter, known
+from .library import ADAPTERS, LibraryCallError, LibraryUnavailable, StepAdapter, known, lookup
 from .protocol import dtype_name, numpy_dtype
 
 KINDS = ("memset", "copy", "library")
@@ -71,7 +71,9 @@ def step_problems(at: str, step: dict, params: Mapping[str, dict], counts: Mappi
         if type(count) is not int or not 0 <= count <= min(counts[body["from"]], counts[body["to"]]):
             return [f"{at}: copy count must be an integer from 0 to the smaller buffer's element count"]
         return []
-    adapter = ADAPTERS.get(body) if isinstance(body, str) else None
+    adapter = lookup(body) if isinstance(body, str) else None
+    if isinstance(adapter, str):  # a plugin's adapter the worker cannot import
+        return [f"{at}: {adapter}"]
     if not isinstance(adapter, StepAdapter):
         return [f"{at}: unknown library step adapter {str(body)[:40]!r} (known: {', '.join(known(StepAdapter))})"]
     args, options = step.get("args"), step.get("options")

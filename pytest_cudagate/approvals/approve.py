@@ -23,7 +23,7 @@ from pytest_cudagate import __version__
 from pytest_cudagate.trust.approvals import Baseline, Ledger, approval_for, build_identity, git_state
 from pytest_cudagate.config import GateConfig
 from pytest_cudagate.gate import Gate, GateOptions, case_data_problem
-from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.outcome import CaseOutcome, Failure
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, run_level, summarize
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.session import open_worker
@@ -70,7 +70,8 @@ def approval_run(suite: Suite, program: Program, config: GateConfig, output_dir:
         for case in (c for c in suite.cases if program.runs(c)):  # a case its `requires` exclude has no baseline
             problem = case_data_problem(suite, case)
             if problem:
-                outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True, message=problem))
+                outcomes.append(CaseOutcome(suite.name, program.name, case.name, case.kind, failed=True, message=problem,
+                                            failure=Failure.CASE_DATA))
             else:
                 outcomes.append(gate.baseline(suite, program, case))
         arch = worker.client.device["arch"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pytest_cudagate.commands import COMMANDS
 from pytest_cudagate import __version__
 
 from pytest_cudagate.boundary import schema
@@ -295,8 +296,7 @@ THRESHOLD_PCT = finite(0, 100, above=True, below=True,
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    bisect = subparsers.add_parser("bisect", help="find the first commit from GOOD to BAD where a case got slower than "
-                                                  "at GOOD, timing the kernel's approved versions read from git")
+    bisect = subparsers.add_parser("bisect", help=COMMANDS["bisect"].help)
     bisect.add_argument("good", type=REF, metavar="GOOD", help="a commit, tag or branch where the case was fast")
     bisect.add_argument("bad", type=REF, metavar="BAD", help="a later commit, tag or branch (GOOD must be an ancestor of it)")
     bisect.add_argument("suite", type=PATH, metavar="SUITE", help="the suite (cudagate.yaml or its folder) as it is now: its "

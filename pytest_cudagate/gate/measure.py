@@ -1,25 +1,26 @@
 """How a case is measured: one :class:`Measure` per route (docs/judging.md). A run once (a
 correctness case, or a kernel with no approved version), a quiet run judged against the stored runs
 (a kernel identical to its approval), interleaved with the approved version (a changed kernel);
-release mode wraps one (:class:`AgainstRelease`)."""
+release mode wraps one (:class:`AgainstRelease`). :func:`for_route` picks the one of a route."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from cudagate_harness.telemetry import device_state, disturbances
 
 from pytest_cudagate import phases
-from pytest_cudagate.trust.approvals import Approval
+from pytest_cudagate.trust.approvals import Approval, Ledger
 from pytest_cudagate.config import DEFAULT_ARCH
 from pytest_cudagate.defences.fresh_inputs import kept_inputs
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.gate.job import CaseJob, baseline_timing
+from pytest_cudagate.gate.job import CaseJob, Route, baseline_timing
 from pytest_cudagate.gate.link import Link
 from pytest_cudagate.gate.prepare import Hangs
+from pytest_cudagate.host.paths import command
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import (MAX_DISTURBED_CHUNKS, AdaptiveSampler, Latency, LatencyResult,
                                            against_runs, incomparable)
@@ -243,6 +244,22 @@ class Interleaved:
                                                              bench.fingerprint_text))
         with phases.clock(outcome, "statistics"):
             return Measured(body, compile_info, sampler.result(bench.fingerprint_text))
+
+
+def for_route(chosen: Route, bench: Bench, job: CaseJob, ledger: Ledger, approval: Approval | None, *,
+              approved: Callable[[], KernelVersion], budget_s: float, answer: Answer | None) -> Measure:
+    """The strategy that measures ``job`` on route ``chosen``; ``approved``: the approved version, read
+    only where it is timed against (:attr:`Route.INTERLEAVED`)."""
+    name = job.version.name
+    if chosen is Route.CORRECTNESS:
+        return RunOnce(bench, answer=answer)
+    if chosen is Route.UNAPPROVED:
+        return RunOnce(bench, chosen.timing(job.suite), answer=answer,
+                       alone=f"no approved version of {name} in {ledger.path.name}; "
+                             f"run `{command('cudagate', 'approve', job.suite.path, name)}` on a GPU runner")
+    if chosen is Route.IDENTICAL:
+        return QuietRun(bench, approval, answer=answer)
+    return Interleaved(bench, approved(), budget_s, library=True)
 
 
 class AgainstRelease:

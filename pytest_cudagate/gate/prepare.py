@@ -12,6 +12,7 @@ from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.defences.fresh_inputs import Prepared, arrays_in_place, prepare
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate.job import CaseJob, outcome_for
+from pytest_cudagate.judge.outcome import Failure
 from pytest_cudagate.gate.link import Link
 from pytest_cudagate.defences.expected import materialise
 from pytest_cudagate.suite.model import Case, Checks, Suite
@@ -91,7 +92,7 @@ class Preparer:
         ``job`` fails where the arrays cannot be rebuilt."""
         problem = self.materialise(job.suite, job.case, job.outcome.notes, ahead=ahead)
         if problem:
-            job.outcome.failed, job.outcome.message = True, problem
+            job.outcome.failed, job.outcome.failure, job.outcome.message = True, Failure.CASE_DATA, problem
             return
         job.fresh = self._fresh_specs(job, drawn, ahead)
 

@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING
 
 from pytest_cudagate.trust.approvals import Approval, Ledger
 from pytest_cudagate.defences.sanitizer import wants_sanitizer
-from pytest_cudagate.gate.job import CaseJob, Route, route
+from pytest_cudagate.gate.job import CaseJob, route
 from pytest_cudagate.gate.link import Link
 from pytest_cudagate.gate.lookahead import Lookahead, sent_key
-from pytest_cudagate.gate.measure import AgainstRelease, Answer, Bench, Interleaved, Measure, Measured, QuietRun, RunOnce
+from pytest_cudagate.gate.measure import AgainstRelease, Answer, Bench, Measured, QuietRun, RunOnce, for_route
 from pytest_cudagate.gate.options import GateOptions
 from pytest_cudagate.gate.prepare import Preparer
 from pytest_cudagate.gate.verdict import decide, judge
 from pytest_cudagate.host import trash
-from pytest_cudagate.host.paths import command
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.worker.client import Worker
@@ -122,20 +121,10 @@ class Gate:
 
     def _measure(self, job: CaseJob, ledger: Ledger, answer: Answer | None, *, proposal: bool) -> Measured:
         """The case measured by its route's strategy (release mode wraps it)."""
-        name = job.version.name
-        approval = ledger.approvals.get(name)
+        approval = ledger.approvals.get(job.version.name)
         chosen = route(job.case, job.version, approval, proposal=proposal)
-        measure: Measure
-        if chosen is Route.CORRECTNESS:
-            measure = RunOnce(self.bench, answer=answer)
-        elif chosen is Route.UNAPPROVED:
-            measure = RunOnce(self.bench, chosen.timing(job.suite), answer=answer,
-                              alone=f"no approved version of {name} in {ledger.path.name}; "
-                                    f"run `{command('cudagate', 'approve', job.suite.path, name)}` on a GPU runner")
-        elif chosen is Route.IDENTICAL:
-            measure = QuietRun(self.bench, approval, answer=answer)
-        else:
-            measure = Interleaved(self.bench, self.approved(ledger, approval), self.options.budget_s, library=True)
+        measure = for_route(chosen, self.bench, job, ledger, approval, approved=lambda: self.approved(ledger, approval),
+                            budget_s=self.options.budget_s, answer=answer)
         if self.release is not None:
             measure = AgainstRelease(measure, self.bench, self.release, approval, self.options.budget_s,
                                      proposal=proposal)

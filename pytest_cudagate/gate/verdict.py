@@ -11,7 +11,7 @@ from pytest_cudagate.gate.options import GateOptions
 from pytest_cudagate.judge.correctness import in_background, judge_case
 from pytest_cudagate.judge.latency import blocks, warns
 from pytest_cudagate.judge.library import judge_library
-from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.judge.outcome import CaseOutcome, Failure
 from pytest_cudagate.suite.model import judged
 from pytest_cudagate.worker.requests import shown_log, version_request
 
@@ -22,7 +22,7 @@ def judge(job: CaseJob, measured: Measured, bench: Bench, *, trusted: bool) -> N
     outcome, suite, case, version, body = job.outcome, job.suite, job.case, job.version, measured.body
     outcome.latency = measured.latency
     if measured.compile is not None and not measured.compile.get("ok"):
-        outcome.failed = True
+        outcome.failed, outcome.failure = True, Failure.COMPILE
         what = f" ({version.build_name(case)})" if case.shape_class in version.classes else ""
         outcome.message = (f"{version.source_file}{what} does not compile:\n"
                            f"{shown_log(version.name, version.source_path, measured.compile.get('log', ''), version.header_paths)}")

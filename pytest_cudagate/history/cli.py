@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from pytest_cudagate.commands import COMMANDS
 from pytest_cudagate.boundary.options import LOCK_TIMEOUT_S, NAME, PATH, count
 from pytest_cudagate.config import project_root
 from pytest_cudagate.errors import CudagateError
@@ -102,8 +103,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    history = subparsers.add_parser("history", help="the run history: record reports' timed cases by commit (SQLite), "
-                                                    "show latency over commits as a page")
+    history = subparsers.add_parser("history", help=COMMANDS["history"].help)
     actions = history.add_subparsers(dest="history_command", required=True, metavar="ACTION")
     db_help = f"the history file (default: {DEFAULT_DB} under the project root, the folder of the nearest pyproject.toml)"
     timeout_help = f"wait this long for another writer (default {store.DEFAULT_LOCK_TIMEOUT_S:g})"

@@ -18,6 +18,13 @@ from pytest_cudagate.judge.elementwise import OutputCheck
 from pytest_cudagate.judge.latency import LatencyResult
 from pytest_cudagate.judge.library import LibraryResult
 
+class Failure(Enum):
+    """What failed before any verdict, named where it is found: the failures table's category."""
+
+    COMPILE = "compile"
+    CASE_DATA = "case data"
+
+
 SAMPLE_DECIMALS = 6  # ms to the nanosecond: below CUDA event resolution, and keeps the file small
 
 
@@ -42,6 +49,7 @@ class CaseOutcome:
     # was judged (Gate.expect); that case's item lent it the main-thread part of the begin (lent_s).
     head_start_s: float = 0.0
     lent_s: float = 0.0
+    failure: Failure | None = None  # a failure before any verdict (None: a verdict, or another error)
 
     @property
     def outcome(self) -> str:
@@ -56,9 +64,7 @@ class CaseOutcome:
         if not (self.failed or self.warning):
             return None
         if self.correctness is None:
-            if "does not compile" in self.message:
-                return "compile"
-            return "case data" if self.message.startswith("bad case data") else "error"
+            return self.failure.value if self.failure is not None else "error"
         if not self.correctness.passed:
             return self.correctness.error_kind or "correctness"
         return f"latency {self.latency.verdict.value}" if self.latency is not None else "error"

@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from pytest_cudagate.commands import COMMANDS
 from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.boundary.options import (BUDGET_S, LOCK_TIMEOUT_S, NAME, PATH, TIMEOUT_S, count, finite,
                                             nonempty)
@@ -37,7 +38,7 @@ MINUTES = finite(0, 7 * 24 * 60, unit="minutes", hint="0: no limit")  # a week a
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "optimize", help="search for a faster kernel (model, autotune or replay); the winner must pass the gate",
+        "optimize", help=COMMANDS["optimize"].help,
         description="A bounded search for a faster version of KERNEL: each round a proposer suggests CUDA source and "
                     "a launch configuration, the harness checks it on the suite's visible cases and times it "
                     "interleaved with the initial kernel; the fastest must then pass the full gate (holdout cases, "

@@ -355,7 +355,7 @@ class HarnessEvaluator:
         program = candidate.program(self.program)
         request = run_request(self.suite, program, [case], output_dir=self.work_dir / "ncu", source_text=candidate.text)
         start = time.monotonic()
-        summary = profile(request, program.entry, env=getattr(self.client, "env", None))
+        summary = profile(request, program.entry, env=self.client.env)
         summary["case"] = case.name
         summary["seconds"] = round(time.monotonic() - start, 3)
         return summary

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from pytest_cudagate.commands import COMMANDS
 from pytest_cudagate.boundary.options import NAME, PATH, nonempty
 from pytest_cudagate.host import output
 from pytest_cudagate.host.paths import display_path
@@ -50,7 +51,7 @@ def cmd_comment(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    report = subparsers.add_parser("report", help="work with gate reports (report.json folders)")
+    report = subparsers.add_parser("report", help=COMMANDS["report"].help)
     actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
     merge = actions.add_parser("merge", help="merge the reports of several jobs (e.g. one per GPU model) into one "
                                              "report.json + report.html; also re-renders a single report")

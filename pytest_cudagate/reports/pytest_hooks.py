@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_cudagate import phases
+from pytest_cudagate import extensions, phases
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import github
@@ -64,7 +64,9 @@ def _publish_to_github(config: pytest.Config, document: dict, scrubber: Scrubber
 
 
 def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None:
-    """Write what was asked for; once per session, and only where outcomes are known."""
+    """Write what was asked for; once per session, and only where outcomes are known. A plugin's
+    fields and writers (:mod:`pytest_cudagate.hookspecs`) that fail are each one line, and the report
+    is written without them."""
     if runtime is None or config.stash.get(_DONE, False) or hasattr(config, "workerinput"):
         return  # an xdist worker's outcomes reach the controller's runtime, which reports them
     config.stash[_DONE] = True
@@ -72,18 +74,25 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     benchmark_file = config.getoption("cuda_gate_benchmark_json", None)
     if not (report_dir or benchmark_file or github.in_actions()):
         return
+    problems: list[str] = []
     with phases.run_phase("report_build"):
         from pytest_cudagate.host.scrub import Scrubber
-        from pytest_cudagate.reports.writer import REPORT_HTML, dumps, write_report, write_text
+        from pytest_cudagate.reports.writer import REPORT_HTML, check, dumps, read_report, write_report, write_text
 
         scrubber = Scrubber()
         built = build(config, runtime, exitstatus, report_dir)
+        if report_dir:
+            built.document, problems = extensions.update_report(config, built.document, check)
         document = scrubber.data(built.document)
     clock = phases.RUN.get()
     try:
         if report_dir:
-            write_report(Path(report_dir), built, scrubber, clock)
+            path = write_report(Path(report_dir), built, scrubber, clock)
             _say(config, f"cudagate report: {display_path(Path(report_dir) / REPORT_HTML)}")
+            writers, refused = extensions.report_writers(config)
+            problems += refused
+            if writers:  # given the report as written, its run's phases included
+                problems += extensions.run_writers(writers, read_report(path), Path(report_dir))
         if benchmark_file:
             with phases.run_phase("benchmark_json"):
                 from pytest_cudagate.reports.benchmark_json import benchmark_document
@@ -92,8 +101,11 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
                            scrubber, "pytest-benchmark file")
             _say(config, f"cudagate timings (pytest-benchmark JSON): {display_path(benchmark_file)}")
     except (CudagateError, OSError) as exc:
-        # A report that cannot be written must not pass unseen: say why and fail the session.
-        _say(config, f"cudagate: could not write the report: {exc}")
+        problems.append(f"could not write the report: {exc}")
+    if problems:
+        # An output that was asked for and is missing must not pass unseen: say why and fail the session.
+        for line in problems:
+            _say(config, f"cudagate: {line}")
         session = config.pluginmanager.get_plugin("session")
         if session is not None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -28,12 +28,11 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.declarations import Declaration, declarations, normal_type
 from pytest_cudagate.suite.includes import IncludeError, local_headers
-from pytest_cudagate.suite.loader import SUITE_FILENAME
+from pytest_cudagate.suite.loader import INT_DTYPES, SUITE_FILENAME
 from pytest_cudagate.suite.placeholders import STUB_RAISE, todo
 
 REFERENCE_FILENAME = "reference.py"
 LISTED = 12  # kernels named when a file defines several and no ENTRY was given
-_INT = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,7 @@ def _q(text: str) -> str:
 
 def _suite_yaml(short: str, kernel: symbols.Kernel, source: str, slots: list[Slot], entry: str,
                 declared: Declaration | None) -> str:
-    ints = [s.name for s in slots if s.kind == "scalar" and s.dtype in _INT]
+    ints = [s.name for s in slots if s.kind == "scalar" and s.dtype in INT_DTYPES]
     over = f"an expression over {', '.join(ints)}" if ints else "a number (the kernel takes no integer scalar)"
     if kernel.params is not None:
         how = "types from the cubin (the entry's mangled name)"
@@ -235,7 +234,7 @@ def _suite_yaml(short: str, kernel: symbols.Kernel, source: str, slots: list[Slo
     lines += ["reference:", f"  python: {REFERENCE_FILENAME}:{_function(short)}",
               "tolerance:  # |actual - expected| <= atol + rtol * |expected|, per output"]
     for slot in outputs:
-        if slot.dtype in _INT:
+        if slot.dtype in INT_DTYPES:
             lines.append(f"  {slot.name}: {{atol: 0, rtol: 0}}  # an integer output: exact")
         else:
             lines.append(f"  {slot.name}: {{atol: {_q(todo('the absolute error allowed, such as 1.0e-6'))}, "
@@ -268,7 +267,7 @@ def _reference_py(short: str, slots: list[Slot]) -> str:
 
     def shown(slot: Slot) -> str:
         if slot.kind == "scalar":
-            kind = "int" if slot.dtype in _INT else "float" if slot.dtype else "its value"
+            kind = "int" if slot.dtype in INT_DTYPES else "float" if slot.dtype else "its value"
             return f"{slot.name}: a Python {kind}" if slot.dtype else f"{slot.name}: {kind}"
         dtype = "float32 (its values, exact)" if slot.dtype in LOW_PRECISION else slot.dtype or "its dtype"
         return f"{slot.name}: a numpy array of {dtype}"

@@ -28,6 +28,7 @@ from pytest_cudagate.trust.manifest import instance_manifest
 from pytest_cudagate.trust.suite_signing import sign_suite, signer_from_keys, verify_suite
 from pytest_cudagate.config import load_settings
 from pytest_cudagate.suite.loader import discover, load_suite
+from pytest_cudagate.commands import COMMANDS
 
 EXIT_FAILED = 1
 
@@ -180,14 +181,14 @@ def cmd_verify(args) -> int:
 
 def register(subparsers) -> None:
     """Add ``keygen``, ``sign``, ``verify`` and ``gate`` to an argparse subparsers object (each sets ``func``)."""
-    keygen = subparsers.add_parser("keygen", help="create an Ed25519 signing key pair for a maintainer")
+    keygen = subparsers.add_parser("keygen", help=COMMANDS["keygen"].help)
     keygen.add_argument("--name", required=True, type=NAME, help="whose key (names NAME.key and NAME.pub)")
     keygen.add_argument("--out", type=PATH, metavar="DIR",
                         help="write NAME.key and NAME.pub into DIR (default: the private key under "
                              "~/.config/cudagate/keys/, the public key in .cudagate/trusted_keys/ of the project)")
     keygen.set_defaults(func=cmd_keygen)
 
-    sign = subparsers.add_parser("sign", help="sign a suite's cases, reference and tolerances (writes cudagate.sig.json)")
+    sign = subparsers.add_parser("sign", help=COMMANDS["sign"].help)
     sign.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
     sign.add_argument("--key", type=PATH, metavar="FILE",
                       help=f"private key file (default: ${SIGNING_KEY_ENV}, else the key in ~/.config/cudagate/keys/)")
@@ -198,7 +199,7 @@ def register(subparsers) -> None:
                            "--pull-request N` a changed signed state counts only in the pull request it was signed for")
     sign.set_defaults(func=cmd_sign)
 
-    verify = subparsers.add_parser("verify", help="check a suite against its signature and the trusted keys")
+    verify = subparsers.add_parser("verify", help=COMMANDS["verify"].help)
     verify.add_argument("suites", nargs="+", type=PATH, metavar="SUITE", help="cudagate.yaml files or folders holding them")
     verify.set_defaults(func=cmd_verify)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cudagate.commands import COMMANDS
 from pytest_cudagate import boundary
 from pytest_cudagate.boundary import walk
 from pytest_cudagate.boundary.options import PATH, PULL_REQUEST, nonempty
@@ -306,8 +307,7 @@ def _forwarded_help() -> str:
 
 def register(subparsers) -> None:
     gate = subparsers.add_parser(
-        "gate", help="run the gate as CI does: without the checkout's pytest configuration; with --trusted-ref, "
-                     "trusting only the keys, policy and ledgers of that commit",
+        "gate", help=COMMANDS["gate"].help,
         epilog=_forwarded_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     gate.add_argument("--trusted-ref", type=nonempty("the base commit"), metavar="SHA",
                       help="the base commit: keys, [tool.cudagate] and ledgers are read from its git objects")

@@ -44,6 +44,11 @@ class CompareResult:
 WORKER_COMMAND = (sys.executable, "-m", "cudagate_harness.worker")
 
 
+def reply_body(line: dict) -> dict:
+    """A worker's line without the protocol's envelope (its type and request id)."""
+    return {k: v for k, v in line.items() if k not in ("type", "id")}
+
+
 class Worker(Protocol):
     """What the gate, the session and the optimizer use of a worker link: :class:`HarnessClient`,
     or a test's fake worker."""
@@ -51,6 +56,7 @@ class Worker(Protocol):
     timeout_s: float
     env: dict | None
     hello: dict | None
+    start_seconds: float  # wall time spent starting workers, which a case's round trip does not count
 
     @property
     def device(self) -> dict: ...
@@ -171,6 +177,16 @@ class HarnessClient:
         """Send ``request``; return its compile line and one body per case, whatever happens."""
         pending = list(request.get("cases", []))
         result = RunResult(compile={})
+
+        def compiled(line: dict) -> None:
+            # The log quotes kernel text: scrub it before any report prints or stores it.
+            result.compile = Scrubber().data(reply_body(line))
+
+        def answered(line: dict) -> None:
+            nonlocal pending
+            result.cases[line["case"]] = reply_body(line)
+            pending = [c for c in pending if c["name"] not in result.cases]
+
         while True:
             if self.proc is None or self.proc.poll() is not None:
                 self._restart()
@@ -181,45 +197,19 @@ class HarnessClient:
             except OSError:
                 self._restart()
                 continue
-            current = pending[0]["name"] if pending else None
-            faulted = False
-            while True:
-                line = self._next(self.timeout_s)
-                if line is None:  # silence past the watchdog, or the worker died
-                    exited = self.proc.poll() is not None
-                    if not exited:
-                        self._kill()
-                    reason = self._death_reason(exited)
-                    if current is None:
-                        result.compile = result.compile or {"ok": False, "log": reason["message"]}
-                        result.restarts = self.restarts
-                        return result
-                    result.cases[current] = {"case": current, "status": "error", "error": reason}
-                    pending = [c for c in pending if c["name"] not in result.cases]
+            if self._replies({"compile": compiled, "case": answered}):
+                if not result.compile.get("ok", False):
                     break
-                kind = line.get("type")
-                if kind == "compile":
-                    # The log quotes kernel text: scrub it before any report prints or stores it.
-                    result.compile = Scrubber().data({k: v for k, v in line.items() if k not in ("type", "id")})
-                elif kind == "case":
-                    result.cases[line["case"]] = {k: v for k, v in line.items() if k not in ("type", "id")}
-                    faulted = line.get("error", {}).get("kind") == "fault"
-                    pending = [c for c in pending if c["name"] not in result.cases]
-                    current = pending[0]["name"] if pending else None
-                elif kind == "error":
-                    raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
-                elif kind == "done":
-                    if faulted:
-                        # A sticky fault ended the request and the worker is exiting: let it go, so
-                        # the next request (or the rest of this one) starts a fresh worker.
-                        self._reap()
-                    if not pending or not result.compile.get("ok", False):
-                        result.restarts = self.restarts
-                        return result
+            else:  # silence past the watchdog, or the worker died: the case it was on is lost
+                reason = self._silenced()
+                if not pending:
+                    result.compile = result.compile or {"ok": False, "log": reason["message"]}
                     break
-            if not pending:
-                result.restarts = self.restarts
-                return result
+                answered({"case": pending[0]["name"], "status": "error", "error": reason})
+            if not pending:  # else the rest goes to a fresh worker
+                break
+        result.restarts = self.restarts
+        return result
 
     def compare(self, request: dict, decide: Callable[[dict], int]) -> CompareResult:
         """Run a ``compare`` request; ``decide(chunk)`` returns the next chunk's rounds (0 stops).
@@ -231,35 +221,55 @@ class HarnessClient:
         self._ids += 1
         result = CompareResult()
         case = request["case"]["name"]
+
+        def compiled(line: dict) -> None:
+            result.compile[line.get("role", "current")] = reply_body(line)
+
+        def chunk(line: dict) -> None:
+            result.chunks.append(line)
+            rounds = decide(line)
+            self._send({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
+
+        def answered(line: dict) -> None:
+            result.body = reply_body(line)
+
         try:
             self._send({**request, "id": self._ids, "timeout_s": self.timeout_s})
-            while True:
-                line = self._next(self.timeout_s)
-                if line is None:
-                    exited = self.proc.poll() is not None
-                    if not exited:
-                        self._kill()
-                    result.body = {"case": case, "status": "error", "error": self._death_reason(exited)}
-                    return result
-                kind = line.get("type")
-                if kind == "compile":
-                    result.compile[line.get("role", "current")] = {k: v for k, v in line.items() if k not in ("type", "id")}
-                elif kind == "chunk":
-                    result.chunks.append(line)
-                    rounds = decide(line)
-                    self._send({"op": "more", "rounds": rounds} if rounds > 0 else {"op": "stop"})
-                elif kind == "case":
-                    result.body = {k: v for k, v in line.items() if k not in ("type", "id")}
-                elif kind == "error":
-                    raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
-                elif kind == "done":
-                    if result.body and result.body.get("error", {}).get("kind") == "fault":
-                        self._reap()
-                    return result
+            if not self._replies({"compile": compiled, "chunk": chunk, "case": answered}):
+                result.body = {"case": case, "status": "error", "error": self._silenced()}
         except OSError:  # the worker's stdin closed under us: it died
             self._reap()
             result.body = {"case": case, "status": "error", "error": self._death_reason(True)}
-            return result
+        return result
+
+    def _replies(self, handlers: dict[str, Callable[[dict], None]]) -> bool:
+        """The one reading of a request's answer: each line to the handler of its type, until the
+        done line (True) or silence past the watchdog or the worker's end (False). A worker that
+        answered its last case with a sticky fault is exiting: it is let go at the done line, so the
+        next request starts a fresh one."""
+        faulted = False
+        while True:
+            line = self._next(self.timeout_s)
+            if line is None:
+                return False
+            kind = line.get("type")
+            if kind == "error":
+                raise RuntimeError(f"harness worker rejected the request: {line.get('message')}")
+            if kind == "done":
+                if faulted:
+                    self._reap()
+                return True
+            if kind == "case":
+                faulted = line.get("error", {}).get("kind") == "fault"
+            if kind in handlers:
+                handlers[kind](line)
+
+    def _silenced(self) -> dict:
+        """Why the worker stopped answering; killed first if it is still running."""
+        exited = self.proc.poll() is not None
+        if not exited:
+            self._kill()
+        return self._death_reason(exited)
 
     # -- internals -------------------------------------------------------------------------------
     def _send(self, message: dict) -> None:

@@ -94,21 +94,30 @@ class KernelVersion:
         return f"{self.name} (variant of class {case.shape_class}: options {list(self.options_for(case))})"
 
 
+def version_identity(source: str, headers: dict[str, str], *, entry: str, options, launch: dict,
+                     launch_overrides: dict, arch_suffix: str, classes: dict | None, compiler: str | None) -> dict:
+    """What an approval pins of a version (sources by their SHA-256), the working tree's and an
+    approval's alike. Classes and compiler only where set: kernels without the field keep the
+    identities their approvals pinned."""
+    return {
+        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
+        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in headers.items()},
+        "entry": entry, "options": list(options), "launch": launch, "launch_overrides": launch_overrides,
+        "arch_suffix": arch_suffix, **({"classes": classes} if classes else {}),
+        **({"compiler": compiler} if compiler else {}),
+    }
+
+
 def current_version(program: Program, source_text: str | None = None) -> KernelVersion:
     """``program`` as the working tree holds it (``source_text`` in place of its file: a proposal)."""
     text = source_text if source_text is not None else read_text(program.source, MAX_SOURCE_BYTES, "CUDA source")
     files = header_files(program.source, text, program.include)
     headers = {name: body for name, (_, body) in files.items()}
-    variants = {name: variant.to_json() for name, variant in sorted(program.classes.items())}
-    identity = {
-        "source_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in headers.items()},
-        "entry": program.entry, "options": list(program.options), "launch": program.launch.to_json(),
-        "launch_overrides": {k: v.to_json() for k, v in program.launch_overrides.items()},
-        "arch_suffix": program.arch_suffix, **({"classes": variants} if variants else {}),
-        # Only where set: kernels without the field keep the identities their approvals pinned.
-        **({"compiler": program.compiler} if program.compiler != "auto" else {}),
-    }
+    identity = version_identity(
+        text, headers, entry=program.entry, options=program.options, launch=program.launch.to_json(),
+        launch_overrides={k: v.to_json() for k, v in program.launch_overrides.items()}, arch_suffix=program.arch_suffix,
+        classes={name: variant.to_json() for name, variant in sorted(program.classes.items())},
+        compiler=program.compiler if program.compiler != "auto" else None)
     return KernelVersion(program.name, text, headers, program.entry, program.options, program.arch_suffix, program.launch,
                    dict(program.launch_overrides), dict(program.classes), identity,
                    source_file=program.source, source_path=display_path(program.source),
@@ -121,14 +130,10 @@ def pinned_version(kernel: str, source: str, headers: dict[str, str], record: di
     launch_overrides and classes), from its source and headers read and checked by the caller."""
     classes = {name: Variant(tuple(raw.get("options", ())), launch_from_record(raw["launch"]) if "launch" in raw else None)
                for name, raw in record.get("classes", {}).items()}
-    identity = {
-        "source_sha256": hashlib.sha256(source.encode()).hexdigest(),
-        "headers": {n: hashlib.sha256(t.encode()).hexdigest() for n, t in headers.items()},
-        "entry": record["entry"], "options": list(record["options"]), "launch": record["launch"],
-        "launch_overrides": record["launch_overrides"], "arch_suffix": record["arch_suffix"],
-        **({"classes": record["classes"]} if record.get("classes") else {}),
-        **({"compiler": record["compiler"]} if record.get("compiler") else {}),
-    }
+    identity = version_identity(
+        source, headers, entry=record["entry"], options=record["options"], launch=record["launch"],
+        launch_overrides=record["launch_overrides"], arch_suffix=record["arch_suffix"],
+        classes=record.get("classes"), compiler=record.get("compiler"))
     return KernelVersion(kernel, source, dict(headers), record["entry"], tuple(record["options"]), record["arch_suffix"],
                    launch_from_record(record["launch"]),
                    {case: launch_from_record(raw) for case, raw in record["launch_overrides"].items()}, classes, identity,

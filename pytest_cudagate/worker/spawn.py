@@ -59,13 +59,13 @@ def runs_items(config: pytest.Config) -> bool:
     return config.getoption("dist", "no") == "no" or not config.getoption("tx", None)
 
 
-def spawn_worker(config: pytest.Config) -> Worker | None:
-    """Start the worker process for this run, or None where the run needs none (:func:`runs_items`)
-    or the process cannot start: :func:`~pytest_cudagate.session.open_worker` then starts one
-    itself and fails as it always did."""
+def spawn_worker(config: pytest.Config, env: dict[str, str]) -> Worker | None:
+    """Start the worker process for this run (``env``: what it is told beside the GPU to use), or
+    None where the run needs none (:func:`runs_items`) or the process cannot start:
+    :func:`~pytest_cudagate.session.open_worker` then starts one itself and fails as it always did."""
     if not runs_items(config):
         return None
-    client = HarnessClient(env=xdist_device_env())
+    client = HarnessClient(env={**xdist_device_env(), **env})
     try:
         client.spawn()
     except OSError:

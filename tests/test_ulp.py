@@ -4,6 +4,7 @@ signature measured alike; NaN and infinities judged as without it; integer outpu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,11 @@ def test_the_gate_judges_an_output_in_ulps(pytester, monkeypatch):
     write_suite(pytester.path / "scale", yaml_text=ULP_YAML, kernel_source=ULP_CU)
     (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
-                                           "-v", timeout=180)
+                                           "--cuda-gate-report", "report", "-v", timeout=180)
+    tolerances = {item["kernel"]: item["correctness"]["comparisons"][0]["tolerance"]
+                  for item in json.loads((pytester.path / "report" / "report.json").read_text())["items"]
+                  if item.get("correctness")}
+    assert tolerances["far"]["ulp"] == 4, tolerances
     result.stdout.fnmatch_lines_random([
         "*cudagate.yaml::scale2::small PASSED*", "*cudagate.yaml::near::small PASSED*",
         "*cudagate.yaml::far::small FAILED*", "*cudagate.yaml::far::perf FAILED*",
@@ -160,3 +165,15 @@ def test_ulp_on_an_integer_output_is_refused_in_one_line(tmp_path, capsys):
     assert ("line 11: tolerance.y.ulp: the output is int32: units in the last place belong to float outputs; remove "
             "`ulp` and use atol (0 for exact integers)") in err
     assert err.count("\n  - ") == 1 and "Traceback" not in err
+
+
+def test_a_report_names_ulp_only_where_the_suite_gives_it(pytester, monkeypatch):
+    """A suite without `ulp` reads in report.json as before ulp existed (benchmarks/report_equality.py)."""
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
+    write_suite(pytester.path / "scale")
+    (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
+                                  "--cuda-gate-report", "report", timeout=180)
+    items = json.loads((pytester.path / "report" / "report.json").read_text())["items"]
+    tolerances = [c["tolerance"] for item in items if item.get("correctness") for c in item["correctness"]["comparisons"]]
+    assert tolerances and all(t is not None and "ulp" not in t for t in tolerances), tolerances

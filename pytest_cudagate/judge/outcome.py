@@ -127,13 +127,21 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
+def _tolerance_json(tolerance) -> dict | None:
+    """A comparison's tolerance; ``ulp`` only where the suite gives it, so reports of suites without it
+    read as they did before it existed."""
+    if tolerance is None:
+        return None
+    return {k: v for k, v in dataclasses.asdict(tolerance).items() if k != "ulp" or v is not None}
+
+
 def comparison_json(c: OutputCheck) -> dict:
     return plain({
         "buffer": c.buffer, "ok": c.ok, "total": c.total, "mismatches": c.mismatches, "rel_norm": c.rel_norm,
         "max_abs_error": c.max_abs_error, "worst_index": list(c.worst_index) if c.worst_index is not None else None,
         "worst_expected": c.worst_expected, "worst_actual": c.worst_actual, "worst_allowed": c.worst_allowed,
         "rel_norm_limit": c.rel_norm_limit, "unwritten": c.unwritten,
-        "tolerance": dataclasses.asdict(c.tolerance) if c.tolerance is not None else None,
+        "tolerance": _tolerance_json(c.tolerance),
         "description": c.describe(),
     })
 

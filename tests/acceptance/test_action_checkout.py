@@ -5,7 +5,7 @@ Each bash step is run as GitHub's runner runs it: its script, with the ``${{ …
 substituted, written to a file and run by ``bash --noprofile --norc -eo pipefail FILE`` in the step's
 working directory, with the job's environment under the step's own ``env`` and the runner's files
 (GITHUB_OUTPUT, GITHUB_ENV, GITHUB_PATH, GITHUB_STEP_SUMMARY). The checkout is a pull request of the
-repository tests/test_attacks.py builds, which also commits files that each leave a mark when run:
+repository tests/acceptance/test_attacks.py builds, which also commits files that each leave a mark when run:
 modules Python would import from the current folder (``json.py``, ``sitecustomize.py``, a shadow
 ``pytest_cudagate`` and ``pip``), a ``.pth`` file, a ``pip.conf``, a script to source, and programs
 (``python3``, ``git``, ``cudagate``, ``gh``, …). Two runners: one as issue 41 found it (the checkout at
@@ -37,7 +37,7 @@ from report_fixtures import build_scenario, built_report
 from pytest_cudagate.reports.writer import write_report
 from test_attacks import Repo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / "action.yml"
 COMMENT_ACTION = ROOT / ".github" / "actions" / "pr-comment" / "action.yml"
 WORKFLOW = ROOT / "examples" / "workflows" / "gpu-gate.yml"

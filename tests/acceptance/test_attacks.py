@@ -30,7 +30,7 @@ from pytest_cudagate.errors import WorkerUnavailable
 from pytest_cudagate.worker.client import HarnessClient
 from pytest_cudagate.worker.gpulock import GpuLock
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "softmax"
 SECRET = "sk-attack-visible-secret-0123456789"
 PASSWD_LINE = "root:x:0:0"
 

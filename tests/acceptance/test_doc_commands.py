@@ -23,7 +23,7 @@ import pytest
 from doc_blocks import (COMMAND_TREE_SCRIPT, check_gpu_command, copy_repository, cuda_gate_options, doc_pages,
                         page_environment, parse_page, run_page, without_test_suite)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CI_RUN = ROOT / ".ci" / "run"
 PAGES = {page.name: page for page in (parse_page(path, ROOT) for path in doc_pages(ROOT))}
 INSTALL_TIMEOUT_S = 1200
@@ -233,7 +233,7 @@ def test_the_test_suite_command_is_checked_against_ci_not_run(tmp_path):
         "```console",
         "$ python3 -m venv .venv && .venv/bin/pytest tests -n auto",
         "$ .venv/bin/pytest tests -n auto",
-        "$ pytest tests/test_doc_commands.py -q",
+        "$ pytest tests/acceptance/test_doc_commands.py -q",
         "$ pytest --cuda-gate examples",
         "```",
     ]) + "\n")
@@ -241,7 +241,7 @@ def test_the_test_suite_command_is_checked_against_ci_not_run(tmp_path):
     assert without_test_suite(both, ci_run) == "python3 -m venv .venv"
     assert without_test_suite(alone, ci_run) is None
     assert without_test_suite(gate, ci_run) == "pytest --cuda-gate examples"
-    with pytest.raises(AssertionError, match=r"docs/page.md:4: `pytest tests/test_doc_commands.py -q` runs the "
+    with pytest.raises(AssertionError, match=r"docs/page.md:4: `pytest tests/acceptance/test_doc_commands.py -q` runs the "
                                              r"project's tests"):
         without_test_suite(other, ci_run)
 

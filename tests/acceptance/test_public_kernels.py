@@ -15,7 +15,7 @@ from cudagate_harness.compiler import nvrtc_version
 from pytest_cudagate.cli import main
 from pytest_cudagate.suite.loader import load_suite
 
-PUBLIC = Path(__file__).resolve().parent / "public"
+PUBLIC = Path(__file__).resolve().parents[1] / "public"
 SUITES = sorted(path.parent for path in PUBLIC.rglob("cudagate.yaml"))
 
 # The upstream files, by the commits PROVENANCE.md names: each copy must stay byte for byte what the

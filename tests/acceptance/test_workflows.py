@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parents[1] / "data"
 ACTION = ROOT / "action.yml"
 COMMENT_ACTION = ROOT / ".github" / "actions" / "pr-comment" / "action.yml"
 WORKFLOW = ROOT / "examples" / "workflows" / "gpu-gate.yml"

@@ -15,7 +15,7 @@ from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.reports.writer import write_report
 from pytest_cudagate.suite.loader import load_suite
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "softmax"
 
 
 @pytest.fixture()

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_cudagate.boundary import schema
 
-EVIDENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "evidence"
 SCHEMA_OF = {"gate-power-": "gate-power", "timing-fidelity-": "timing-fidelity", "vs-library-": "vs-library",
              "optimize-summary-": "optimize-summary", "digest-cost-": "digest-cost", "bisect-power": "bisect-power",
              "card-floor-": "card-floor", "card-floor-derived-": "card-floor-derived", "gate-speed-": "gate-speed",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pytest_cudagate.boundary import schema
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITEM = {"nodeid": "s.yaml::k::perf", "status": "warning", "phases": {"timing": 0.5}, "worker_s": 0.7,
         "warning": "latency pass: today's run level is +0.4% of the approved runs",
         "latency": {"verdict": "pass", "samples_ms": [0.1, 0.2]},

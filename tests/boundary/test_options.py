@@ -78,7 +78,7 @@ def test_every_number_is_finite_and_in_range(path, action, capsys):
         with pytest.raises(argparse.ArgumentTypeError, match=r" is not (a|a whole) number"):
             action.type(value)
     if path[0] == "pytest":
-        return  # the same converters; pytest words its own usage errors (tests/test_plugin.py)
+        return  # the same converters; pytest words its own usage errors (tests/plugin/test_plugin.py)
     option = action.option_strings[0]
     for value in ("nan", "1e308"):  # through the command as a user gives them
         with pytest.raises(SystemExit) as exited:

@@ -253,7 +253,7 @@ def test_no_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as excinfo:
         main([])
     assert excinfo.value.code == 2
-    # one line, as every refusal of the command (tests/test_options.py)
+    # one line, as every refusal of the command (tests/boundary/test_options.py)
     assert capsys.readouterr().err == ("cudagate: the following arguments are required: COMMAND; see `cudagate "
                                        "--help`\n")
 

@@ -15,7 +15,7 @@ import pytest
 
 from fake_worker import FakeKernel, FakeWorker, install, scale_kernels, scale_xy
 from helpers import SUITE_YAML, replace_once, write_suite
-from test_generated_cases import cache_entries, cached_suite, classed_suite, corrupt_input, reports_by_case  # noqa: F401
+from test_generated import cache_entries, cached_suite, classed_suite, corrupt_input, reports_by_case  # noqa: F401
 from test_hardening_gate import Fingerprint, kernels_for
 from pytest_cudagate.gate import lookahead, prepare as prepare_module
 from pytest_cudagate import items as items_module

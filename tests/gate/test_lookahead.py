@@ -16,7 +16,7 @@ import pytest_cudagate.gate.lookahead as lookahead
 import pytest_cudagate.gate.prepare as prepare_module
 from fake_worker import SCALE_PARAMS, FakeKernel, FakeWorker, honest
 from helpers import SUITE_YAML, changed_after_approval, write_suite
-from test_gate_hang import Fingerprint
+from test_hang import Fingerprint
 from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite
@@ -337,7 +337,7 @@ use_client(lambda **options: Recording(scale_kernels(), **options))
 def test_stepwise_sends_nothing_ahead(pytester):
     """--stepwise stops at the first failure: the case after it may never run."""
     write_suite(pytester.path / "scale", yaml_text=NO_SANITIZER)
-    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent), cores=16))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parents[1]), cores=16))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "--stepwise", timeout=300)
     assert result.ret == 0, result.stdout.str()
     threads = json.loads((pytester.path / "threads.json").read_text())
@@ -348,7 +348,7 @@ def test_a_pytest_run_sends_ahead_and_reports_what_a_run_one_by_one_reports(pyte
     write_suite(pytester.path / "scale", yaml_text=NO_SANITIZER)
     reports = {}
     for cores in (16, 1):
-        (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent), cores=cores))
+        (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parents[1]), cores=cores))
         result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                                "--cuda-gate-fresh-seed", "7", "--cuda-gate-report", "out",
                                                timeout=300)

@@ -31,12 +31,12 @@ from pytest_cudagate.suite.loader import load_suite
 
 pytestmark = pytest.mark.gpu
 
-KERNELS = Path(__file__).resolve().parent / "kernels"
+KERNELS = Path(__file__).resolve().parents[1] / "adversarial" / "kernels"
 RECORD = Path(os.environ["OUT"]) / "adversarial" if os.environ.get("OUT") else None
 CASES = ("correct_7x33", "perf_256x1024", "holdout_300x700")
 
 # Kernels planted in the softmax suite: name -> (source, launch override or None, options). Option and
-# launch refusals need no GPU: tests/test_refusals.py.
+# launch refusals need no GPU: tests/gate/test_refusals.py.
 PLANTED = {
     "nothing": ("nothing.cu", None, []),                      # 1
     "first_row": ("first_row.cu", None, []),                  # 2

@@ -21,7 +21,7 @@ from pytest_cudagate.suite.loader import load_suite
 
 pytestmark = pytest.mark.gpu
 
-KERNELS = Path(__file__).resolve().parent / "kernels29"
+KERNELS = Path(__file__).resolve().parent / "dtypes_and_steps"
 
 FP8_YAML = """\
 suite: quantize
@@ -78,7 +78,7 @@ def with_kernels(root: Path, extra: list[dict], perf: dict) -> Path:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("kernels29")
+    tmp = tmp_path_factory.mktemp("dtypes_and_steps")
     rmsnorm = with_kernels(copy_suite("rmsnorm", tmp), [
         {"name": "half_bytes", "source": "half_bytes.cu", "launch": {"grid": ["rows"], "block": [256]}}],
         {"rows": 512, "cols": 2048})

@@ -1,7 +1,7 @@
 """On a GPU: an honest one-pass float32 LayerNorm passes the default adversarial fresh inputs, and a
 kernel fitted to the value domain the signed cases show still fails them (issue 44, item 5).
 
-The CPU twin, tests/test_one_pass_norms.py, judges NumPy stand-ins on the simulated GPU; here the same
+The CPU twin, tests/defences/test_one_pass_norms.py, judges NumPy stand-ins on the simulated GPU; here the same
 suite is gated with real kernels, compiled by NVRTC and replayed by the real worker under several
 fresh seeds.
 """

@@ -24,8 +24,8 @@ from pytest_cudagate.worker.build import compile_program
 from pytest_cudagate.worker.client import HarnessClient
 from test_attacks import Repo
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-TESTS = Path(__file__).resolve().parent
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TESTS = Path(__file__).resolve().parents[1]
 TAIL = "a source that expands this much is refused"
 pytest_plugins = ["pytester"]
 

@@ -163,7 +163,7 @@ def test_a_compile_error_is_a_result_with_nvrtcs_log(cache):
     assert "bad.cu(3): error" in result.log
     assert "undefined_value_here" in result.log
     assert result.resources == {}
-    # errors never reach the on-disk cache (this process remembers them: tests/test_bounded_compile.py)
+    # errors never reach the on-disk cache (this process remembers them: tests/harness/test_bounded_compile.py)
     assert not any(cache.glob(f"{result.key}*"))
 
 

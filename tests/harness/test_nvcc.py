@@ -419,7 +419,7 @@ os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".lock
 @needs_nvcc
 def test_pytest_cuda_gate_compiles_the_host_code_file_and_runs_its_kernels(pytester):
     host_suite(pytester.path / "scale", data=True)
-    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "-rA", "--junitxml=report.xml", "scale", timeout=300)
     out = result.stdout.str()

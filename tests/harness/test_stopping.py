@@ -159,7 +159,7 @@ def test_the_library_rounds_of_a_long_kernel_stop_once_their_ratio_is_settled(tm
     import dataclasses
 
     from cudagate_harness.library import ADAPTERS
-    from test_library_baseline import PARAMS, FakeSgemm, mm_kernel, write_mm
+    from test_library import PARAMS, FakeSgemm, mm_kernel, write_mm
 
     class SlowSgemm(FakeSgemm):
         def enqueue(self, pointers, scalars) -> None:

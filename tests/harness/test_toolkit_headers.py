@@ -257,7 +257,7 @@ def test_the_projects_install_pulls_the_header_packages_of_nvrtcs_major():
         import tomllib
     else:
         import tomli as tomllib
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     pins = {req.name: req for req in map(Requirement, tomllib.loads(pyproject.read_text())["project"]["dependencies"])}
     nvrtc_ceiling = {s.version for s in pins["nvidia-cuda-nvrtc"].specifier if s.operator == "<"}
     for name, _, _ in toolkit.HEADER_PACKAGES:

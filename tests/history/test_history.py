@@ -14,7 +14,7 @@ import pytest
 
 from report_fixtures import build_scenario, built_report, h100, scenario_for
 from test_release import approve, commit, git
-from test_reports_browser import CHROMIUM, FLAGS, artifacts, assert_screenshot
+from test_browser import CHROMIUM, FLAGS, artifacts, assert_screenshot
 from pytest_cudagate.cli import main
 from pytest_cudagate.errors import EXIT_INPUT
 from pytest_cudagate.reports.writer import write_report

@@ -17,7 +17,7 @@ from pytest_cudagate.boundary import schema
 from pytest_cudagate.host import trash
 from pytest_cudagate.judge.elementwise import BLOCK, check_output
 from pytest_cudagate.suite.model import Tolerance
-from test_judge_equality import oracle_check, outputs
+from test_fast_paths import oracle_check, outputs
 
 
 def bytewise_all(array: np.ndarray, byte: int) -> np.ndarray:

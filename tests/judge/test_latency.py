@@ -25,7 +25,7 @@ import pytest_cudagate.gate.measure as measure_module
 from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
 from pytest_cudagate.worker.fingerprint import Fingerprint
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "softmax"
 
 
 def chunk(rng, n, slowdown=0.0, disturbances=(), wall=0.01):

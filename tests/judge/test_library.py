@@ -27,7 +27,7 @@ from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import suite_manifest
 from pytest_cudagate.worker.requests import run_request
-from test_optimize_loop import assert_pack_valid
+from test_loop import assert_pack_valid
 from test_optimize_report import run_pack
 
 pytest_plugins = ["pytester"]

@@ -18,7 +18,7 @@ import pytest
 from pytest_cudagate.judge.latency import Latency, judge_run_spread
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, RUN_SPREAD_FLOOR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import card_floor  # noqa: E402
 

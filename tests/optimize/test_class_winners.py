@@ -22,8 +22,8 @@ from pytest_cudagate.optimize.evaluator import HarnessEvaluator
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Launch, Variant
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from test_optimize_harness import kernel_from_source
-from test_optimize_loop import assert_pack_valid, optimize
+from test_evaluator import kernel_from_source
+from test_loop import assert_pack_valid, optimize
 
 # perf is a small shape, perf2 a large one; the holdout case stays in the default class.
 CLASS_YAML = replace_once(replace_once(

@@ -12,7 +12,7 @@ from pytest_cudagate.errors import CudagateError  # noqa: E402
 from pytest_cudagate.optimize.gitpropose import rewrite_launch  # noqa: E402
 from pytest_cudagate.optimize.nsight import describe, parse_csv  # noqa: E402
 from pytest_cudagate.suite.loader import load_suite  # noqa: E402
-from test_optimize_loop import optimize  # noqa: E402
+from test_loop import optimize  # noqa: E402
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """`cudagate optimize --proposer openai` tells the model each candidate's latency as a multiple of the suite's
-library baseline: the real HarnessEvaluator on the fake worker (with the fake cuBLAS of test_library_baseline),
+library baseline: the real HarnessEvaluator on the fake worker (with the fake cuBLAS of tests/judge/test_library.py),
 a scripted OpenAI-compatible server, and what the model read. The library is timed once per performance case
 per session, beside the initial kernel; a candidate's multiple is derived through the initial kernel."""
 
@@ -16,8 +16,8 @@ from cudagate_harness.library import ADAPTERS  # noqa: E402
 from fake_worker import FakeKernel, install  # noqa: E402
 from helpers import replace_once  # noqa: E402
 from optimize_fakes import ScriptedServer, answer  # noqa: E402
-from test_library_baseline import BASELINE, MM_CU, MM_YAML, PARAMS, FakeSgemm, missing, mm_kernel, write_mm  # noqa: E402
-from test_optimize_loop import assert_pack_valid, parse  # noqa: E402
+from test_library import BASELINE, MM_CU, MM_YAML, PARAMS, FakeSgemm, missing, mm_kernel, write_mm  # noqa: E402
+from test_loop import assert_pack_valid, parse  # noqa: E402
 from pytest_cudagate.optimize.cli import run_optimize  # noqa: E402
 
 LAUNCH = {"grid": ["cdiv(n, 16)", "cdiv(m, 16)"], "block": ["16", "16"]}

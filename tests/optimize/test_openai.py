@@ -12,7 +12,7 @@ pytest.importorskip("openai")
 
 from optimize_fakes import (BROKEN_SOURCE, ScriptedServer, answer, completion, error, fake_source,  # noqa: E402
                             opt_suite, tool_call)
-from test_optimize_loop import assert_pack_valid, optimize  # noqa: E402
+from test_loop import assert_pack_valid, optimize  # noqa: E402
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.optimize.research import Notes
 

@@ -16,7 +16,7 @@ from optimize_fakes import BASE_MS, OPT_SUITE_YAML, FakeEvaluator, committed_pro
 from pytest_cudagate.optimize.cli import run_optimize
 from pytest_cudagate.optimize.evaluator import Evaluation, Validation
 from pytest_cudagate.optimize.report import render
-from test_optimize_loop import assert_pack_valid, parse
+from test_loop import assert_pack_valid, parse
 
 MIN_CELL_W, MIN_CELL_H = 60, 32  # px: two lines of text fit
 

@@ -34,7 +34,7 @@ ROW = re.compile(r"^\s*(\d+\.\d{3})  (\w+)\s")
 
 def _gate(pytester, *extra: str):
     write_suite(pytester.path / "scale")
-    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent)))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parents[1])))
     started = time.perf_counter()
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "--cuda-gate-fresh-seed", "7", *extra, timeout=300)
@@ -97,7 +97,7 @@ def test_with_runs_sent_ahead_each_case_accounts_for_its_head_start(pytester):
     case's time is counted twice beyond its head start, and the worker's share stays within the span."""
     write_suite(pytester.path / "scale", yaml_text=SUITE_YAML + (
         "  - {name: perf2, kind: performance, scalars: {rows: 32, cols: 512}}\n" "checks: {sanitizer: off}\n"))
-    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parents[1]))
                                                + "import pytest_cudagate.gate.lookahead as lookahead\nlookahead.cores = lambda: 16\n")
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "--cuda-gate-report", "out", timeout=300)

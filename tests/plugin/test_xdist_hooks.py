@@ -95,7 +95,7 @@ def _project(root: Path) -> None:
         (folder / "scale.cu").write_text(KERNELS_CU)
         (folder / "reference.py").write_text(REFERENCE_PY)
         generate(load_suite(folder / "cudagate.yaml"))
-    (root / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parent)))
+    (root / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).parents[1])))
 
 
 def _run(pytester, workers: str, report: str, *extra: str):

@@ -25,7 +25,7 @@ from pytest_cudagate.errors import EXIT_INPUT
 from pytest_cudagate.reports.document import Built
 from pytest_cudagate.reports.writer import REPORT_JSON, dumps, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / "action.yml"
 COMMENT_ACTION = ROOT / ".github" / "actions" / "pr-comment" / "action.yml"
 WORKFLOW = ROOT / "examples" / "workflows" / "gpu-gate.yml"
@@ -154,7 +154,7 @@ def test_the_report_link_and_the_marker(base, tmp_path, capsys):
     (["--report-url", "https://x.example/a) [evil](https://evil.example"], "--report-url"),
     (["--report-url", "javascript:alert(1)"], "--report-url"),
     (["--id", "a --> <script>"], "--id"),
-])  # an empty --id: refused as the command line is read, as every empty value (tests/test_options.py)
+])  # an empty --id: refused as the command line is read, as every empty value (tests/boundary/test_options.py)
 def test_a_bad_link_or_id_is_one_line_and_writes_nothing(base, tmp_path, capsys, args, named):
     folder = write(base, tmp_path / "r")
     out = tmp_path / "comment.md"

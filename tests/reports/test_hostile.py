@@ -31,7 +31,7 @@ from report_fixtures import build_scenario, built_report
 from test_attacks_output import RUNNER_COMMANDS, _parse
 from test_history import Project
 from test_release import commit
-from test_reports_comment import GITHUB_LINKED, render
+from test_comment import GITHUB_LINKED, render
 from pytest_cudagate.cli import main
 from pytest_cudagate.reports import github
 from pytest_cudagate.reports.document import Built

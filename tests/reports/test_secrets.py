@@ -82,7 +82,7 @@ def secret_env(monkeypatch):
 
 def test_pytest_session_writes_report_benchmark_summary_and_annotations(pytester, secret_env, monkeypatch):
     build_scenario(pytester.path / "scale")
-    pytester.makeconftest(CONFTEST.format(tests=str(Path(__file__).parent), secrets=sorted(SECRETS)))
+    pytester.makeconftest(CONFTEST.format(tests=str(Path(__file__).parents[1]), secrets=sorted(SECRETS)))
     summary = pytester.path / "summary.md"
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -111,7 +111,7 @@ def test_pytest_session_writes_report_benchmark_summary_and_annotations(pytester
 
 def test_no_report_no_work(pytester):
     build_scenario(pytester.path / "scale")
-    pytester.makeconftest(CONFTEST.format(tests=str(Path(__file__).parent), secrets=[]))
+    pytester.makeconftest(CONFTEST.format(tests=str(Path(__file__).parents[1]), secrets=[]))
     result = pytester.runpytest("--cuda-gate", "-p", "no:cacheprovider")
     assert not (pytester.path / "out").exists() and "::error" not in result.stdout.str()
 

@@ -99,7 +99,7 @@ def test_the_fake_gpu_gets_derived_scalars_as_arguments_and_in_launches(pytester
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     path = derived_suite(pytester.path / "scale")
     assert main(["cases", "generate", str(path)]) == 0
-    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            timeout=300)
     result.assert_outcomes(passed=3)  # the compile item and both cases
@@ -174,7 +174,7 @@ os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".lock
 def test_launches_read_the_fake_gpus_facts_and_the_report_records_them(pytester, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     write_suite(pytester.path / "scale", yaml_text=FACTS_YAML.replace("SHARED", "'max_shared_per_block // 2'"))
-    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "--cuda-gate-report", "out",
                                            "-p", "no:cacheprovider", timeout=300)
     result.assert_outcomes(passed=3)  # the compile item and both cases: 8 blocks on 4 SMs, not the stand-in's 264
@@ -199,7 +199,7 @@ def test_a_launch_that_fails_on_this_gpus_facts_fails_its_cases_in_one_line(pyte
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     yaml_text = FACTS_YAML.replace("['sm_count * 2']", "['cdiv(rows, sm_count - 4)']").replace("SHARED", "0")
     write_suite(pytester.path / "scale", yaml_text=yaml_text)
-    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(FACTS_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            timeout=300)
     result.assert_outcomes(passed=1, failed=2)  # the compile item; both cases

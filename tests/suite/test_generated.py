@@ -257,7 +257,7 @@ def test_the_optimizer_pack_replays_the_winner_on_stored_cases_only(tmp_path):
     """A generated case's arrays live only as long as the optimize run: its pack has no replay request that
     would point at them (the gate draws them again), and every request it does have resolves."""
     from optimize_fakes import write_proposals
-    from test_optimize_loop import assert_pack_valid, optimize
+    from test_loop import assert_pack_valid, optimize
 
     props = write_proposals(tmp_path / "props", [{"marker": "latency=0.010", "label": "fast"}])
     code, pack, summary, _, _ = optimize(tmp_path, classed_suite(tmp_path / "s"), "--proposer", f"replay:{props}")

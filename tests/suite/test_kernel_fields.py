@@ -198,7 +198,7 @@ def test_a_kernel_is_judged_on_the_outputs_it_names_only(pytester, monkeypatch):
     path = write_suite(pytester.path / "scale", yaml_text=TWO_OUTPUTS_YAML, data=False, kernel_source=TWO_OUTPUTS_CU)
     (path.parent / "reference.py").write_text(TWO_OUTPUTS_REFERENCE, encoding="utf-8")
     generate(load_suite(path))
-    (pytester.path / "conftest.py").write_text(TWO_OUTPUTS_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(TWO_OUTPUTS_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "-v", timeout=180)
     result.stdout.fnmatch_lines_random([

@@ -15,7 +15,7 @@ from pytest_cudagate.optimize.candidate import include_problems
 from pytest_cudagate.trust import generate_key_pair
 from pytest_cudagate.trust.base_ref import TrustRoot, read_trust_root
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _repo(tmp_path: Path) -> git.Repo:

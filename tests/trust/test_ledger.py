@@ -17,7 +17,7 @@ from pytest_cudagate.trust import generate_key_pair, load_private_key, load_trus
 from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.trust.ledger import CHAIN_LENGTH, BaseLedger, ledger_problems, sign_ledger, state_id
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "softmax"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "softmax"
 
 
 @pytest.fixture()

@@ -3,7 +3,7 @@
 Everything up to the worker is exercised: the ref resolved once, the ledger at the ref verified
 against today's keys, each kernel's `release` item saying which release is its reference, or why
 there is none, in one line naming the ref and the file, and nothing else in the run lost. The
-timing itself is in test_latency_gate.py (the verdict policy) and tests/gpu (the comparison).
+timing itself is in tests/judge/test_latency.py (the verdict policy) and tests/gpu (the comparison).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def test_cudagate_gate_passes_the_bare_flag_without_swallowing_a_path(pytester, 
 
 
 def test_the_example_release_job_runs_the_release_gate_on_a_full_clone():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     job = yaml.safe_load((root / "examples/workflows/gpu-gate.yml").read_text())["jobs"]["release-gate"]
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout"))
     assert checkout["with"]["fetch-depth"] == 0

@@ -124,7 +124,7 @@ def test_signature_value_bit_flip(project):
 
 
 def test_bytecode_beside_python_reference_is_no_trust_problem(project):
-    """The reference runs from its source text and bytecode is never read (tests/test_attacks_python.py)."""
+    """The reference runs from its source text and bytecode is never read (tests/acceptance/test_attacks_python.py)."""
     source = project.suite_dir / "reference.py"
     cache = project.suite_dir / "__pycache__" / f"reference.{sys.implementation.cache_tag}.pyc"
     py_compile.compile(str(source), cfile=str(cache), invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)

@@ -14,7 +14,7 @@ from pytest_cudagate.errors import WorkerUnavailable
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.worker.client import HarnessClient, Worker
 
-STUB = str(Path(__file__).with_name("stub_worker.py"))
+STUB = str(Path(__file__).resolve().parents[1] / "stub_worker.py")
 
 
 def client(mode: str = "answer", timeout_s: float = 10.0) -> HarnessClient:

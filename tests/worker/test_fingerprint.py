@@ -10,7 +10,7 @@ import pytest
 
 from pytest_cudagate.worker.fingerprint import KEY_FIELDS, Fingerprint, differences
 
-TELEMETRY = Path(__file__).resolve().parents[1] / "harness" / "cudagate_harness" / "telemetry.py"
+TELEMETRY = Path(__file__).resolve().parents[2] / "harness" / "cudagate_harness" / "telemetry.py"
 
 
 class NVMLError(Exception):

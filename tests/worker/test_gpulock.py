@@ -14,7 +14,7 @@ from pytest_cudagate.worker.gpulock import GpuLock, default_lock_dir, read_holde
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses POSIX signals")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GPU = "GPU-8f3c1d2e-0000-4000-8000-000000000001"
 
 # Holds the lock until stdin closes, then releases and exits.

@@ -18,7 +18,7 @@ from helpers import write_suite
 
 pytest_plugins = ["pytester"]
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 CONFTEST = """
 import atexit
 import os

@@ -19,11 +19,16 @@ from helpers import EXAMPLES, write_suite
 from pytest_cudagate.cli import main
 
 FAMILIES = sorted({item.family for item in INPUTS})
+# Each input is a fresh process (a second or more of CPU, 300-odd in all): the fast run (`-m "not slow"`) refuses
+# the first input of every family, CI the rest of each family too.
+PARTS = [pytest.param(family, part, id=f"{family}-{part}", marks=pytest.mark.slow if part == "rest" else ())
+         for family in FAMILIES for part in ("first", "rest")]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_every_bad_input_is_refused_fast_and_clearly(family, tmp_path, capsys):
+@pytest.mark.parametrize("family, part", PARTS)
+def test_every_bad_input_is_refused_fast_and_clearly(family, part, tmp_path, capsys):
     items = [item for item in INPUTS if item.family == family]
+    items = items[:1] if part == "first" else items[1:]
     rows = [(item, result, verdict(result)) for item in items for result in [run_in_subprocess(item, tmp_path)]]
     with capsys.disabled():
         print("\n" + table(rows))

@@ -101,7 +101,10 @@ def test_command_blocks_follow_the_convention(name):
                     pytrace=False)
 
 
+# Slow (a fresh venv, then every page's commands): the fast run keeps each page's convention check and the
+# runner's own tests below; CI runs the pages.
 @pytest.mark.docs
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, page in PAGES.items() if page.cpu_commands))
 def test_console_commands_run(name, docs_venv, tmp_path):
     copy = tmp_path / "repo"
@@ -113,6 +116,7 @@ def test_console_commands_run(name, docs_venv, tmp_path):
 
 
 @pytest.mark.docs
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n, page in PAGES.items() if page.gpu_commands))
 def test_gpu_commands_name_real_programs(name, docs_venv, cudagate_commands, pytest_options, tmp_path):
     env = page_environment(tmp_path / "home", docs_venv.source, docs_venv.bin)  # no checkout's .venv on PATH

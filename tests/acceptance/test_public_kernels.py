@@ -63,7 +63,13 @@ def test_the_copies_are_the_upstream_files(relative):
     assert hashlib.sha256((PUBLIC / relative).read_bytes()).hexdigest() == UPSTREAM[relative]
 
 
-@pytest.mark.parametrize("suite", SUITES, ids=lambda path: str(path.relative_to(PUBLIC)))
+# An nvcc compile of host code and kernels is tens of seconds: the fast run compiles one of cuda-samples' three
+# reductions (same project, same build), CI all of them.
+SLOW = {"reduce_blocks", "reduce_grid_stride"}
+
+
+@pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow if s.name in SLOW else ()) for s in SUITES],
+                         ids=lambda path: str(path.relative_to(PUBLIC)))
 def test_every_public_kernel_compiles_with_nvcc_and_takes_the_signature(capsys, suite):
     tool = the_nvcc()
     kernels = [kernel.name for kernel in load_suite(suite / "cudagate.yaml").kernels]

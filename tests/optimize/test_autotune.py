@@ -23,7 +23,7 @@ from pytest_cudagate.optimize.proposers import ProposerExhausted, RoundContext
 from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Launch
-from test_optimize_loop import assert_pack_valid, optimize, parse
+from test_loop import assert_pack_valid, optimize, parse
 from pytest_cudagate.optimize.cli import run_optimize
 from pytest_cudagate.trust import gate_problems
 from cudagate_harness.compiler import compile_kernel
@@ -293,6 +293,9 @@ def test_autotune_beats_the_neighbour_walk_it_replaced_on_rugged_landscapes():
     assert close >= 0.70 and typical <= 1.10, (close, typical)
 
 
+# Slow: ~110 candidates each compiled by NVRTC. The fast run keeps the rule: the landscape's optimum within seven
+# rounds (test_autotune_finds_the_optimum_...) and the loop through the fake harness (..._end_to_end_...).
+@pytest.mark.slow
 def test_seven_rounds_of_the_optimizer_reach_the_landscape_optimum_through_the_fake_harness(tmp_path):
     """The whole loop on a copy of the matmul example that starts from the smallest tiles: every candidate
     is built from sgemm.cu and compiled by NVRTC; the fake harness answers with the SGEMM-like landscape."""

@@ -4,7 +4,7 @@ Each input builds its files in a fresh folder and names the entry point that mus
 ``cudagate`` (exit code 2, one clear message), ``pytest`` (``pytest --cuda-gate``: a failed item or
 a usage error, never INTERNALERROR) or ``harness`` (``python -m cudagate_harness FILE``: exit 2).
 
-``gate`` (``cudagate gate --repo REPO --trusted-ref BASE``, in a repository of tests/test_attacks.py
+``gate`` (``cudagate gate --repo REPO --trusted-ref BASE``, in a repository of tests/acceptance/test_attacks.py
 with a signed base commit: exit 1 or 2, or 4 for a usage error).
 
 ``python tests/bad_input_cases.py NAME FOLDER`` runs one input in this process under RLIMIT_AS and
@@ -42,7 +42,8 @@ import yaml
 from pytest_cudagate.cli import main
 from pytest_cudagate.reports.writer import write_report
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a child too (no conftest there): the support modules, and tests/acceptance for test_attacks' Repo.
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent / "acceptance")]
 from helpers import REFERENCE_PY, SUITE_YAML, replace_once, write_suite  # noqa: E402
 from instantiated import GELU_YAML, write_gelu  # noqa: E402
 from optimize_fakes import opt_suite, write_proposals  # noqa: E402
@@ -1311,7 +1312,7 @@ def run_one(name: str, folder: Path) -> dict:
     entry, args = next(i for i in INPUTS if f"{i.family}/{i.name}" == name).build(folder)
     specials = special_files(folder)
     START[0] = time.time()
-    if entry == "gate":  # as tests/test_attacks.py runs it: no device, a cache of its own
+    if entry == "gate":  # as tests/acceptance/test_attacks.py runs it: no device, a cache of its own
         os.environ.update(CUDA_VISIBLE_DEVICES="", CUDAGATE_CACHE_DIR=str(folder / "gate-cache"))
     out = io.StringIO()
     start, cpu_start = time.perf_counter(), cpu_seconds()

@@ -9,7 +9,9 @@ import pytest
 import scipy.special  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE / "gpu")]  # so tests can `import helpers` and `import gpu_support`
+# Support modules (helpers, fake_worker, gpu_support, ...) import by name from every folder, and so do the
+# few test modules another test reuses: pytest's default import mode needs unique test basenames anyway.
+sys.path[:0] = [str(HERE), *sorted(str(d) for d in HERE.iterdir() if d.is_dir() and next(d.glob("test_*.py"), None))]
 
 from gpu_support import gpu_problem, gpu_required  # noqa: E402
 from helpers import write_suite  # noqa: E402

@@ -1,6 +1,6 @@
 """The command blocks of README.md and docs/*.md, read by the docs' convention, and a runner for them.
 
-Convention (tests/test_doc_commands.py enforces it):
+Convention (tests/acceptance/test_doc_commands.py enforces it):
 
 - ```console blocks hold shell commands, each on a line starting with `$ `; a line ending in `\\`
   continues on the next, and a here-document (`<<'EOF'`) runs to its terminator. Other lines are

@@ -86,7 +86,9 @@ def line_of(text: str, needle: str) -> int:
     raise AssertionError(f"{needle!r} not in the text")
 
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TESTS = Path(__file__).resolve().parent  # the support modules (fake_worker, stub_worker, ...) and data folders
+REPO = TESTS.parent
+EXAMPLES = REPO / "examples"
 
 
 def changed_after_approval(suite):

@@ -9,7 +9,7 @@ parameter (ordinal, byte offset, byte size) and EIATTR_PARAM_CBANK (the paramete
 
 Record layout, checked against NVRTC 13.5 cubins for sm_75 to sm_121 of kernels with known parameter
 lists (every scalar width, pointers, by-value structs, ``__grid_constant__``, 0 parameters, over 4 KiB;
-tests/test_kernel_params.py):
+tests/harness/test_params.py):
 a record is ``u8 format, u8 attribute``, then a u16 value (formats 1-3) or a u16 payload size and
 the payload (format 4, EIFMT_SVAL). KPARAM_INFO's (0x17) payload: u32 index, u16 ordinal, u16 offset,
 u32 whose bits 18-31 are the size in bytes (bits 0-17: pointee alignment, space and constant bank).

@@ -4,7 +4,7 @@ is parsed, in one line that names the option and what it accepts.
 
 A number is finite and within its option's range (``nan``, ``inf`` and ``1e308`` pass
 ``float()``); a path or name is not empty (an empty ``$VAR`` must not stand for the default, say
-the history file inside the checkout). tests/test_options.py walks every parser and refuses an
+the history file inside the checkout). tests/boundary/test_options.py walks every parser and refuses an
 option without a converter. Light: the pytest plugin imports it on every run.
 """
 

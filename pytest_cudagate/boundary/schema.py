@@ -40,7 +40,7 @@ def _items_with_shortcut(base):
 
 @lru_cache(maxsize=None)
 def _validator(name: str) -> jsonschema.protocols.Validator:
-    # The schemas ship with the tool; tests/test_protocol.py checks each against its metaschema (and
+    # The schemas ship with the tool; tests/harness/test_protocol.py checks each against its metaschema (and
     # the installed copy against the repository's), so a run does not pay ~20 ms per schema for it.
     schema = cudagate_schemas.load(name)
     cls = jsonschema.validators.validator_for(schema)

@@ -421,7 +421,7 @@ RUN_QUANTILE = 0.10
 # Widest offset of an unchanged kernel's run level between cards: one card's run against another
 # card's approval runs. First measured between fresh H200 machines (2026-11-30, -6% ... +8.6%); the
 # script is `python benchmarks/card_floor.py measure` on each card, then `derive` over its files, and
-# tests/test_card_floor.py fails when the kept files derive a wider floor than this.
+# tests/benchmarks/test_card_floor.py fails when the kept files derive a wider floor than this.
 _BETWEEN_CARD_OFFSET = 0.086
 # Floor on the spread of d = ln(today's level / approval runs' mean): the standard deviation at
 # which the widest measured offset is the 99% point, ln(1.086) / z_0.995 = 3.2%.  Approval runs

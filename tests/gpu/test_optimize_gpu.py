@@ -42,7 +42,7 @@ def optimize(tmp_path: Path, *argv: str) -> tuple[int, Path, dict, dict]:
 
 
 def check_pack(pack: Path) -> None:
-    from test_optimize_loop import assert_pack_valid
+    from test_loop import assert_pack_valid
 
     assert_pack_valid(pack)
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pytest_cudagate.hookspecs import ReportWriter
 
 # cudagate_harness.library.ADAPTERS_ENV, spelled here: the harness imports numpy, and the worker's
-# environment is made before anything heavy is imported (tests/test_hookspecs.py ties the two).
+# environment is made before anything heavy is imported (tests/plugin/test_hookspecs.py ties the two).
 ADAPTERS_ENV = "CUDAGATE_LIBRARY_ADAPTERS"
 _WHERE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*\Z")
 

@@ -2,7 +2,7 @@
 session. Everything else (collection, items, the worker) lives in :mod:`pytest_cudagate.items`.
 
 Installed, it is loaded by every pytest run of the environment, so until ``--cuda-gate`` is given it
-imports pytest and the standard library only (tests/test_plugin_entry.py pins what it loads): the
+imports pytest and the standard library only (tests/plugin/test_plugin.py pins what it loads): the
 options' converters and defaults when pytest asks for the options, the rest in
 :func:`pytest_configure` under ``--cuda-gate``, after the harness worker's process is started
 (:mod:`pytest_cudagate.worker.spawn`, light) so that its CUDA start overlaps them.

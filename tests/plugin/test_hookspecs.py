@@ -14,7 +14,7 @@ import pytest
 from cudagate_harness import library
 from fake_worker import FakeKernel, install
 from helpers import replace_once, write_suite
-from test_library_baseline import MM_YAML, PARAMS, mm_kernel, write_mm
+from test_library import MM_YAML, PARAMS, mm_kernel, write_mm
 
 from pytest_cudagate import extensions
 from pytest_cudagate.boundary import schema
@@ -105,9 +105,9 @@ ADAPTER_MODULE = f"""
 import dataclasses
 import sys
 
-sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+sys.path[:0] = [{str(Path(__file__).resolve().parents[1])!r}, {str(Path(__file__).resolve().parents[1] / "judge")!r}]
 from cudagate_harness.library import ADAPTERS  # noqa: E402
-from test_library_baseline import FakeSgemm  # noqa: E402
+from test_library import FakeSgemm  # noqa: E402
 
 SGEMM = dataclasses.replace(ADAPTERS["cublas_sgemm"], label="House SGEMM", load=FakeSgemm)
 """

@@ -88,7 +88,7 @@ def padded_suite(folder: Path, text: str = PADDED_YAML, data: bool = True) -> Pa
 def test_a_kernel_that_keeps_to_its_rows_passes_and_one_writing_padding_fails(pytester, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     padded_suite(pytester.path / "padded")
-    (pytester.path / "conftest.py").write_text(PADDED_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(PADDED_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "-v", timeout=180)
     result.stdout.fnmatch_lines_random([

@@ -18,7 +18,7 @@ from pytest_cudagate.reports.locate import from_items
 from pytest_cudagate.reports.writer import read_report, write_report
 from pytest_cudagate.suite.loader import INT_DTYPES
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def _enums(node, where: str = ""):

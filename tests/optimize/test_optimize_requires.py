@@ -18,7 +18,7 @@ from pytest_cudagate.optimize.cli import EXIT_WINNER, run_optimize
 from pytest_cudagate.optimize.prompt import system_prompt
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint
-from test_optimize_loop import parse
+from test_loop import parse
 
 # scale2 needs cols % 4 == 0 and is judged on y only: `small` (cols 50) and the holdout `hidden_odd`
 # (cols 301) are not its cases, and z is another version's output.

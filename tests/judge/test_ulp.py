@@ -141,7 +141,7 @@ os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".lock
 def test_the_gate_judges_an_output_in_ulps(pytester, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     write_suite(pytester.path / "scale", yaml_text=ULP_YAML, kernel_source=ULP_CU)
-    (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                            "--cuda-gate-report", "report", "-v", timeout=180)
     tolerances = {item["kernel"]: item["correctness"]["comparisons"][0]["tolerance"]
@@ -171,7 +171,7 @@ def test_a_report_names_ulp_only_where_the_suite_gives_it(pytester, monkeypatch)
     """A suite without `ulp` reads in report.json as before ulp existed (benchmarks/report_equality.py)."""
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     write_suite(pytester.path / "scale")
-    (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parent)))
+    (pytester.path / "conftest.py").write_text(ULP_CONFTEST.format(tests=str(Path(__file__).resolve().parents[1])))
     pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
                                   "--cuda-gate-report", "report", timeout=180)
     items = json.loads((pytester.path / "report" / "report.json").read_text())["items"]

@@ -97,7 +97,7 @@ def test_each_instantiation_has_its_kernel_name_entry_types_and_tolerance(tmp_pa
 
 
 def fake_gpu(folder: Path, shift: str = "") -> None:
-    (folder / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parent), shift=shift))
+    (folder / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parents[1]), shift=shift))
 
 
 def test_the_gate_runs_and_reports_each_instantiation(pytester, monkeypatch, capsys):

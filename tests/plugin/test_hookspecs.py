@@ -105,7 +105,7 @@ ADAPTER_MODULE = f"""
 import dataclasses
 import sys
 
-sys.path[:0] = [{str(Path(__file__).resolve().parents[1])!r}, {str(Path(__file__).resolve().parents[1] / "judge")!r}]
+sys.path[:0] = {[str(Path(__file__).resolve().parents[1] / folder) for folder in ("", "judge", "optimize")]!r}
 from cudagate_harness.library import ADAPTERS  # noqa: E402
 from test_library import FakeSgemm  # noqa: E402
 

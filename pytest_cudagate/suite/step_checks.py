@@ -58,6 +58,11 @@ def other_step(checker, raw: dict, where: list, params: dict, scalars: set[str])
             checker.add(at, f"{what} writes {name!r}, an input buffer, which must come back unchanged; "
                             "write an output or scratch buffer")
             return None
+        if param.ld is not None:  # the step would take the padding for elements and the worker blame the kernel
+            checker.add(at, f"{what} takes {name!r}, a padded buffer (ld): memset, copy and library steps see a "
+                            "buffer's elements in one run, padding included; give the step an unpadded buffer or "
+                            "remove `ld`")
+            return None
         return param
 
     if kind == "memset":

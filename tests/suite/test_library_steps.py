@@ -16,6 +16,7 @@ import pytest
 from fake_worker import SCALE_PARAMS, FakeDevice, FakeKernel, FakeWorker
 from helpers import EXAMPLES, SUITE_YAML, line_of, replace_once, write_suite
 from test_hardening_gate import Fingerprint
+from test_padded_buffers import PADDED_YAML, padded_suite
 
 from cudagate_harness import library
 from cudagate_harness.library import ADAPTERS, CublasGemm, LibraryUnavailable
@@ -377,3 +378,27 @@ def test_a_value_is_sent_as_the_bits_of_one_element(value, dtype, bits):
 
     assert element_bits(value, dtype) == (bits, None)
 
+
+@pytest.mark.parametrize("step, fields", [
+    ("- memset: {buffer: y, value: 0}", ["steps[0].memset.buffer"]),
+    ("- copy: {from: x, to: y}", ["steps[0].copy.from", "steps[0].copy.to"]),
+])
+def test_a_step_other_than_a_launch_on_a_padded_buffer_is_one_line(tmp_path, capsys, step, fields):
+    """A memset writes (a copy reads) a padded buffer's elements in one run, padding included: the worker
+    then found the padding changed and blamed an honest kernel for writing it. Refused where it is written."""
+    text = PADDED_YAML.replace("""  - name: honest
+    source: scale.cu
+    launch: {grid: [rows], block: [128]}
+""", f"""  - name: honest
+    source: scale.cu
+    steps:
+      {step}
+      - entry: honest
+        args: [x, y, rows, cols, ldx, ldy]
+        launch: {{grid: [rows], block: [128]}}
+""")
+    path = padded_suite(tmp_path / "padded", text, data=False)
+    assert main(["check", "--allow-unsigned", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert all(f"kernels[0].{field}: " in err for field in fields) and "a padded buffer (ld)" in err, err
+    assert err.count("\n  - ") == len(fields) and "Traceback" not in err

@@ -214,6 +214,10 @@ SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 
 
 INTENTS = ("in", "out", "inout", "scratch")
+# A case's fields that hold others, by the type they must be (a request file can come from anyone).
+_CASE_FIELDS = (("buffers", dict, "an object of buffer name to count, input and layout"),
+                ("expected", dict, "an object of output name to file"),
+                ("fresh", list, "a list of input sets, each an object"), ("scalars", dict, "an object of name to value"))
 STEPS_MAX = 16
 
 
@@ -228,6 +232,8 @@ def _operation_problems(where: str, launch, kernel, params: dict[str, dict], cou
     entries = kernel.get("entries") if isinstance(kernel, dict) else None
     if not 1 <= len(launch) <= STEPS_MAX:
         return [f"{where}: a kernel of steps has 1 to {STEPS_MAX} steps, not {len(launch)}"]
+    if not all(isinstance(step, dict) and isinstance(step.get("entry", ""), str) for step in launch):
+        return [f"{where}: each step must be an object: a launch (its entry a name), memset, copy or library call"]
     # The worker compiles every entry: as many as the steps use, each once, the first the kernel's entry.
     used = list(dict.fromkeys(step.get("entry") for step in launch if kind_of(step) == "entry"))
     if not (isinstance(entries, list) and entries and entries == used and entries[0] == kernel.get("entry")):
@@ -314,7 +320,7 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             problems.append(f"signature[{i}].name: {str(name)[:80]!r} is not a plain name ({SAFE_NAME.pattern})")
         if isinstance(param, dict) and param.get("kind") == "buffer" and param.get("intent") not in INTENTS:
             problems.append(f"signature[{i}].intent: {str(param.get('intent'))[:40]!r} is not one of {', '.join(INTENTS)}")
-        if dtype not in DTYPES:
+        if not (isinstance(dtype, str) and dtype in DTYPES):
             problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
         elif isinstance(name, str):
             itemsize[name], params[name] = numpy_dtype(dtype).itemsize, param
@@ -323,6 +329,9 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
                 problems.append(f"signature[{i}].init: a scratch buffer's initial element, as an integer of "
                                 f"{8 * itemsize[name]} bits")
     cases = request.get("cases") or []
+    if not isinstance(cases, list):
+        problems.append("cases: must be a list of case objects")
+        cases = []
     if len(cases) > CASES_MAX:
         problems.append(f"cases: {len(cases)} cases, more than {CASES_MAX} in one request")
         cases = []
@@ -333,6 +342,11 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
                             "it names the case's output folder")
             continue
         where = f"case {name!r}"
+        shapes = [f"{where}: {key} must be {what}" for key, kind, what in _CASE_FIELDS
+                  if not isinstance(case.get(key) or kind(), kind)]
+        if shapes:  # the checks below read these as they are meant to be
+            problems += shapes
+            continue
         for buffer, spec in (case.get("buffers") or {}).items():
             count = spec.get("count") if isinstance(spec, dict) else None
             if type(count) is not int or not 0 <= count * itemsize.get(buffer, 1) <= BUFFER_BYTES_MAX:
@@ -347,7 +361,11 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             problems += _confined(f"{where}: expected.{output}", path, base)
         for fresh in case.get("fresh") or []:
             for key in ("inputs", "expected"):
-                for buffer, path in (fresh.get(key) or {}).items() if isinstance(fresh, dict) else ():
+                files = fresh.get(key) or {} if isinstance(fresh, dict) else None
+                if not isinstance(files, dict):
+                    problems.append(f"{where}: fresh {key} must be an object of buffer name to file")
+                    continue
+                for buffer, path in files.items():
                     problems += _confined(f"{where}: fresh {key}.{buffer}", path, base)
         counts = {buffer: spec["count"] for buffer, spec in (case.get("buffers") or {}).items()
                   if isinstance(spec, dict) and type(spec.get("count")) is int}

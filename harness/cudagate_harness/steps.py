@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from .driver import CudaError
 from .library import ADAPTERS, LibraryCallError, LibraryUnavailable, StepAdapter, known, lookup
 from .protocol import dtype_name, numpy_dtype
 
 KINDS = ("memset", "copy", "library")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def kind_of(step) -> str:
@@ -90,7 +93,7 @@ def step_problems(at: str, step: dict, params: Mapping[str, dict], counts: Mappi
         return [f"{at}: {problem}"]
     if not (isinstance(options, dict) and set(options) == set(adapter.options)
             and all(_fits_kind(options[name], kind) for name, kind in adapter.options.items())):
-        return [f"{at}: options must give every option of {body} as a plain value"]
+        return [f"{at}: options must give every option of {body} as a plain value (a number finite, within float32)"]
     problem = adapter.fits({role: counts[args[role]] for role in adapter.buffers}, options)
     return [f"{at}: {problem}"] if problem else []
 
@@ -98,8 +101,8 @@ def step_problems(at: str, step: dict, params: Mapping[str, dict], counts: Mappi
 def _fits_kind(value, kind) -> bool:
     if kind == "int":
         return type(value) is int
-    if kind == "number":
-        return type(value) in (int, float)
+    if kind == "number":  # finite and within float32, as the library is given it (no OverflowError, inf or NaN)
+        return type(value) in (int, float) and abs(value) <= FLOAT32_MAX
     if kind == "bool":
         return type(value) is bool
     return value in kind

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_cudagate import phases
+from pytest_cudagate import extensions, phases
 from pytest_cudagate.config import DEFAULT_LOCK_TIMEOUT_S, DEFAULT_TIMEOUT_S
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.suite import device
@@ -59,8 +59,10 @@ def open_worker(*, timeout_s: float = DEFAULT_TIMEOUT_S, lock_timeout_s: float =
     Raises :class:`WorkerUnavailable` without a usable GPU and
     :class:`~pytest_cudagate.errors.GpuLockTimeout` when the card stays busy.
     """
-    client = spawned if spawned is not None else HarnessClient(timeout_s=timeout_s,
-                                                               env={**xdist_device_env(), **(env or {})})
+    # Without the gate run's adapters the worker is told none: an inherited $CUDAGATE_LIBRARY_ADAPTERS
+    # never makes it import a module.
+    client = spawned if spawned is not None else HarnessClient(
+        timeout_s=timeout_s, env={**xdist_device_env(), **extensions.worker_env({}), **(env or {})})
     client.timeout_s = timeout_s
     try:
         hello = client.start()

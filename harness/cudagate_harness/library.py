@@ -352,13 +352,22 @@ def register(name: str, where: str) -> None:
 def lookup(name: str) -> Adapter | StepAdapter | str | None:
     """The adapter registered as ``name``, importing one a plugin added (:data:`ADAPTERS_ENV`) the first
     time it is named; None where no adapter has the name, a string saying why where it cannot be had."""
-    added = json.loads(os.environ.get(ADAPTERS_ENV) or "{}")
-    if name not in ADAPTERS and name in added:
-        try:
-            register(name, added[name])
-        except LibraryUnavailable as exc:
-            return str(exc)
-    return ADAPTERS.get(name)
+    if name in ADAPTERS:
+        return ADAPTERS[name]
+    try:
+        added = json.loads(os.environ.get(ADAPTERS_ENV) or "{}")
+    except ValueError:
+        added = None
+    if not (isinstance(added, dict) and all(isinstance(where, str) for where in added.values())):
+        return (f"library adapter {name[:40]!r}: ${ADAPTERS_ENV} is not a JSON object of name to "
+                '"module:ATTRIBUTE"; unset it (a gate run sets it for its worker from its plugins)')
+    if name not in added:
+        return None
+    try:
+        register(name, added[name])
+    except LibraryUnavailable as exc:
+        return str(exc)
+    return ADAPTERS[name]
 
 
 def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import shutil
 
 import numpy as np
@@ -312,6 +313,75 @@ def test_the_worker_refuses_a_step_that_could_fault_or_write_an_input(tmp_path, 
     edit(request)
     assert any(says in problem for problem in request_problems(request)), request_problems(request)
 
+
+
+def harness_file(tmp_path, capsys, request) -> tuple[int, str]:
+    """``python -m cudagate_harness REQUEST.json`` (a request file may come from anyone): its exit code and stderr."""
+    from cudagate_harness.__main__ import main as harness
+
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(request), encoding="utf-8")
+    code = harness([str(path)])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: r["cases"][0]["launch"].__setitem__(1, "memset"), "case 'correct_2x37x16': each step must be an object"),
+    (lambda r: r["cases"][0]["launch"][2].update(entry=["row_max"]), "each step must be an object: a launch (its entry a"),
+    (lambda r: r["cases"][0].update(buffers=["q"]), "case 'correct_2x37x16': buffers must be an object"),
+    (lambda r: r["cases"][0].update(fresh=[{"inputs": ["q.npy"]}]), "fresh inputs must be an object of buffer name"),
+    (lambda r: r.update(cases=7), "cases: must be a list of case objects"),
+    (lambda r: r["signature"][0].update(dtype=["float32"]), 'signature[0].dtype: "[\'float32\']" is not one of'),
+    (lambda r: r["cases"][0]["launch"][0]["options"].update(alpha=10**400), "options must give every option of "
+     "cublas_gemm as a plain value (a number finite, within float32)"),
+    (lambda r: r["cases"][0]["launch"][0]["options"].update(alpha=float("nan")), "a number finite, within float32"),
+])
+def test_a_malformed_request_file_is_one_line_never_a_traceback(tmp_path, capsys, edit, says):
+    """The worker checked a request's steps assuming their shape: a step that is no object, an entry that is
+    a list, buffers given as a list, a library option beyond float were a traceback here, and killed the worker
+    serving the protocol (its checks run before the request's own error handling)."""
+    suite = attention_suite(tmp_path / "attention")
+    request = json.loads(json.dumps(run_request(suite, suite.kernels[0], [suite.case("correct_2x37x16")],
+                                                output_dir=tmp_path / "out"), default=str))
+    assert request_problems(request) == []
+    edit(request)
+    code, err = harness_file(tmp_path, capsys, request)
+    assert code == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("value", ["nope", '["x"]', '{"mine": 3}'])
+def test_a_malformed_adapters_variable_is_one_line_never_a_traceback(tmp_path, capsys, monkeypatch, value):
+    suite = attention_suite(tmp_path / "attention")
+    request = json.loads(json.dumps(run_request(suite, suite.kernels[0], [suite.case("correct_2x37x16")],
+                                                output_dir=tmp_path / "out"), default=str))
+    request["cases"][0]["launch"][0]["library"] = "mine"
+    monkeypatch.setenv(library.ADAPTERS_ENV, value)
+    code, err = harness_file(tmp_path, capsys, request)
+    assert code == 2 and "$CUDAGATE_LIBRARY_ADAPTERS is not a JSON object of name to" in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_worker_outside_a_gate_run_imports_no_adapter_the_environment_names(tmp_path, monkeypatch):
+    """The gate run tells its worker its plugins' adapters; every other command's worker (`cudagate run`,
+    `approve`, `bisect`, `cases generate`) is told none, whatever the environment it inherits says."""
+    from pytest_cudagate import session
+    from pytest_cudagate.worker import client
+
+    started = []
+
+    class Stop(Exception):
+        pass
+
+    class Client(client.HarnessClient):
+        def start(self):
+            started.append(self.env)
+            raise Stop
+
+    monkeypatch.setattr(session, "HarnessClient", Client)
+    monkeypatch.setenv(library.ADAPTERS_ENV, json.dumps({"mine": "planted:ADAPTER"}))
+    with pytest.raises(Stop):
+        session.open_worker()
+    assert json.loads(started[0][library.ADAPTERS_ENV]) == {}
 
 # -- what `cudagate check` says of each bad step: one line, its file, line and field -------------------------
 BAD = {

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import library
 from .protocol import request_problems
 from .worker import main as serve
 
@@ -45,6 +46,7 @@ def run_file(path: str, roots: list[str] = ()) -> int:
 
 
 def main(argv: list[str]) -> int:
+    library.read_plugin_adapters()  # the harness's own process: it may import what a gate run named
     if not argv:
         return serve()
     path, rest = argv[0], argv[1:]

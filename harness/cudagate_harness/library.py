@@ -349,11 +349,23 @@ def register(name: str, where: str) -> None:
     ADAPTERS[name] = adapter
 
 
+# Only the harness worker imports what ADAPTERS_ENV names (:func:`read_plugin_adapters`): a client
+# process (``cudagate run`` checking a request) never imports a module its environment names.
+_plugin_adapters = False
+
+
+def read_plugin_adapters() -> None:
+    """Let :func:`lookup` import the adapters :data:`ADAPTERS_ENV` names (the worker, at its start)."""
+    global _plugin_adapters
+    _plugin_adapters = True
+
+
 def lookup(name: str) -> Adapter | StepAdapter | str | None:
     """The adapter registered as ``name``, importing one a plugin added (:data:`ADAPTERS_ENV`) the first
-    time it is named; None where no adapter has the name, a string saying why where it cannot be had."""
-    if name in ADAPTERS:
-        return ADAPTERS[name]
+    time it is named, in the worker only; None where no adapter has the name, a string saying why where
+    it cannot be had."""
+    if name in ADAPTERS or not _plugin_adapters:
+        return ADAPTERS.get(name)
     try:
         added = json.loads(os.environ.get(ADAPTERS_ENV) or "{}")
     except ValueError:

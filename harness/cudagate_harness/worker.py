@@ -458,6 +458,7 @@ def main(lines=None) -> int:
         channel.write(json.dumps(message) + "\n")
         channel.flush()
 
+    library.read_plugin_adapters()
     ordinal = int(os.environ.get("CUDAGATE_DEVICE", "0"))
     try:
         device = Device(ordinal)

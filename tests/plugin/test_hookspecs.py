@@ -158,6 +158,7 @@ WORKER_BIND = """
 import json
 from cudagate_harness import library
 
+library.read_plugin_adapters()  # as the worker does at its start
 launch = library.bind({"adapter": "house_sgemm", "args": {r: r for r in "abcmnk"}}, None, {})
 print(json.dumps(launch if isinstance(launch, str) else launch.adapter.label))
 """

@@ -472,3 +472,17 @@ def test_a_step_other_than_a_launch_on_a_padded_buffer_is_one_line(tmp_path, cap
     err = capsys.readouterr().err
     assert all(f"kernels[0].{field}: " in err for field in fields) and "a padded buffer (ld)" in err, err
     assert err.count("\n  - ") == len(fields) and "Traceback" not in err
+
+
+def test_a_client_process_imports_no_adapter_its_environment_names(tmp_path, monkeypatch):
+    """Only the harness imports a plugin's adapter: `cudagate run` checking a request in its own process
+    (request_problems) does not import a module an inherited environment names."""
+    (tmp_path / "planted.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(library.ADAPTERS_ENV, json.dumps({"mine": "planted:ADAPTER"}))
+    monkeypatch.setattr(library, "_plugin_adapters", False)  # as in a client: harness_file above ran the harness here
+    suite = attention_suite(tmp_path / "attention")
+    request = run_request(suite, suite.kernels[0], [suite.case("correct_2x37x16")], output_dir=tmp_path)
+    request["cases"][0]["launch"][0]["library"] = "mine"
+    assert any("unknown library step adapter 'mine'" in p for p in request_problems(request))
+    assert not (tmp_path / "imported").exists()

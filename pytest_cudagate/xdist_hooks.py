@@ -6,7 +6,7 @@
 - xdist's default ``load`` distribution becomes ``loadscope``: node ids read
   ``SUITE::KERNEL::CASE``, so a kernel's compile item and cases stay on one worker (and one card),
   which compiles it once.
-- A worker attaches each case's outcome (as JSON, :mod:`pytest_cudagate.judge.wire`), skip, trust
+- A worker attaches each case's outcome (as JSON, :mod:`pytest_cudagate.boundary.wire`), skip, trust
   status and the hardware fingerprint, and each compile item's build facts, to the item's report;
   every cudagate item's reports are marked, so the controller counts them as pytest does. It rebuilds them in
   ``pytest_runtest_logreport``, so report.json, report.html, the job summary and the terminal table
@@ -25,13 +25,14 @@ from typing import Any
 import pytest
 
 from pytest_cudagate.errors import CudagateError
-from pytest_cudagate.judge.wire import outcome_from_wire, outcome_to_wire
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports.hashes import case_files
 from pytest_cudagate.reports.locate import ItemInfo, Key
 from pytest_cudagate.reports.pytest_hooks import GATHERED
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.build import BuildFacts
 from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.boundary.wire import from_wire, to_json, to_wire
 
 PAYLOAD = "cudagate_payload"  # the report attribute that carries a case item's results to the controller
 COMPILES = "cudagate_compiles"  # ... and a compile item's build facts
@@ -89,14 +90,14 @@ def attach(report: pytest.TestReport, item: Any, runtime: Any) -> None:
     """On a worker: put the case item's results (a compile item's build facts) on its call report, for the controller."""
     facts = getattr(item, "facts", None)
     if facts:
-        setattr(report, COMPILES, json.dumps([f.to_json() for f in facts]))
+        setattr(report, COMPILES, json.dumps(to_json(facts)))
         return
     outcome, skipped = getattr(item, "outcome", None), getattr(item, "skipped_entry", None)
     if outcome is None and skipped is None:
         return
     suite = item.parent.suite
     setattr(report, PAYLOAD, json.dumps({
-        "outcome": outcome_to_wire(outcome) if outcome is not None else None,
+        "outcome": to_wire(outcome) if outcome is not None else None,
         "skipped": list(skipped) if skipped is not None else None,
         "suite_path": str(suite.path),
         "trust": {k: v for k, v in runtime.trust.items() if k == str(suite.path)},
@@ -114,7 +115,7 @@ def gather(config: pytest.Config, report: pytest.TestReport, runtime: Any) -> No
         return
     data = json.loads(text)
     if data["outcome"] is not None:
-        outcome = outcome_from_wire(data["outcome"])
+        outcome = from_wire(CaseOutcome, data["outcome"])
         runtime.outcomes.append(outcome)
         key = (outcome.suite, outcome.kernel, outcome.case)
     else:

@@ -26,6 +26,7 @@ from pytest_cudagate.worker.build import compile_builds
 from pytest_cudagate.judge.correctness import CaseVerdict
 from pytest_cudagate.judge.latency import Latency, LatencyResult
 from pytest_cudagate.judge.outcome import CaseOutcome
+from pytest_cudagate.boundary.wire import to_json
 from pytest_cudagate.judge.stats import RatioEstimate, summarize
 from pytest_cudagate.optimize.evaluator import CaseResult, Evaluation, Validation, compile_summary
 
@@ -181,7 +182,7 @@ class FakeEvaluator:
             if "regressed" in flags and case.kind == "performance":
                 outcome.failed = True
                 outcome.message = "latency regressed: current is 30.0% slower than approved"
-            entry = {**outcome.to_json(), "holdout": case.holdout}
+            entry = {**to_json(outcome), "holdout": case.holdout}
             validation.cases.append(entry)
             if not entry["passed"] and validation.passed:
                 validation.passed = False

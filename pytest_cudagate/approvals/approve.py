@@ -33,6 +33,7 @@ from pytest_cudagate.trust.ledger import sign_ledger
 from pytest_cudagate.worker.build import build_record
 from pytest_cudagate.worker.requests import current_version
 from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.boundary.wire import to_json
 
 
 @dataclass
@@ -134,7 +135,7 @@ def record(ledger: Ledger, suite: Suite, program: Program, runs: list[ApprovalRu
         what = f"already approved ({current.source_sha256[:12]}); baseline recorded"
     first = runs[0]
     current.build = build_record(current_version(program), first.arch)
-    cases = {name: {"summary": summarize(samples).to_dict(), "samples_ms": samples, "cache": suite.timing.cache,
+    cases = {name: {"summary": to_json(summarize(samples)), "samples_ms": samples, "cache": suite.timing.cache,
                     "run_p10_ms": [run_level(run.samples()[name]) for run in runs]}
              for name, samples in first.samples().items()}
     current.baselines[first.fingerprint.key()] = Baseline(first.fingerprint.to_dict(), now, cases)

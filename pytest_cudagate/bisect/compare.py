@@ -17,6 +17,7 @@ from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.judge.latency import Latency, LatencyResult, incomparable
 from pytest_cudagate.suite.model import Case, Program, Suite, judged
+from pytest_cudagate.boundary.wire import to_json
 
 # Verdicts that come from an interval, so that a search can act on them.
 JUDGED = (Latency.PASS, Latency.IMPROVED, Latency.REGRESSED, Latency.INCONCLUSIVE)
@@ -46,7 +47,7 @@ class Comparison:
     def to_json(self) -> dict:
         estimate = self.result.estimate
         return {"reference": self.reference.commit, "commit": self.version.commit, "verdict": self.result.verdict.value,
-                "estimate": estimate.to_dict() if estimate is not None else None, "reason": self.result.reason,
+                "estimate": to_json(estimate), "reason": self.result.reason,
                 "pairs": self.result.pairs, "measurement_s": self.result.measurement_s, "worker_s": self.worker_s}
 
 

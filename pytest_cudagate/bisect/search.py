@@ -43,6 +43,7 @@ from pytest_cudagate.suite.model import Case, Program, Suite
 from pytest_cudagate.trust import gate_problems
 from pytest_cudagate.trust.base_ref import TrustRoot, read_trust_root
 from pytest_cudagate.trust.gate_command import checkout_root, without_checkout
+from pytest_cudagate.boundary.wire import to_json
 
 
 @dataclass(frozen=True)
@@ -270,8 +271,8 @@ def _document(args, suite: Suite, kernel: str, case: Case, threshold: float, his
         "commits": history.commits, "candidates": [v.to_json() for v in history.candidates],
         "verdict": "stopped" if stopped else finding.kind,
         "first_bad": first.to_json() if first else None,
-        "step": finding.step.to_dict() if finding is not None and finding.step is not None else None,
-        "steps": [{**s.version.to_json(), "estimate": s.estimate.to_dict(), "contributes": s.contributes}
+        "step": to_json(finding.step) if finding is not None and finding.step is not None else None,
+        "steps": [{**s.version.to_json(), "estimate": to_json(s.estimate), "contributes": s.contributes}
                   for s in (finding.steps if finding is not None else ())],
         "stopped": stopped.result.reason if stopped else None,
         "comparisons": [c.to_json() for c in done],

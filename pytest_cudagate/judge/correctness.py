@@ -11,6 +11,7 @@ import numpy as np
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.judge.elementwise import OutputCheck, check_output
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
+from pytest_cudagate.boundary.wire import derived, json_field
 
 _ERROR_TITLES = {
     "fault": "the kernel faulted",
@@ -25,21 +26,25 @@ _ERROR_TITLES = {
 
 @dataclass
 class CaseVerdict:
-    kernel: str
-    case: str
+    kernel: str = json_field(hidden=True)
+    case: str = json_field(hidden=True)
     passed: bool
     problems: list[str] = field(default_factory=list)
-    comparisons: list[OutputCheck] = field(default_factory=list)
-    samples_ms: list[float] | None = None
     error_kind: str | None = None
-    notes: list[str] = field(default_factory=list)  # what was relaxed or skipped; shown, never failing
-    step_seconds: dict[str, float] = field(default_factory=dict)  # worker time per step (the defences' cost)
+    samples_ms: list[float] | None = json_field(hidden=True, default=None)  # the item's samples_ms
+    # What was relaxed or skipped: shown with the outcome (its notes), never failing.
+    notes: list[str] = json_field(hidden=True, default_factory=list)
+    # Worker time per step (the defences' cost).
+    step_seconds: dict[str, float] = json_field(hidden=True, default_factory=dict)
+    comparisons: list[OutputCheck] = field(default_factory=list)
 
     @property
+    @derived(after="error_kind")
     def median_ms(self) -> float | None:
         return float(np.median(self.samples_ms)) if self.samples_ms else None
 
     @property
+    @derived(after="error_kind")
     def rel_norm(self) -> float | None:
         return max((c.rel_norm for c in self.comparisons), default=None)
 

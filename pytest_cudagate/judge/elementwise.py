@@ -27,6 +27,7 @@ from pytest_cudagate.judge.norms import euclidean_norm
 from pytest_cudagate.judge.output_scale import MIN_ELEMENTS, Allowance, ScaleVerdict, scale_check, scale_verdict, trivial_given
 from pytest_cudagate.judge.ulp import ULP_DTYPES, allowed as allowance_of, distance
 from pytest_cudagate.suite.model import Tolerance
+from pytest_cudagate.boundary.wire import derived, json_field
 
 BLOCK = 1 << 14  # elements per step of the one-pass check: its float64 temporaries stay in the CPU cache
 
@@ -46,9 +47,12 @@ class OutputCheck:
     rel_norm_limit: float | None = None
     unwritten: int = 0
     tolerance: Tolerance | None = None
-    scale: ScaleVerdict | None = None  # the output-scale rule, when a trivial output passes the tolerance
-    worst_ulp: float | None = None  # the worst element's distance in ulps, under a tolerance with `ulp`
+    # The output-scale rule, when a trivial output passes the tolerance; its words are the description's.
+    scale: ScaleVerdict | None = json_field(hidden=True, default=None)
+    # The worst element's distance in ulps, under a tolerance with `ulp`; said in the description.
+    worst_ulp: float | None = json_field(hidden=True, default=None)
 
+    @derived("description")
     def describe(self) -> str:
         tol = self.tolerance
         if self.ok:

@@ -21,6 +21,7 @@ from cudagate_harness.telemetry import OTHER_PROCESS
 from pytest_cudagate.judge import stats
 from pytest_cudagate.config import DEFAULT_BUDGET_S
 from pytest_cudagate.host.paths import command
+from pytest_cudagate.boundary.wire import derived, json_field
 
 FIRST_ROUNDS = 100  # rounds of the first chunk: the suite's timing.repeat, by default the seed tool's 100
 MAX_DISTURBED_CHUNKS = 3
@@ -85,10 +86,6 @@ class InputsCheck:
     fresh: stats.RatioEstimate
     shift: stats.RatioEstimate
     keyed: bool
-
-    def to_json(self) -> dict:
-        return {"signed": self.signed.to_dict(), "fresh": self.fresh.to_dict(), "shift": self.shift.to_dict(),
-                "keyed": self.keyed}
 
 
 def inputs_check(current: list[float], approved: list[float], fresh: list[bool], threshold: float,
@@ -159,7 +156,7 @@ class LatencyResult:
     # Release mode: current against the version approved at the release ref (see gate._against_release).
     release: LatencyResult | None = None
     fingerprint: str = ""
-    samples: dict[str, list[float]] = field(default_factory=dict)
+    samples: dict[str, list[float]] = json_field(hidden=True, default_factory=dict)  # the item's samples_ms
     # Supplementary evidence: a byte-identical kernel judged against its stored approval runs, or a
     # release that had no such kernel. Its `regressed` fails only in release mode; its `incomparable`
     # never fails (see :func:`blocks`).
@@ -169,11 +166,12 @@ class LatencyResult:
     note: str = ""  # said under the headline: what the comparison could not see (a toolchain change)
     # Release mode: no release to compare with (a first release, a kernel new since it). The kernel's
     # `release` item says so once; its cases do not repeat it as a warning.
-    said_by_kernel: bool = False
+    said_by_kernel: bool = json_field(hidden=True, default=False)
     inputs: InputsCheck | None = None  # the comparison split by input set (interleaved, with fresh timing)
     disturbed_by: str | None = None  # who disturbed chunks of an interleaved comparison (BLAMED), if any were
     kept_disturbed: list[str] = field(default_factory=list)  # chunks the current kernel disturbed, kept
 
+    @derived()
     def headline(self) -> str:
         if self.run_spread is not None:
             return f"latency {self.verdict.value}: today's run level is {self.run_spread.describe()}"
@@ -225,19 +223,6 @@ class LatencyResult:
             lines.append(f"  fingerprint {self.fingerprint}")
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
-        return {
-            "verdict": self.verdict.value, "threshold": self.threshold, "reason": self.reason,
-            "estimate": self.estimate.to_dict() if self.estimate else None,
-            "approved": self.approved.to_dict() if self.approved else None,
-            "current": self.current.to_dict() if self.current else None,
-            "pairs": self.pairs, "measurement_s": self.measurement_s, "discarded": self.discarded,
-            "release": self.release.to_json() | {"headline": self.release.headline()} if self.release else None,
-            "fingerprint": self.fingerprint, "advisory": self.advisory, "telemetry": self.telemetry,
-            "run_spread": self.run_spread.to_dict() if self.run_spread else None, "note": self.note,
-            "inputs": self.inputs.to_json() if self.inputs else None, "disturbed_by": self.disturbed_by,
-            "kept_disturbed": self.kept_disturbed,
-        }
 
 
 def blocks(result: LatencyResult, *, strict: bool, release: bool, trusted: bool = False) -> bool:
@@ -408,7 +393,7 @@ class RunSpreadJudgement:
     runs: int
     measured_spread: float  # sample standard deviation of ln(run level)
     floored: bool  # the floor, not the measured spread, set the interval
-    fix: str = ""  # the command that narrows a weak baseline (re-approving the kernel with more runs)
+    fix: str = json_field(hidden=True, default="")  # the command that narrows a weak baseline (re-approving the kernel with more runs)
 
     @property
     def weak(self) -> bool:
@@ -416,6 +401,7 @@ class RunSpreadJudgement:
         return self.high > WEAK_ABOVE
 
     @property
+    @derived()
     def spread_text(self) -> str:
         """Which spread was used, e.g. 'spread of 5 approval runs: ±1.2%, floored at ±8.6% (between-card spread)'."""
         measured = math.expm1(stats.prediction_half_width(self.measured_spread, self.runs, self.confidence)) * 100
@@ -434,12 +420,6 @@ class RunSpreadJudgement:
                      f"that small passes; record more runs on this card: {self.fix or 'cudagate approve --runs'}")
         return line
 
-    def to_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        del data["fix"]
-        data["verdict"] = self.verdict.value
-        data["spread_text"] = self.spread_text
-        return data
 
 
 def judge_run_spread(run_levels, today_level: float, threshold: float, *, confidence: float = 0.99,

@@ -18,22 +18,25 @@ from cudagate_harness.library import ADAPTERS
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.suite.model import Checks, Tolerance
+from pytest_cudagate.boundary.wire import derived, json_field
 
 
 @dataclass
 class LibraryResult:
     adapter: str
     label: str  # the library's name in reports, e.g. "cuBLAS SGEMM"
+    # Why there is no ratio (not found, mapping, wrong output); empty (null in the report) when there is one.
+    error: str = json_field(default="", convert=lambda error: error or None)
     estimate: stats.RatioEstimate | None = None  # current / library, paired per round
     library: stats.SampleSummary | None = None
     current: stats.SampleSummary | None = None
-    error: str = ""  # why there is no ratio (not found, mapping, wrong output); empty when there is one
 
     def cell(self) -> str:
         """The terminal table's cell: ``1.234× [1.210, 1.262]``, or ``error``."""
         est = self.estimate
         return f"{est.ratio:.3f}× [{est.low:.3f}, {est.high:.3f}]" if est else "error"
 
+    @derived(after="label")
     def headline(self) -> str:
         est = self.estimate
         if est is None:
@@ -41,11 +44,6 @@ class LibraryResult:
         return (f"current takes {est.ratio:.3f}× the time of {self.label} ({est.confidence:.0%} CI "
                 f"[{est.low:.3f}, {est.high:.3f}], {est.n} interleaved rounds; informational, not a verdict)")
 
-    def to_json(self) -> dict:
-        return {"adapter": self.adapter, "label": self.label, "headline": self.headline(), "error": self.error or None,
-                "estimate": self.estimate.to_dict() if self.estimate else None,
-                "library": self.library.to_dict() if self.library else None,
-                "current": self.current.to_dict() if self.current else None}
 
 
 def judge_library(entry: dict, case: str, expected: dict[str, np.ndarray], tolerance: dict[str, Tolerance],

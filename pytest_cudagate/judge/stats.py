@@ -24,13 +24,15 @@ interval built from the levels of independent approval runs (see there).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 from typing import Any, Sequence, Union
 
 import numpy as np
 from numpy.typing import NDArray
+
+from pytest_cudagate.boundary.wire import derived, json_field
 
 __all__ = [
     "SampleSummary",
@@ -74,6 +76,10 @@ _EXACT_WILCOXON_MAX_N = 100
 MIN_STOP_N = 20
 
 
+def _bounded(x: float) -> float | None:
+    return x if math.isfinite(x) and x > 0 else None
+
+
 @dataclass(frozen=True)
 class SampleSummary:
     """Descriptive statistics of one latency sample (ms), kept for reports and baselines."""
@@ -89,10 +95,6 @@ class SampleSummary:
     cv: float  # stdev / mean: the noise level that decides how many rounds are needed
     mad: float  # raw median absolute deviation (not scaled by 1.4826)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-serialisable dict."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class RatioEstimate:
@@ -103,8 +105,8 @@ class RatioEstimate:
     """
 
     ratio: float
-    low: float
-    high: float
+    low: float = json_field(convert=_bounded)  # an unbounded end is written as null
+    high: float = json_field(convert=_bounded)
     confidence: float
     n: int  # pairs (paired) or the smaller per-side count (unpaired)
     method: str
@@ -126,21 +128,9 @@ class RatioEstimate:
             return math.inf
         return (math.log(self.high) - math.log(self.low)) / 2
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable dict; unbounded interval ends become ``None``."""
-
-        def finite(x: float) -> float | None:
-            return x if math.isfinite(x) and x > 0 else None
-
-        return {
-            "ratio": self.ratio,
-            "low": finite(self.low),
-            "high": finite(self.high),
-            "confidence": self.confidence,
-            "n": self.n,
-            "method": self.method,
-            "half_width": finite(self.half_width),
-        }
+    @derived("half_width")
+    def reported_half_width(self) -> float | None:
+        return _bounded(self.half_width)
 
 
 # --------------------------------------------------------------------------- input checks

@@ -45,6 +45,7 @@ from pytest_cudagate.defences import sanitizer
 from pytest_cudagate.defences.checks import effective_checks
 from pytest_cudagate.optimize.candidate import Candidate
 from pytest_cudagate.optimize.nsight import profile
+from pytest_cudagate.boundary.wire import to_json
 
 RATIO_CONFIDENCE = 0.99
 # Both 99% intervals hold together with probability >= 98% (Bonferroni); when they do, the product of
@@ -322,7 +323,7 @@ class HarnessEvaluator:
         try:
             for case in self.cases:
                 outcome = gate.replay(self.suite, program, case, self.ledger, source_text=candidate.text)
-                validation.cases.append({**outcome.to_json(), "holdout": case.holdout})
+                validation.cases.append({**to_json(outcome), "holdout": case.holdout})
                 notes = getattr(outcome, "notes", []) or []
                 validation.notes += [f"{case.name}: {n}" for n in notes if f"{case.name}: {n}" not in validation.notes]
                 if outcome.failed and validation.passed:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_cudagate import __version__
 from pytest_cudagate.gate import GateOptions
 from pytest_cudagate.host.paths import command
-from pytest_cudagate.judge.outcome import CaseOutcome, plain
+from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
 from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
 from pytest_cudagate.suite.model import DEFAULT_CLASS
+from pytest_cudagate.boundary.wire import to_json
 
 if TYPE_CHECKING:
     from pytest_cudagate.worker.build import BuildFacts
@@ -119,7 +120,7 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
         requests_out[name] = with_checks(request, info.suite, info.program)
         names.append(f"requests/{name}")
     return {
-        "nodeid": info.nodeid, **o.to_json(), "run": run,
+        "nodeid": info.nodeid, **to_json(o), "run": run,
         "suite_path": relative(info.suite_path, root) if info.suite_path else None,
         "source": relative(info.source, root) if info.source else None,
         "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
@@ -164,12 +165,12 @@ def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | No
                                                     ("server_url", "GITHUB_SERVER_URL"), ("runner", "RUNNER_NAME"))}
     return {
         "fingerprint": None if fingerprint is None else {
-            "key": fingerprint.key(), "description": fingerprint.describe(), "fields": plain(fingerprint.to_dict())},
+            "key": fingerprint.key(), "description": fingerprint.describe(), "fields": to_json(fingerprint)},
         "host": platform.node(), "created": now(), "tool_version": __version__, "exitstatus": exitstatus,
         "options": dict(options), "report_dir": report_dir, "github": github,
         **({"pytest_counts": {name: int(tested.get(name, 0)) for name in ("failed", "errors", "passed", "skipped")}}
            if tested is not None else {}),
-        "compiles": [facts.to_json() for facts in compiles],
+        "compiles": [to_json(facts) for facts in compiles],
     }
 
 

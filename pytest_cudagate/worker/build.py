@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from cudagate_harness.compiler import (CompileLimits, CompileOptionError, CompileResult, compile_kernel, nvrtc_version,
                                        parse_resources)
@@ -76,9 +76,6 @@ class BuildFacts:
                    res.get("registers"), res.get("spill_store_bytes"), res.get("spill_load_bytes"),
                    res.get("shared_static_bytes"), None if result.cache_hit and result.key not in _COLD
                    else _COLD.get(result.key, result.seconds))
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def compile_program(program: Program, arch: str, source_text: str | None = None, *,

@@ -17,6 +17,7 @@ from pytest_cudagate.judge.latency import MIN_SET_ROUNDS, Latency, inputs_check
 from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.boundary.wire import to_json
 
 NO_SANITIZER = SUITE_YAML + "checks: {sanitizer: off}\n"
 BASE_MS = 0.010  # the fake device's time per launch
@@ -133,7 +134,7 @@ def test_relaxed_fresh_timing_times_the_signed_inputs_only_and_says_so(judge):
 
 def test_the_rounds_on_each_set_are_checked_and_counted_in_the_report(judge):
     outcome, _ = judge("// keyed\n")
-    report = outcome.latency.to_json()
+    report = to_json(outcome.latency)
     assert report["inputs"]["keyed"] is True and report["inputs"]["shift"]["ratio"] > 2.5
 
 

@@ -24,6 +24,7 @@ from pytest_cudagate.judge.correctness import CaseVerdict
 import pytest_cudagate.gate.measure as measure_module
 from pytest_cudagate.judge.latency import MAX_DISTURBED_CHUNKS
 from pytest_cudagate.worker.fingerprint import Fingerprint
+from pytest_cudagate.boundary.wire import to_json
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "softmax"
 
@@ -108,7 +109,7 @@ def test_a_weak_baseline_passes_but_says_it_is_weak_and_how_to_narrow_it():
     assert ("a weak baseline: an unchanged kernel's runs reach +769%, so a slowdown that small passes" in result.headline()
             and result.headline().endswith("record more runs on this card: "
                                            "`cudagate approve 'examples/soft max/cudagate.yaml' softmax_rows --runs 5`"))
-    assert "fix" not in result.run_spread.to_dict()
+    assert "fix" not in to_json(result.run_spread)
     steady = {**weak, "run_p10_ms": [0.0150, 0.0151, 0.0149, 0.0150, 0.0152]}
     assert "weak" not in against_runs(steady, [0.0153] * 100, 0.02, suite="s").headline()
 

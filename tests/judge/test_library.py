@@ -22,7 +22,7 @@ from pytest_cudagate.cli import main
 from pytest_cudagate.gate import baseline_timing
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.library import LibraryResult
-from pytest_cudagate.judge.outcome import plain
+from pytest_cudagate.boundary.wire import to_json
 from pytest_cudagate.defences.expected import generate
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import suite_manifest
@@ -389,9 +389,9 @@ def test_the_pack_shows_the_winners_multiple_of_the_library_per_case(tmp_path):
                     result = LibraryResult("cublas_sgemm", "cuBLAS SGEMM",
                                            estimate=stats.paired_ratio([0.012] * 40, [0.010] * 40),
                                            library=stats.summarize([0.010] * 40), current=stats.summarize([0.012] * 40))
-                    entry["library"] = plain(result.to_json())
+                    entry["library"] = to_json(result)
                 elif entry["kind"] == "performance":
-                    entry["library"] = plain(LibraryResult("cublas_sgemm", "cuBLAS SGEMM", error="cuBLAS not found").to_json())
+                    entry["library"] = to_json(LibraryResult("cublas_sgemm", "cuBLAS SGEMM", error="cuBLAS not found"))
             return validation
 
     code, pack, summary, _ = run_pack(tmp_path, opt_suite(tmp_path / "scale"), "--proposer", "autotune", "--batch", 4,

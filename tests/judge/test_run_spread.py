@@ -17,6 +17,7 @@ import pytest
 
 from pytest_cudagate.judge.latency import Latency, judge_run_spread
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS, RUN_SPREAD_FLOOR
+from pytest_cudagate.boundary.wire import to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -132,7 +133,7 @@ def test_text_says_when_the_floor_set_the_interval():
     j = judge_run_spread([0.0150, 0.0151, 0.0149, 0.0150, 0.0150], 0.0150, THRESHOLD)
     assert j.spread_text.startswith("spread of 5 approval runs: ±")
     assert j.spread_text.endswith(", floored at ±8.6% (between-card spread)")
-    assert j.to_dict()["verdict"] == "pass"
+    assert to_json(j)["verdict"] == "pass"
 
 
 def test_one_run_is_refused():

@@ -11,6 +11,7 @@ from scipy.stats import ks_2samp
 
 from pytest_cudagate.judge import stats
 from pytest_cudagate.judge.latency import Latency, classify
+from pytest_cudagate.boundary.wire import to_json
 from pytest_cudagate.judge.stats import (
     MIN_STOP_N,
     RatioEstimate,
@@ -254,7 +255,7 @@ def test_too_few_pairs_gives_unbounded_interval() -> None:
     assert est.low == 0.0 and math.isinf(est.high)
     assert classify(est, THRESHOLD) is Latency.INCONCLUSIVE
     assert not precise_enough(est, THRESHOLD)
-    assert est.to_dict()["low"] is None and est.to_dict()["high"] is None
+    assert to_json(est)["low"] is None and to_json(est)["high"] is None
 
 
 def test_paired_is_deterministic() -> None:
@@ -390,12 +391,12 @@ def test_summarize_known_values() -> None:
     assert summarize([0.5]).stdev == 0.0
 
 
-def test_to_dict_is_json_ready() -> None:
+def test_the_report_view_is_json_ready() -> None:
     current, approved = interleaved(0, 200, 1.0)
     for obj in (summarize(current), paired_ratio(current, approved), unpaired_ratio(current, approved)):
-        d = obj.to_dict()
+        d = to_json(obj)
         assert json.loads(json.dumps(d, allow_nan=False)) == d
-    d = paired_ratio(current, approved).to_dict()
+    d = to_json(paired_ratio(current, approved))
     assert set(d) == {"ratio", "low", "high", "confidence", "n", "method", "half_width"}
     assert d["n"] == 200
 

@@ -216,6 +216,11 @@ SECTIONS = (
             "What `pytest --cuda-gate` says about an identical copy and about copies made 3 % and 5 % slower, each "
             "comparison in a fresh process, beside nvbench's measure of the true slowdown.",
             ),
+    Section("steps-power", "Gate power on an operation of steps: attention (cuBLAS GEMM, memset, two kernels, cuBLAS GEMM)",
+            ("**/gate-power-attention-*.json",), "all", render_gate_power,
+            "examples/attention approved, then copies whose `row_max` kernel spins at the start of every block, "
+            "judged by `pytest --cuda-gate` in a fresh process each; the true slowdown of the whole operation is "
+            "nvbench's, replaying every step (the cuBLAS calls through CuPy's cuBLAS)."),
     Section("held-aa", "Gate power: A/A false alarms on held timing",
             ("**/gate-power-aa-held-*.json",), "all", render_gate_power,
             "How often the gate calls an identical copy `regressed`, over many fresh processes, sessions and cards."),
@@ -245,7 +250,9 @@ SECTIONS = (
             ("**/report-equality-*.json",), "all", render_report_equality,
             "report.json of the examples from two commits' code on one card, one fresh-input seed, every field but "
             "the measured times compared: 79ff75a (one by one) against 4285322 (pipelined); bdae3b3 (one prepare "
-            "thread) against 30536c7 and 317d06c (four). Each file is named by its after commit."),
+            "thread) against 30536c7 and 317d06c (four); 05787dd against 0299754 (this round's steps, instantiations, ulp, padded "
+            "buffers and house moves; examples/attention left out, the code before has no such suite). Each file is "
+            "named by its after commit."),
     Section("run-level-rounds", "Launches a kernel timed alone needs",
             ("**/run-level-rounds-*.json",), "newest", render_run_level_rounds,
             "From the shipped ledgers' approval runs: how far a run level of N launches lands from the level of all."),

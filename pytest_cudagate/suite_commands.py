@@ -20,7 +20,7 @@ from pytest_cudagate.errors import EXIT_FAILED, CudagateError
 from pytest_cudagate.judge.correctness import judge_case
 from pytest_cudagate.errors import EXIT_INPUT, FileError
 from pytest_cudagate import boundary
-from cudagate_harness.protocol import request_problems
+from cudagate_harness.request_checks import request_problems
 from pytest_cudagate.judge.output_scale import flag_cases
 from pytest_cudagate.judge.stats import DEFAULT_APPROVAL_RUNS
 from pytest_cudagate.host.paths import display_path

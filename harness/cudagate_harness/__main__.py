@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from . import library
-from .protocol import request_problems
+from .request_checks import request_problems
 from .worker import main as serve
 
 MAX_REQUEST_BYTES = 16 * 1024 * 1024

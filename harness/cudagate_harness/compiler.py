@@ -42,6 +42,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import nvcc, toolkit
+from .compile_child import OUT_OF_MEMORY, CompileOptionError, child_env
 
 CACHE_FORMAT = 2  # 2: nvcc builds (its wrapper and flags are this format's)
 # -lineinfo maps sanitizer and profiler findings to source lines at no run-time cost; -v makes
@@ -76,10 +77,6 @@ COMPILE_TIMEOUT_S = 300
 DEFAULT_MEMORY_MB = 2048
 MEMORY_ENV = "CUDAGATE_COMPILE_MEMORY_MB"
 REFUSED_TAIL = "a source that expands this much is refused"
-# What the child's stderr says when an allocation failed under the cap (NVRTC's LLVM aborts, ptxas
-# gives up, or Python raises); read for these words only, never shown: it may quote what the kernel read.
-_OUT_OF_MEMORY = re.compile(rb"out of memory|memory allocation fail|bad_alloc|MemoryError|cannot allocate memory",
-                            re.IGNORECASE)
 _NAME_MAP_ERROR = re.compile(r"^__nv_name_map\(\d+\): error: (.*)$", re.MULTILINE)
 _RESOURCE_PATTERNS = {
     "registers": re.compile(r"Used (\d+) registers"),
@@ -90,10 +87,6 @@ _RESOURCE_PATTERNS = {
     "spill_load_bytes": re.compile(r"(\d+) bytes spill loads"),
     "barriers": re.compile(r"used (\d+) barriers"),
 }
-
-
-class CompileOptionError(ValueError):
-    """An NVRTC option the harness refuses; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -435,20 +428,12 @@ def _make_folder(folder: Path, name: str) -> None:
                                  f"({exc.strerror})") from None
 
 
-def _child_env() -> dict[str, str]:
-    """What the compiler child needs to find NVRTC, and nothing else (no tokens, no keys)."""
-    keep = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "LANG", "LC_ALL", "SYSTEMROOT")
-    env = {name: os.environ[name] for name in keep if name in os.environ}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
-    return env
-
-
 def _run_confined(request: dict, limits: CompileLimits) -> dict:
     """The child's reply; ``stopped`` ("time" or "memory") where a limit ended its compile."""
     try:
         # subprocess.run kills the child at the limit; NVRTC runs in it, with no process of its own.
         done = subprocess.run([sys.executable, "-m", "cudagate_harness.confine"], input=json.dumps(request).encode(),
-                              capture_output=True, env=_child_env(), cwd="/", timeout=limits.seconds)
+                              capture_output=True, env=child_env(), cwd="/", timeout=limits.seconds)
     except subprocess.TimeoutExpired:
         return {"ok": False, "stopped": "time"}
     try:
@@ -456,7 +441,7 @@ def _run_confined(request: dict, limits: CompileLimits) -> dict:
     except ValueError:
         reply = None
     reply = reply if isinstance(reply, dict) else None
-    if (reply is None or not reply.get("ok")) and _OUT_OF_MEMORY.search(done.stderr):
+    if (reply is None or not reply.get("ok")) and OUT_OF_MEMORY.search(done.stderr):
         return {"ok": False, "stopped": "memory"}
     # Only the child's exit status: its stderr could quote what the kernel tried to read.
     return reply or {"ok": False, "log": f"the compiler process failed (exit status {done.returncode})"}

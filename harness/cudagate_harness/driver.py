@@ -11,7 +11,23 @@ import ctypes
 
 import numpy as np
 
-from .protocol import STICKY_ERRORS
+# Sticky CUDA errors corrupt the context: the worker reports the case and exits so the client starts
+# a fresh worker for the remaining cases.
+STICKY_ERRORS = frozenset({
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_TRAP",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    "CUDA_ERROR_UNKNOWN",
+})
 
 
 class CudaError(RuntimeError):

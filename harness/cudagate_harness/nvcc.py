@@ -34,6 +34,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import symbols, toolkit
+from .compile_child import OUT_OF_MEMORY, CompileOptionError, child_env
 
 NVCC_ENV = "CUDAGATE_NVCC"
 COMPILERS = ("auto", "nvcc", "nvrtc")
@@ -141,9 +142,8 @@ def host_code(source: str, headers: dict[str, str]) -> str | None:
 
 
 def check_options(options: list[str]) -> None:
-    """Raise :class:`~.compiler.CompileOptionError` for an option nvcc may not be given (NVRTC's
+    """Raise :class:`~.compile_child.CompileOptionError` for an option nvcc may not be given (NVRTC's
     refusals are checked first by the caller)."""
-    from .compiler import CompileOptionError
 
     for option in options:
         for pattern, why in _REFUSED:
@@ -243,8 +243,7 @@ def build(tool: Nvcc, source: str, source_name: str, entry: str | None, arch: st
         wrapper = "cudagate-entry.cu"
         for name in (source_name, wrapper):
             if (source_dir / name).exists():
-                from .compiler import CompileOptionError
-                raise CompileOptionError(f"header {name!r} has the name of the file nvcc compiles; rename it")
+                            raise CompileOptionError(f"header {name!r} has the name of the file nvcc compiles; rename it")
         (source_dir / source_name).write_text(source, encoding="utf-8")
         # The user's file unchanged; the entry's address at namespace scope makes nvcc emit it (no entry:
         # every kernel the file instantiates, for `cudagate init` to list).
@@ -286,10 +285,9 @@ def build(tool: Nvcc, source: str, source_name: str, entry: str | None, arch: st
 def run_confined(request: dict, seconds: float) -> dict:
     """The child's reply; ``stopped`` "time" where it ran past ``seconds``. nvcc's own processes are
     in the child's process group, killed with it."""
-    from .compiler import _OUT_OF_MEMORY, _child_env
 
     child = subprocess.Popen([sys.executable, "-m", "cudagate_harness.confine"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(), cwd="/",
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), cwd="/",
                              start_new_session=True)
     try:
         out, err = child.communicate(json.dumps(request).encode(), timeout=seconds)
@@ -304,7 +302,7 @@ def run_confined(request: dict, seconds: float) -> dict:
         reply = None
     reply = reply if isinstance(reply, dict) else None
     if reply is None or not reply.get("ok"):
-        if _OUT_OF_MEMORY.search(err) or _OUT_OF_MEMORY.search((reply or {}).get("log", "").encode()):
+        if OUT_OF_MEMORY.search(err) or OUT_OF_MEMORY.search((reply or {}).get("log", "").encode()):
             return {"ok": False, "stopped": "memory"}
     return reply or {"ok": False, "log": f"the compiler process failed (exit status {child.returncode})"}
 
@@ -351,9 +349,8 @@ def _plain_paths(log: str, source_dir: Path, tree: Path) -> str:
 def _env(tool: Nvcc, temp: Path) -> dict[str, str]:
     """nvcc's environment: the child's (no secrets), its temporary files in the private folder, and the
     host compiler's folder first on the PATH (nvcc runs `gcc` by name)."""
-    from .compiler import _child_env
 
-    env = {k: v for k, v in _child_env().items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in child_env().items() if k != "PYTHONPATH"}
     path = os.pathsep.join(dict.fromkeys([str(Path(tool.host_path).parent), *env.get("PATH", "").split(os.pathsep)]))
     return {**env, "PATH": path, "TMPDIR": str(temp), "HOME": str(temp)}
 

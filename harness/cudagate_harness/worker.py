@@ -24,7 +24,8 @@ from . import PROTOCOL_VERSION, digest, library, steps, telemetry
 from .compiler import CompileLimits, CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
 from .protocol import (EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds,
-                       request_problems, request_timeout_s, worker_checks)
+                       request_timeout_s, worker_checks)
+from .request_checks import request_problems
 from .runner import (DEFAULT_PAD_MAX, SIGNED, CaseInputError, CaseRun, Launchable, error_body, load_fresh_inputs,
                      rotation_copies, run_case)
 from .stopping import Settle

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cudagate_harness.protocol import request_problems
+from cudagate_harness.request_checks import request_problems
 
 from helpers import SUITE_YAML, fake_compute_sanitizer, replace_once, write_suite
 from fake_worker import FakeWorker

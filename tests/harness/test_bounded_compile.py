@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cudagate_harness import compiler
-from cudagate_harness.protocol import request_problems
+from cudagate_harness.request_checks import request_problems
 from fake_worker import fake_gpu_project
 from helpers import BROKEN_CU, KERNEL_CU, write_suite
 from pytest_cudagate.cli import main

@@ -21,7 +21,8 @@ from test_padded_buffers import PADDED_YAML, padded_suite
 
 from cudagate_harness import library
 from cudagate_harness.library import ADAPTERS, CublasGemm, LibraryUnavailable
-from cudagate_harness.protocol import encode, numpy_dtype, request_problems, values
+from cudagate_harness.protocol import encode, numpy_dtype, values
+from cudagate_harness.request_checks import request_problems
 from pytest_cudagate.cli import main
 from pytest_cudagate.gate import Gate, GateOptions
 from pytest_cudagate.suite.loader import load_suite

@@ -14,7 +14,7 @@ from fake_worker import FakeKernel, FakeWorker
 from helpers import EXAMPLES, line_of, replace_once
 from test_hardening_gate import Fingerprint
 
-from cudagate_harness.protocol import request_problems
+from cudagate_harness.request_checks import request_problems
 from pytest_cudagate.trust.approvals import Ledger, build_identity
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.gate import Gate, GateOptions

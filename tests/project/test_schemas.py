@@ -74,7 +74,8 @@ def test_the_docs_data_types_table_names_every_dtype():
     text = (SCHEMAS.parent / "docs" / "suite-format.md").read_text(encoding="utf-8")
     table = text.split("### Data types", 1)[1].split("\n\n", 2)[1]
     documented = [name for row in table.splitlines()[2:] for name in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])]
-    assert documented == list(DTYPES)
+    assert documented == list(DTYPES), ("docs/suite-format.md, Data types: give each type of DTYPES a row, in its "
+                                        f"order (missing: {[n for n in DTYPES if n not in documented]})")
     spelled = {row.split("|")[1].strip(): row.split("|")[2] for row in table.splitlines()[2:]}
     for name in LOW_PRECISION:  # a name only numpy's extensions know: its C type is the one to use
         assert f"`{DTYPES[name][1]}`" in spelled[f"`{name}`"], name

@@ -13,7 +13,9 @@ import re
 
 import numpy as np
 
-# Element types a signature may name; the C spelling is what a kernel parameter should use.
+# Element types a signature may name; the C spelling is what a kernel parameter should use. The one
+# list of them: the schemas take any name, and the loader and request checks refuse one not here
+# (:func:`unknown_dtype`); what else the code needs of a type it reads from numpy or ml_dtypes.
 DTYPES: dict[str, tuple[str | list, str]] = {
     "float16": ("<f2", "__half"),
     "float32": ("<f4", "float"),
@@ -35,8 +37,15 @@ DTYPES: dict[str, tuple[str | list, str]] = {
     "float8_e4m3fn": ([("float8_e4m3fn", "|u1")], "__nv_fp8_e4m3"),
     "float8_e5m2": ([("float8_e5m2", "|u1")], "__nv_fp8_e5m2"),
 }
-FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
-LOW_PRECISION = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+FLOAT_DTYPES = frozenset(name for name, (code, _) in DTYPES.items() if isinstance(code, str) and np.dtype(code).kind == "f")
+LOW_PRECISION = tuple(name for name, (code, _) in DTYPES.items() if isinstance(code, list))
+
+
+def unknown_dtype(value) -> str | None:
+    """Why ``value`` is not a type of :data:`DTYPES`, with the fix; None where it is one."""
+    if isinstance(value, str) and value in DTYPES:
+        return None
+    return f"{str(value)[:40]!r} is not a dtype cudagate knows; write one of {', '.join(DTYPES)}"
 
 # Output buffers are filled with a byte pattern before every launch; a different one on the second
 # validation launch. An element holding the first pattern after launch 1 AND the second after

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .protocol import (BLOCK_MAX, BLOCK_THREADS_MAX, BUFFER_BYTES_MAX, CASES_MAX, DTYPES, GRID_MAX, SAFE_NAME,
-                       SHARED_BYTES_MAX, TIMEOUT_S_MAX, numpy_dtype, request_timeout_s)
+                       SHARED_BYTES_MAX, TIMEOUT_S_MAX, numpy_dtype, request_timeout_s, unknown_dtype)
 from .steps import kind_of, step_problems
 
 
@@ -110,8 +110,8 @@ def request_problems(request: dict, roots: tuple[Path, ...] = ()) -> list[str]:
             problems.append(f"signature[{i}].name: {str(name)[:80]!r} is not a plain name ({SAFE_NAME.pattern})")
         if isinstance(param, dict) and param.get("kind") == "buffer" and param.get("intent") not in INTENTS:
             problems.append(f"signature[{i}].intent: {str(param.get('intent'))[:40]!r} is not one of {', '.join(INTENTS)}")
-        if not (isinstance(dtype, str) and dtype in DTYPES):
-            problems.append(f"signature[{i}].dtype: {str(dtype)[:40]!r} is not one of {', '.join(DTYPES)}")
+        if problem := unknown_dtype(dtype):
+            problems.append(f"signature[{i}].dtype: {problem}")
         elif isinstance(name, str):
             itemsize[name], params[name] = numpy_dtype(dtype).itemsize, param
             if "init" in param and not (param.get("intent") == "scratch" and type(param["init"]) is int

@@ -44,21 +44,29 @@ from pytest_cudagate.suite.cases import write_case
 from pytest_cudagate.suite.draw import draw_fresh
 from pytest_cudagate.suite.model import Case, Suite
 
-# Magnitudes spread over 2^-R..2^R, and |expected| kept below max * 2^-H. bfloat16 has float32's
-# exponent range; float8_e4m3fn's normal numbers span only 2^-6..448 and float8_e5m2's 2^-14..57344,
-# so their spread stays within a few binades of values of order one, representable, not subnormal.
-SPREAD_BITS = {"float16": 4, "float32": 16, "float64": 40, "bfloat16": 16, "float8_e4m3fn": 2, "float8_e5m2": 4}
-HEADROOM_BITS = {"float16": 2, "float32": 8, "float64": 16, "bfloat16": 8, "float8_e4m3fn": 1, "float8_e5m2": 2}
+# The per-type bits below are keyed by a float type's exponent width (its finfo's nexp), which fixes
+# the binades it spans, so a type of DTYPES whose width is listed needs no entry of its own (bfloat16
+# is float32's 8 bits, float8_e5m2 float16's 5); :func:`type_bits` reads them.
+# Magnitudes spread over 2^-R..2^R, and |expected| kept below max * 2^-H. float8_e4m3fn's normal
+# numbers (4 bits) span only 2^-6..448 and float8_e5m2's (5 bits) 2^-14..57344, so their spread
+# stays within a few binades of values of order one, representable, not subnormal.
+SPREAD_BITS = {4: 2, 5: 4, 8: 16, 11: 40}
+HEADROOM_BITS = {4: 1, 5: 2, 8: 8, 11: 16}
 # An adversarial input's largest |value| is at most 2^B times its scale (:func:`input_scale`): wide
 # enough that a float32 exp overflows (past 88) and a float16 intermediate overflows (past 65504) on
 # inputs of scale 1, and well past the outliers a model's activations hold (10^3..10^4 times their
 # typical size), yet far below where a correct one-pass sum of squares in float32 overflows (about
 # 2^64 / sqrt(n) for n elements), which the reference's headroom alone let the values reach.
-BOUND_BITS = {"float16": 8, "float32": 24, "float64": 128, "bfloat16": 24, "float8_e4m3fn": 4, "float8_e5m2": 8}
+BOUND_BITS = {4: 4, 5: 8, 8: 24, 11: 128}
 NORMAL_REACH = 3  # a normal distribution's scale: |mean| + 3 std
 FLOATING = FLOAT_DTYPES | frozenset(LOW_PRECISION)
 ZERO_FRACTION = 0.02
 SCALE_STEPS = 4  # candidate global scales: 2^(E*j/4), j = 4..0, E the largest the inputs allow
+
+
+def type_bits(table: dict[int, int], dtype: str) -> int:
+    """``table``'s bits for the float type ``dtype``, by its exponent width."""
+    return table[finfo(dtype).nexp]
 
 
 @dataclass
@@ -179,7 +187,7 @@ def spread(suite: Suite, inputs: dict[str, np.ndarray], rng: np.random.Generator
         if param.dtype not in FLOATING:
             out[param.name] = x
             continue
-        bits = SPREAD_BITS[param.dtype]
+        bits = type_bits(SPREAD_BITS, param.dtype)
         powers = rng.integers(-bits, bits, size=x.shape, endpoint=True, dtype=np.int32)
         values = np.ldexp(x, powers, dtype=np.float64 if param.dtype == "float64" else np.float32)
         flat = values.reshape(-1)
@@ -219,13 +227,13 @@ def input_bound(suite: Suite, param, values: np.ndarray) -> float:
     dist = suite.inputs.get(param.name)
     if dist is not None and dist.adversarial_max is not None:
         return float(dist.adversarial_max)
-    return float(np.ldexp(input_scale(suite, param.name, values), BOUND_BITS[param.dtype]))
+    return float(np.ldexp(input_scale(suite, param.name, values), type_bits(BOUND_BITS, param.dtype)))
 
 
 def bound_text(suite: Suite) -> str:
     """What bounds an adversarial set's magnitudes, for its description."""
     signed = sorted(name for name, d in suite.inputs.items() if d.adversarial_max is not None)
-    bits = sorted({BOUND_BITS[p.dtype] for p in suite.buffers
+    bits = sorted({type_bits(BOUND_BITS, p.dtype) for p in suite.buffers
                    if p.is_input and p.dtype in FLOATING and p.name not in signed})
     parts = [f"at most 2^{'/'.join(map(str, bits))} × each input's scale"] if bits else []
     parts += [f"{name} at most {suite.inputs[name].adversarial_max:g}" for name in signed]
@@ -293,7 +301,7 @@ def usable(suite: Suite, outputs: dict | None) -> bool:
         if value is None:
             return False
         if param.dtype in FLOATING:
-            limit = float(finfo(param.dtype).max) * 2.0 ** -HEADROOM_BITS[param.dtype]
+            limit = float(finfo(param.dtype).max) * 2.0 ** -type_bits(HEADROOM_BITS, param.dtype)
             if not magnitude(float_values(np.asarray(value))) <= limit:  # exact in the output's dtype; NaN, Inf fail
                 return False
     return True
@@ -399,7 +407,8 @@ class Prepared:
         else:
             write_case(suite, case, draft.candidates[chosen], outputs[chosen], folder)
         if draft.adversarial:
-            bits = sorted({SPREAD_BITS[p.dtype] for p in suite.buffers if p.is_input and p.dtype in FLOATING})
+            bits = sorted({type_bits(SPREAD_BITS, p.dtype) for p in suite.buffers
+                           if p.is_input and p.dtype in FLOATING})
             description = (f"{label}: magnitudes spread over 2^±{'/'.join(map(str, bits)) or 0}, {draft.zeros} signed "
                            f"zeros, scaled by 2^{draft.exponents[chosen]} ({bound_text(suite)}); "
                            f"CUDAGATE_FRESH_SEED={self.seed} draws them again")

@@ -22,7 +22,7 @@ import copy
 import itertools
 import re
 
-from cudagate_harness.protocol import DTYPES
+from cudagate_harness.protocol import DTYPES, unknown_dtype
 
 MAX_INSTANTIATIONS = 16  # every one is gated as a suite of its own
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -98,10 +98,10 @@ def expand(raw: dict) -> tuple[list[Instantiation], list[tuple[list, str]]]:
             problems.append((parts, f"{name}: write each type as a name of the signature's types "
                                     f"({', '.join(DTYPES)})"))
         else:
-            unknown = [t for t in types if t not in DTYPES]
+            unknown = [problem for t in types if (problem := unknown_dtype(t))]
             repeated = sorted({t for t in types if types.count(t) > 1})
             if unknown:
-                problems.append((parts, f"{unknown[0]!r} is not a type cudagate knows; name one of {', '.join(DTYPES)}"))
+                problems.append((parts, unknown[0]))
             elif repeated:
                 problems.append((parts, f"{repeated[0]} is listed twice; list each type once"))
             else:

@@ -19,7 +19,7 @@ import yaml
 from cudagate_harness import nvcc
 from cudagate_harness.compiler import CompileOptionError, check_options
 from cudagate_harness.library import ADAPTERS, Adapter, known
-from cudagate_harness.protocol import LOW_PRECISION, finfo, numpy_dtype
+from cudagate_harness.protocol import DTYPES, LOW_PRECISION, finfo, numpy_dtype, unknown_dtype
 
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES, MAX_SUITE_BYTES, clipped, non_finite, read_text, walk, walk_tree
@@ -37,7 +37,7 @@ from pytest_cudagate.suite.model import (DEFAULT_CLASS, Case, Checks, Distributi
 
 SUITE_FILENAME = "cudagate.yaml"
 CLASS_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+INT_DTYPES = tuple(name for name in DTYPES if numpy_dtype(name).kind in "iu")
 # Tunables are not signed (the gate never passes them), so a pull request can add any number: the
 # caps keep loading, checking and autotune's search bounded. The schema caps each list at 64 values.
 MAX_TUNABLES = 256  # per kernel; a hand-tuned kernel has a handful
@@ -114,6 +114,10 @@ def _build(path: Path, raw: dict, locate, include: tuple[Path, ...]) -> Suite:
     checker = _Checker(path, locate, include)
     for parts, value in non_finite(raw):  # JSON Schema cannot say "finite"
         checker.add(parts, f"{value} is not a finite number; write a finite value")
+    for n, param in enumerate(raw["signature"]):  # the schemas take any name: DTYPES is the one list
+        for key in ("buffer", "scalar"):
+            if key in param and (problem := unknown_dtype(param[key])):
+                checker.add(["signature", n, key], problem)
     checker.raise_if_any()
     suite = checker.build(raw)
     checker.raise_if_any()

@@ -1,22 +1,28 @@
 """The schemas and the code that writes their documents say the same: the report's objects produce
-every field report.schema.json names and no other, and every dtype enum of a schema is the harness
-protocol's list."""
+every field report.schema.json names and no other; and the harness protocol's DTYPES is the one list
+of element types (no schema lists them, the code and the docs' table follow it)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
-from cudagate_harness.protocol import DTYPES, FLOAT_DTYPES, LOW_PRECISION
+import pytest
+from cudagate_harness.protocol import DTYPES, FLOAT_DTYPES, LOW_PRECISION, finfo
+from cudagate_harness.request_checks import request_problems
+from helpers import SUITE_YAML, line_of, replace_once, write_suite
 from report_fixtures import build_scenario
 
 from pytest_cudagate import phases
+from pytest_cudagate.boundary import schema
+from pytest_cudagate.errors import FileError
 from pytest_cudagate.defences import fresh_inputs
 from pytest_cudagate.reports.document import build_report
 from pytest_cudagate.reports.locate import from_items
 from pytest_cudagate.reports.writer import read_report, write_report
-from pytest_cudagate.suite.loader import INT_DTYPES
+from pytest_cudagate.suite.loader import INT_DTYPES, load_suite
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -32,19 +38,47 @@ def _enums(node, where: str = ""):
             yield from _enums(value, f"{where}/{n}")
 
 
-def test_every_schema_enum_of_dtypes_is_the_protocols_list():
+def test_no_schema_lists_the_dtypes():
+    """DTYPES is the one list: a schema takes any name, so a new type is not spelled again there."""
     found = {f"{path.name}#{where}": enum for path in sorted(SCHEMAS.glob("*.schema.json"))
              for where, enum in _enums(json.loads(path.read_text(encoding="utf-8")))
              if set(enum) & set(DTYPES)}
-    assert len(found) >= 2  # the suite's and the harness request's
-    assert {where: enum for where, enum in found.items() if enum != list(DTYPES)} == {}
+    assert found == {}
 
 
-def test_the_code_s_per_dtype_tables_name_the_protocols_dtypes():
+def test_a_name_not_in_dtypes_is_refused_naming_the_list(tmp_path):
+    """What the schema no longer refuses, the loader and the request checks do, each listing DTYPES."""
+    listed = f"'float17' is not a dtype cudagate knows; write one of {', '.join(DTYPES)}"
+    text = replace_once(SUITE_YAML, "buffer: float32, intent: in,", "buffer: float17, intent: in,")
+    with pytest.raises(FileError) as refused:
+        load_suite(write_suite(tmp_path / "s", yaml_text=text, data=False))
+    assert f"line {line_of(text, 'float17')}: signature[0].buffer: {listed}" in refused.value.problems
+    request = {"op": "run", "kernel": {"name": "k", "entry": "k", "source": ""}, "cases": [],
+               "signature": [{"name": "x", "kind": "buffer", "dtype": "float17", "intent": "inout"}]}
+    assert schema.problems(request, "harness-request") == []
+    assert f"signature[0].dtype: {listed}" in request_problems(request, (tmp_path,))
+
+
+def test_the_code_s_per_dtype_facts_come_from_the_protocols_list():
     assert list(INT_DTYPES) == [name for name in DTYPES if name.startswith(("int", "uint"))]
-    floating = FLOAT_DTYPES | set(LOW_PRECISION)
-    for table in (fresh_inputs.SPREAD_BITS, fresh_inputs.HEADROOM_BITS, fresh_inputs.BOUND_BITS):
-        assert set(table) == floating
+    assert FLOAT_DTYPES == {"float16", "float32", "float64"}
+    assert LOW_PRECISION == tuple(name for name in DTYPES if name not in FLOAT_DTYPES | set(INT_DTYPES))
+    # Fresh inputs' bits go by exponent width: a float type of a width not listed needs a line there.
+    for name in FLOAT_DTYPES | set(LOW_PRECISION):
+        for table in (fresh_inputs.SPREAD_BITS, fresh_inputs.HEADROOM_BITS, fresh_inputs.BOUND_BITS):
+            assert finfo(name).nexp in table, f"{name}: add its exponent width {finfo(name).nexp} to fresh_inputs.py"
+
+
+def test_the_docs_data_types_table_names_every_dtype():
+    """docs/suite-format.md's table is the users' list: a type added to DTYPES gets its row there."""
+    text = (SCHEMAS.parent / "docs" / "suite-format.md").read_text(encoding="utf-8")
+    table = text.split("### Data types", 1)[1].split("\n\n", 2)[1]
+    documented = [name for row in table.splitlines()[2:] for name in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])]
+    assert documented == list(DTYPES), ("docs/suite-format.md, Data types: give each type of DTYPES a row, in its "
+                                        f"order (missing: {[n for n in DTYPES if n not in documented]})")
+    spelled = {row.split("|")[1].strip(): row.split("|")[2] for row in table.splitlines()[2:]}
+    for name in LOW_PRECISION:  # a name only numpy's extensions know: its C type is the one to use
+        assert f"`{DTYPES[name][1]}`" in spelled[f"`{name}`"], name
 
 
 class _Fields:

@@ -189,7 +189,8 @@ def test_bisect_names_the_instantiations_when_no_kernel_is_given(tmp_path, capsy
     ("    bfloat16: {atol: 1.0e-2, rtol: 1.6e-2}\n", "",
      "line 11: tolerance.y: no tolerance for bfloat16 (T = bfloat16 is instantiated); add `bfloat16: {atol: ..., "
      "rtol: ...}` under y"),
-    ("[float32, bfloat16]", "[float32, bfloat17]", "line 2: instantiate.T: 'bfloat17' is not a type cudagate knows"),
+    ("[float32, bfloat16]", "[float32, bfloat17]",
+     "line 2: instantiate.T: 'bfloat17' is not a dtype cudagate knows; write one of float16,"),
     ('"gelu<{T}>"', '"gelu<{U}>"', "line 16: kernels[0].entry: {U} names no type variable of instantiate (T); "
                                    "declare it"),
     ("{T: [float32, bfloat16]}", "{T: [float32, bfloat16], U: [int32]}",

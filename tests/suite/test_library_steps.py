@@ -332,7 +332,8 @@ def harness_file(tmp_path, capsys, request) -> tuple[int, str]:
     (lambda r: r["cases"][0].update(buffers=["q"]), "case 'correct_2x37x16': buffers must be an object"),
     (lambda r: r["cases"][0].update(fresh=[{"inputs": ["q.npy"]}]), "fresh inputs must be an object of buffer name"),
     (lambda r: r.update(cases=7), "cases: must be a list of case objects"),
-    (lambda r: r["signature"][0].update(dtype=["float32"]), 'signature[0].dtype: "[\'float32\']" is not one of'),
+    (lambda r: r["signature"][0].update(dtype=["float32"]),
+     'signature[0].dtype: "[\'float32\']" is not a dtype cudagate knows; write one of'),
     (lambda r: r["cases"][0]["launch"][0]["options"].update(alpha=10**400), "options must give every option of "
      "cublas_gemm as a plain value (a number finite, within float32)"),
     (lambda r: r["cases"][0]["launch"][0]["options"].update(alpha=float("nan")), "a number finite, within float32"),

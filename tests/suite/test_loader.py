@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cudagate_harness.protocol import DTYPES
 
 from helpers import EXAMPLES, SUITE_YAML, line_of, replace_once, write_suite
 from pytest_cudagate.errors import FileError
@@ -158,9 +159,11 @@ def test_buffer_without_intent(tmp_path):
 
 
 def test_unknown_dtype(tmp_path):
+    """The schema takes any name; the loader refuses one not in DTYPES, listing them (the one list)."""
     text = replace_once(SUITE_YAML, "{name: cols, scalar: int32}", "{name: cols, scalar: int31}")
     _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'name: cols')}: signature[3]" in message
+    assert (f"line {line_of(text, 'name: cols')}: signature[3].scalar: 'int31' is not a dtype cudagate knows; "
+            f"write one of {', '.join(DTYPES)}") in message
 
 
 def test_size_expression_with_an_unknown_name(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .protocol import (BLOCK_MAX, BLOCK_THREADS_MAX, BUFFER_BYTES_MAX, CASES_MAX, DTYPES, GRID_MAX, SAFE_NAME,
+from .protocol import (BLOCK_MAX, BLOCK_THREADS_MAX, BUFFER_BYTES_MAX, CASES_MAX, GRID_MAX, SAFE_NAME,
                        SHARED_BYTES_MAX, TIMEOUT_S_MAX, numpy_dtype, request_timeout_s, unknown_dtype)
 from .steps import kind_of, step_problems
 

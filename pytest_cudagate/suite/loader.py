@@ -814,6 +814,7 @@ class _Checker:
                 continue
             if not self.derived_values(suite, case, scalars):
                 continue
+            counts = None  # stays None where the sizes cannot be worked out (named once, below)
             try:
                 counts = suite.counts(case)
                 for param in suite.buffers:
@@ -844,7 +845,8 @@ class _Checker:
             for program in programs:
                 if not self.meets(program, case):  # absent for it: its launches need not fit the case
                     continue
-                step_fits(self, suite, program, case, i, scalars, misfits)
+                if counts is not None:
+                    step_fits(self, program, case, i, scalars, counts, misfits)
                 for what, launch, scalars in self.launches(program, case, scalars):
                     for label, one in self.labelled(what, launch):
                         facts = "" if one.names().isdisjoint(device.FACTS) else f" ({device.STAND_IN_TEXT})"

@@ -154,14 +154,11 @@ def library_step(checker, raw: dict, where: list, params: dict, scalars: set[str
     return LibraryStep(name, dict(args), {k: (str(v) if adapter.options[k] == "int" else v) for k, v in options.items()})
 
 
-def step_fits(checker, suite, program, case, index: int, scalars: dict, named: set) -> None:
+def step_fits(checker, program, case, index: int, scalars: dict, counts: dict[str, int], named: set) -> None:
     """Each copy and library step of ``program`` on ``case``: a copy's count within both buffers, a
-    library call's extents within its buffers (``scalars``: the case's, derived ones too). A step that
-    does not fit is named once, on the first case it does not fit (``named``: those named so far)."""
-    try:
-        counts = suite.counts(case)
-    except ExprError:  # the case's sizes are named already, one line for the case
-        return
+    library call's extents within its buffers (``scalars``: the case's, derived ones too; ``counts``: its
+    buffers' element counts). A step that does not fit is named once, on the first case it does not fit
+    (``named``: those named so far)."""
     for number, step in enumerate(program.steps, 1):
         if not isinstance(step, (CopyStep, LibraryStep)) or (program.name, number) in named:
             continue

@@ -1,4 +1,5 @@
-"""bfloat16, float8_e4m3fn and float8_e5m2 buffers, end to end on the simulated GPU (no CUDA).
+"""Every low-precision buffer type (bfloat16, float8_e4m3fn, float8_e5m2: protocol.LOW_PRECISION, so a
+type added to DTYPES is taken through here too), end to end on the simulated GPU (no CUDA).
 
 A suite of y = 2 * x in each type is generated, signed and verified, then replayed through the gate
 with planted kernels (tests/fake_worker.py runs the real harness worker): the honest kernel passes,
@@ -20,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fake_worker import FakeKernel, FakeWorker
 from helpers import replace_once
 
-from cudagate_harness.protocol import encode, numpy_dtype, values
+from cudagate_harness.protocol import LOW_PRECISION, encode, numpy_dtype, value_type, values
 from pytest_cudagate.trust.approvals import Ledger
 from pytest_cudagate.defences.fresh_inputs import prepare
 from pytest_cudagate.defences.reference import ReferenceFailure, ReferenceRunner
@@ -32,7 +33,13 @@ from pytest_cudagate.suite.cases import check_case_data
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.trust import load_trusted_keys, sign_suite, verify_suite
 
-TYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2}
+
+
+def span(dtype: str) -> float:
+    """The inputs' range ±span: 4, or less where 2x would pass the type's largest value (4 for a name
+    that is no type: the loader's refusal is the test)."""
+    return min(4.0, float(ml_dtypes.finfo(value_type(dtype)).max) / 4) if dtype in LOW_PRECISION else 4.0
+
 
 SUITE = """\
 suite: double_{dtype}
@@ -45,7 +52,7 @@ reference:
 tolerance:
   y: {{}}
 inputs:
-  x: {{distribution: uniform, low: -4.0, high: 4.0}}
+  x: {{distribution: uniform, low: -{span}, high: {span}}}
 kernels:
   - name: double
     source: double.cu
@@ -76,7 +83,7 @@ KERNEL = 'extern "C" __global__ void double_it(const void* x, void* y, int n) {}
 def write(folder: Path, dtype: str, yaml_text: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "cudagate.yaml"
-    path.write_text(yaml_text or SUITE.format(dtype=dtype))
+    path.write_text(yaml_text or SUITE.format(dtype=dtype, span=span(dtype)))
     (folder / "reference.py").write_text(REFERENCE)
     (folder / "double.cu").write_text(KERNEL)
     return path
@@ -84,7 +91,7 @@ def write(folder: Path, dtype: str, yaml_text: str | None = None) -> Path:
 
 def kernels(suite) -> dict[str, FakeKernel]:
     dtype = suite.signature[0].dtype
-    value, bits = TYPES[dtype], numpy_dtype(dtype)
+    value, bits = value_type(dtype), numpy_dtype(dtype)
     params = [p.protocol() for p in suite.signature]
 
     def xy(launch):
@@ -135,7 +142,7 @@ def signed_suite(folder: Path, dtype: str):
     return suite
 
 
-@pytest.fixture(scope="module", params=list(TYPES))
+@pytest.fixture(scope="module", params=list(LOW_PRECISION))
 def replayed(request, tmp_path_factory):
     suite = signed_suite(tmp_path_factory.mktemp(request.param) / "suite", request.param)
     gate = Gate(FakeWorker(kernels(suite)), Fingerprint(), GateOptions(fresh_seed=11), tmp_path_factory.mktemp("out"))
@@ -157,14 +164,14 @@ def test_cases_generate_writes_the_bits_under_the_types_own_header_and_they_sign
     y = np.load(suite.expected_path(case, suite.signature[1]), allow_pickle=False)
     assert x.dtype == y.dtype == numpy_dtype(dtype) and x.dtype.names == (dtype,)
     # the expected output is the float32 result rounded to the type, and within the type's range
-    assert np.array_equal(values(y), (values(x) * 2).astype(TYPES[dtype]).astype(np.float32))
-    assert np.all(np.abs(values(x)) <= 4) and len(np.unique(values(x))) > 4
+    assert np.array_equal(values(y), (values(x) * 2).astype(value_type(dtype)).astype(np.float32))
+    assert np.all(np.abs(values(x)) <= span(dtype)) and len(np.unique(values(x))) > 4
     assert check_case_data(suite, case) == []
 
 
 def test_the_tolerance_defaults_to_four_units_of_roundoff(replayed):
     suite, _ = replayed
-    u = {"bfloat16": 2.0**-8, "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}[suite.signature[0].dtype]
+    u = 2.0 ** -(ml_dtypes.finfo(value_type(suite.signature[0].dtype)).nmant + 1)  # p significant bits: 2^-p
     assert suite.tolerance["y"].rtol == 4 * u and suite.tolerance["y"].atol == 0.0
 
 
@@ -204,7 +211,7 @@ def test_fresh_inputs_stay_in_range_and_the_reference_gets_float32(replayed, tmp
     sets, notes = prepare(suite, suite.case("perf"), count=2, adversarial=True, seed=5, root=tmp_path / "fresh").finish()
     assert [s.label for s in sets] == ["resampled", "adversarial"], notes
     assert json.loads(record.read_text()) == {"x": "float32"}
-    largest = float(ml_dtypes.finfo(TYPES[dtype]).max)
+    largest = float(ml_dtypes.finfo(value_type(dtype)).max)
     for fresh in sets:
         x = np.load(fresh.root / "perf" / "x.npy", allow_pickle=False)
         y = np.load(fresh.root / "perf" / "expected" / "y.npy", allow_pickle=False)
@@ -212,7 +219,7 @@ def test_fresh_inputs_stay_in_range_and_the_reference_gets_float32(replayed, tmp
         assert np.all(np.isfinite(values(x))) and np.all(np.isfinite(values(y)))
         assert np.max(np.abs(values(y))) <= largest
     adversarial = values(np.load(sets[1].root / "perf" / "x.npy", allow_pickle=False))
-    assert np.count_nonzero(adversarial == 0) > 0 and np.max(np.abs(adversarial)) > 4  # zeros, and scaled up
+    assert np.count_nonzero(adversarial == 0) > 0 and np.max(np.abs(adversarial)) > span(dtype)  # zeros, and scaled up
 
 
 def test_the_reference_output_is_rounded_to_the_type_and_an_integer_one_is_refused(tmp_path):
@@ -243,7 +250,7 @@ def test_an_unknown_dtype_is_refused_naming_the_line_and_the_known_ones(tmp_path
 
 
 def test_a_low_precision_scalar_is_refused(tmp_path):
-    text = replace_once(SUITE.format(dtype="bfloat16"), "{name: n, scalar: int32}", "{name: n, scalar: bfloat16}")
+    text = replace_once(SUITE.format(dtype="bfloat16", span=4.0), "{name: n, scalar: int32}", "{name: n, scalar: bfloat16}")
     with pytest.raises(FileError, match=r"line 5: signature\[2\]\.scalar: bfloat16 is for buffers only"):
         load_suite(write(tmp_path / "s", "bfloat16", text))
 
@@ -263,17 +270,17 @@ def test_a_bf16_case_file_whose_header_says_float32_is_refused(tmp_path, kind):
 
 
 def test_a_distribution_beyond_the_types_range_is_refused(tmp_path):
-    text = replace_once(SUITE.format(dtype="float8_e4m3fn"), "low: -4.0, high: 4.0", "low: -4.0, high: 500.0")
+    text = replace_once(SUITE.format(dtype="float8_e4m3fn", span=4.0), "low: -4.0, high: 4.0", "low: -4.0, high: 500.0")
     with pytest.raises(FileError, match=r"line 11: inputs\.x\.high: 500 is beyond float8_e4m3fn's largest value 448"):
         load_suite(write(tmp_path / "a", "float8_e4m3fn", text))
-    text = replace_once(SUITE.format(dtype="float8_e4m3fn"), "distribution: uniform, low: -4.0, high: 4.0",
+    text = replace_once(SUITE.format(dtype="float8_e4m3fn", span=4.0), "distribution: uniform, low: -4.0, high: 4.0",
                         "distribution: normal, mean: 0.0, std: 100.0")
     with pytest.raises(FileError, match=r"inputs\.x: mean ± 6 std reaches 600, beyond float8_e4m3fn's largest value"):
         load_suite(write(tmp_path / "b", "float8_e4m3fn", text))
 
 
 def test_a_normal_draw_past_the_range_is_clipped_not_nan(tmp_path):
-    text = replace_once(SUITE.format(dtype="float8_e4m3fn"), "distribution: uniform, low: -4.0, high: 4.0",
+    text = replace_once(SUITE.format(dtype="float8_e4m3fn", span=4.0), "distribution: uniform, low: -4.0, high: 4.0",
                         "distribution: normal, mean: 0.0, std: 70.0")  # 6 std = 420: the tail passes 448
     text = replace_once(text, "y: {}", "y: {nan: equal}")  # 2x overflows the type: not what is tested here
     suite = load_suite(write(tmp_path / "s", "float8_e4m3fn", text))
@@ -289,7 +296,7 @@ def test_a_normal_draw_past_the_range_is_clipped_not_nan(tmp_path):
     ("{atol: 3.5e+38}", ["looser than bfloat16 can express: atol=3.5e+38 is at least bfloat16's largest value"]),
 ])
 def test_a_tolerance_the_type_makes_meaningless_is_warned_about(tmp_path, tolerance, words):
-    text = replace_once(SUITE.format(dtype="bfloat16"), "y: {}", f"y: {tolerance}")
+    text = replace_once(SUITE.format(dtype="bfloat16", span=4.0), "y: {}", f"y: {tolerance}")
     suite = load_suite(write(tmp_path / "s", "bfloat16", text))
     generate(suite)
     flags = flag_cases(suite)
@@ -300,7 +307,7 @@ def test_a_tolerance_the_type_makes_meaningless_is_warned_about(tmp_path, tolera
 
 def test_the_default_and_an_exact_tolerance_are_not_warned_about(tmp_path):
     for name, tolerance in (("d", "{}"), ("e", "{atol: 0, rtol: 0}")):
-        text = replace_once(SUITE.format(dtype="bfloat16"), "y: {}", f"y: {tolerance}")
+        text = replace_once(SUITE.format(dtype="bfloat16", span=4.0), "y: {}", f"y: {tolerance}")
         suite = load_suite(write(tmp_path / name, "bfloat16", text))
         generate(suite)
         assert not [f for f in flag_cases(suite) if f.startswith("tolerance.")]

@@ -45,8 +45,8 @@ from pytest_cudagate.suite.draw import draw_fresh
 from pytest_cudagate.suite.model import Case, Suite
 
 # The per-type bits below are keyed by a float type's exponent width (its finfo's nexp), which fixes
-# the binades it spans, so a type of DTYPES whose width is listed needs no entry of its own (bfloat16
-# is float32's 8 bits, float8_e5m2 float16's 5); :func:`type_bits` reads them.
+# the binades it spans, so a type of DTYPES needs no entry of its own (bfloat16 is float32's 8 bits,
+# float8_e5m2 float16's 5; :func:`type_bits` works out a width not listed).
 # Magnitudes spread over 2^-R..2^R, and |expected| kept below max * 2^-H. float8_e4m3fn's normal
 # numbers (4 bits) span only 2^-6..448 and float8_e5m2's (5 bits) 2^-14..57344, so their spread
 # stays within a few binades of values of order one, representable, not subnormal.
@@ -65,8 +65,15 @@ SCALE_STEPS = 4  # candidate global scales: 2^(E*j/4), j = 4..0, E the largest t
 
 
 def type_bits(table: dict[int, int], dtype: str) -> int:
-    """``table``'s bits for the float type ``dtype``, by its exponent width."""
-    return table[finfo(dtype).nexp]
+    """``table``'s bits for the float type ``dtype``, by its exponent width: a width between two listed
+    takes the narrower one's, and one narrower than all (FP6, FP4: 2 or 3 bits) the narrowest's scaled
+    down to its width, at least 1, so its values stay within the few binades it has."""
+    width = finfo(dtype).nexp
+    listed = [w for w in table if w <= width]
+    if listed:
+        return table[max(listed)]
+    narrowest = min(table)
+    return max(1, table[narrowest] * width // narrowest)
 
 
 @dataclass

@@ -12,9 +12,10 @@ import json
 
 import numpy as np
 import pytest
+from cudagate_harness.protocol import FLOAT_DTYPES, LOW_PRECISION
 
 from helpers import SUITE_YAML, replace_once, write_suite
-from pytest_cudagate.defences.fresh_inputs import prepare
+from pytest_cudagate.defences.fresh_inputs import BOUND_BITS, HEADROOM_BITS, SPREAD_BITS, prepare, type_bits
 from pytest_cudagate.suite.loader import load_suite
 
 NORMAL_X = replace_once(SUITE_YAML, "tolerance:", "inputs:\n  x: {distribution: normal, mean: 0.5, std: 2}\ntolerance:")
@@ -36,3 +37,14 @@ def test_a_fresh_seed_draws_the_sets_it_drew_before(tmp_path, yaml_text, digest)
         for path in [*spec["inputs"].values(), *spec["expected"].values()]:
             h.update(np.load(path).tobytes())
     assert h.hexdigest() == digest
+
+
+def test_every_float_type_gets_bits_by_its_exponent_width_listed_or_not():
+    """A type of DTYPES needs no line in the tables: a listed width is read, one between two listed takes
+    the narrower's, and one narrower than all takes the narrowest's scaled down, at least 1."""
+    for name in FLOAT_DTYPES | set(LOW_PRECISION):
+        assert all(type_bits(table, name) >= 1 for table in (SPREAD_BITS, HEADROOM_BITS, BOUND_BITS)), name
+    assert type_bits(SPREAD_BITS, "bfloat16") == SPREAD_BITS[8] and type_bits(SPREAD_BITS, "float8_e5m2") == SPREAD_BITS[5]
+    assert type_bits({4: 2, 8: 16}, "float16") == 2  # width 5: the 4-bit entry
+    assert type_bits({8: 16, 11: 40}, "float8_e4m3fn") == 8  # width 4 of the narrowest 8: 16 * 4 // 8
+    assert type_bits({8: 1}, "float8_e4m3fn") == 1

@@ -223,7 +223,7 @@ def said(result: subprocess.CompletedProcess) -> str:
     return f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
 
 
-@pytest.fixture(params=[("pr", True), ("", False)],
+@pytest.fixture(params=[("pr", True), pytest.param(("", False), marks=pytest.mark.slow)],
                 ids=["checkout in pr, a careless runner", "checkout at the workspace root, as issue 41 found it"])
 def runner(request, tmp_path):
     """A checkout in pr/ on a runner whose PATH has relative entries, whose PYTHONPATH holds the current

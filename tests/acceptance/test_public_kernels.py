@@ -63,9 +63,9 @@ def test_the_copies_are_the_upstream_files(relative):
     assert hashlib.sha256((PUBLIC / relative).read_bytes()).hexdigest() == UPSTREAM[relative]
 
 
-# An nvcc compile of host code and kernels is tens of seconds: the fast run compiles one of cuda-samples' three
-# reductions (same project, same build), CI all of them.
-SLOW = {"reduce_blocks", "reduce_grid_stride"}
+# An nvcc compile of host code and kernels is tens of seconds: the fast run compiles sgemm_cuda and one of
+# llm.c's (the same nvcc path), CI all of them.
+SLOW = {"reduce_blocks", "reduce_grid_stride", "reduce_pairs", "softmax_forward"}
 
 
 @pytest.mark.parametrize("suite", [pytest.param(s, marks=pytest.mark.slow if s.name in SLOW else ()) for s in SUITES],

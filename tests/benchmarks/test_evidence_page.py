@@ -133,6 +133,7 @@ def test_a_named_commit_is_recorded_and_compared_where_git_knows_it(monkeypatch)
     assert read_header(with_header({}, ROOT / "benchmarks" / "tables.py", [])).dirty is here.dirty
 
 
+@pytest.mark.slow
 def test_each_section_renders_what_its_script_writes(tmp_path):
     # The CPU scripts write their --json here; the GPU ones are covered by the kept files above.
     evidence = tmp_path / "evidence"

@@ -106,8 +106,8 @@ def valid_json(path: Path) -> dict:
     return document
 
 
-# The regressing commit first, last, and in the middle (the middle ones `slow`: tens of seconds each).
-@pytest.mark.parametrize("slow_at", [1, *[pytest.param(n, marks=pytest.mark.slow) for n in (4, 5)], 8])
+# The regressing commit first, last, and in the middle (all but the first `slow`: tens of seconds each).
+@pytest.mark.parametrize("slow_at", [1, *[pytest.param(n, marks=pytest.mark.slow) for n in (4, 5, 8)]])
 def test_finds_the_commit_that_regressed_in_log2_comparisons_skipping_commits_that_leave_the_kernel(
         history, workers, capsys, tmp_path, slow_at):
     for number in range(1, 9):
@@ -130,6 +130,7 @@ def test_finds_the_commit_that_regressed_in_log2_comparisons_skipping_commits_th
     assert len(document["comparisons"]) == len(seen)
 
 
+@pytest.mark.slow
 def test_a_bad_that_is_not_slower_is_one_comparison_and_no_regression(history, workers, capsys):
     for number in range(1, 6):
         history.version(f"refactor {number}", slower_pct=1.0 if number == 5 else 0.0)
@@ -140,6 +141,7 @@ def test_a_bad_that_is_not_slower_is_one_comparison_and_no_regression(history, w
     assert compared(workers, history) == [history.kernel_commits[-1][:12]]
 
 
+@pytest.mark.slow
 def test_the_threshold_option_is_in_percent(history, workers, capsys):
     for number in range(1, 6):
         history.version(f"refactor {number}", slower_pct=1.0 if number >= 3 else 0.0)
@@ -147,6 +149,7 @@ def test_the_threshold_option_is_in_percent(history, workers, capsys):
     assert f"first regressing commit: {history.kernel_commits[2][:12]} 'refactor 3'" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_creep_names_the_commits_that_add_up(history, workers, capsys, tmp_path):
     history.version("step 1", slower_pct=1.2)
     history.version("harmless", slower_pct=1.2)
@@ -163,6 +166,7 @@ def test_creep_names_the_commits_that_add_up(history, workers, capsys, tmp_path)
     assert document["verdict"] == "creep" and [s["contributes"] for s in document["steps"]] == [True, False, True]
 
 
+@pytest.mark.slow
 def test_a_step_under_the_threshold_after_nothing_measurable_is_still_one_commit(history, workers, capsys):
     history.version("within the resolution", slower_pct=0.4)  # 0.4 % <= a quarter of 2 %
     history.version("the jump", slower_pct=2.3)  # its own step: 1.023 / 1.004 = +1.9 %
@@ -172,6 +176,7 @@ def test_a_step_under_the_threshold_after_nothing_measurable_is_still_one_commit
     assert "its own step: 1.9% slower than the version before it" in out
 
 
+@pytest.mark.slow
 def test_a_version_that_fails_the_case_stops_the_search_and_keeps_what_was_measured(history, workers, capsys,
                                                                                     tmp_path):
     history.version("fast")
@@ -290,6 +295,7 @@ def test_under_a_trusted_ref_the_working_trees_key_and_reference_are_not_trusted
     assert ran.exists()
 
 
+@pytest.mark.slow
 def test_under_a_trusted_ref_a_ledger_signed_by_a_key_added_in_the_range_is_refused(history, workers, capsys):
     """A commit in the range adds a key and re-approves the kernel with it; later commits sign with the
     maintainer's key again. The working tree trusts the added key; the trusted ref does not."""

@@ -245,6 +245,7 @@ def test_the_largest_tunables_allowed_load_and_check_each_value_once(tmp_path):
         load_suite(path)
 
 
+@pytest.mark.slow
 def test_twelve_thousand_tunables_in_a_pull_request_are_refused_by_the_gate_in_seconds(tmp_path):
     repo = Repo(tmp_path)
     path = repo.suite_dir / "cudagate.yaml"
@@ -270,6 +271,7 @@ class _Measured:
         self.candidate, self.passed, self.geomean_ms, self.anchored = candidate, True, ms, {"perf": ms}
 
 
+@pytest.mark.slow
 def test_autotune_plans_a_round_of_the_largest_space_allowed_in_bounded_time(tmp_path):
     """Pairs of one-step moves grow with the square of the tunables, for each elite point: a batch of 32
     at the cap spent 8.7 s of CPU in two rounds on 5b892e9; now each elite point draws a bounded sample."""

@@ -27,6 +27,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 
 # -- check ------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_check_the_examples(capsys):
     code, out, err = run(capsys, "check", EXAMPLES)
     assert code == 0, out + err

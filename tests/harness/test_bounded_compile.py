@@ -153,6 +153,7 @@ def test_a_request_file_with_a_bad_timeout_is_refused():
 
 
 # -- end to end: the gate on a pull request that brings a bomb ---------------------------------------------
+@pytest.mark.slow
 def test_the_gate_stops_a_bomb_in_its_compile_item_within_the_case_timeout(tmp_path):
     repo = Repo(tmp_path)
     (repo.suite_dir / "softmax_alt.cu").write_text(bomb("softmax_rows", "const float* x, float* y, int rows, int cols",

@@ -292,6 +292,7 @@ def _key() -> str:
     return cache_key(KERNEL_CU, entry="scale2", options=[], headers={}, arch="sm_90")
 
 
+@pytest.mark.slow
 def test_a_new_header_package_version_never_reuses_a_cached_cubin(packages_only, cache, monkeypatch):
     first = compile_kernel(CUB_CU, entry="block_sums", arch="sm_90")
     assert first.ok, first.log
@@ -349,6 +350,7 @@ extern "C" __global__ void scale2(const float* __restrict__ x, float* __restrict
 """
 
 
+@pytest.mark.slow
 def test_the_compile_item_of_a_suite_using_them_passes_without_a_toolkit(pytester, packages_only, cache):
     write_suite(pytester.path, kernel_source=SUITE_KERNEL_CU)
     result = pytester.runpytest("--cuda-gate", "--cuda-gate-allow-unsigned", "-v", "-p", "no:cacheprovider")

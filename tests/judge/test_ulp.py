@@ -167,6 +167,7 @@ def test_ulp_on_an_integer_output_is_refused_in_one_line(tmp_path, capsys):
     assert err.count("\n  - ") == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_report_names_ulp_only_where_the_suite_gives_it(pytester, monkeypatch):
     """A suite without `ulp` reads in report.json as before ulp existed (benchmarks/report_equality.py)."""
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))

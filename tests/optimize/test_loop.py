@@ -135,6 +135,7 @@ def test_no_candidate_faster_than_the_initial_kernel(tmp_path, suite):
     assert_pack_valid(pack)
 
 
+@pytest.mark.slow
 def test_all_gated_candidates_rejected(tmp_path, suite):
     props = write_proposals(tmp_path / "props", [{"marker": "holdout-wrong latency=0.010"},
                                                  {"marker": "regressed latency=0.012"},

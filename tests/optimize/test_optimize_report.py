@@ -104,6 +104,7 @@ def assert_no_repr(html: str) -> None:
         assert token not in html, token
 
 
+@pytest.mark.slow
 def test_a_long_search_reads_as_text_and_tables(long_search):
     pack, summary, history = long_search
     assert_pack_valid(pack)

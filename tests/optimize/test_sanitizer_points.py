@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from test_optimize_gpu import SANITIZED, SANITIZER_POINTS, sanitized_case, sanitizer_requests
 from pytest_cudagate.boundary import schema
@@ -32,6 +33,7 @@ def test_the_points_cover_the_pipeline_with_split_k_in_steady_state_with_edges()
         assert m % point["BM"] and n % point["BN"] and m % point["TM"] and n % point["TN"], point
 
 
+@pytest.mark.slow
 def test_each_request_is_valid_and_each_point_compiles_and_fits_one_block(tmp_path):
     reference = sanitized_case(tmp_path / "data")
     assert reference.shape == (SANITIZED.scalars["m"], SANITIZED.scalars["n"])

@@ -9,6 +9,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import SUITE_YAML, write_suite
 from pytest_cudagate.phases import RUN_PHASES, RunClock
 from pytest_cudagate.boundary.schema import problems
@@ -53,6 +55,7 @@ def _run_table(lines: list[str]) -> tuple[dict[str, float], float]:
     raise AssertionError("the run phases have no total")
 
 
+@pytest.mark.slow
 def test_durations_and_report_json_name_the_run_phases_within_the_wall_time(pytester):
     result, wall = _gate(pytester, "--cuda-gate-durations", "0", "--cuda-gate-report", "out")
     assert result.ret == 0, result.stdout.str()

@@ -308,6 +308,7 @@ def pytest_unconfigure(config):
 """
 
 
+@pytest.mark.slow
 def test_a_gate_run_imports_git_scipy_the_release_and_the_report_only_where_used(pytester, monkeypatch):
     # gitpython: release mode and `cudagate gate --trusted-ref`; scipy: a kernel judged against its stored
     # approval runs (no GPU here: no case is judged); the report's modules: a report that is written.

@@ -118,6 +118,7 @@ def _table(lines: list[str]) -> list[str]:
     return lines[start + 1:start + 2 + 2 * len(CASES) * 2 + 1]
 
 
+@pytest.mark.slow
 def test_two_workers_report_what_one_process_reports(pytester):
     _project(pytester.path)
     single, one = _run(pytester, "0", "out0")
@@ -154,6 +155,7 @@ def test_two_workers_report_what_one_process_reports(pytester):
     assert len([line for line in spread.outlines[durations:] if "/cudagate.yaml::" in line or "::" in line]) >= 24
 
 
+@pytest.mark.slow
 def test_durations_lists_the_slowest_cases_with_their_phases(pytester):
     _project(pytester.path)
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-allow-unsigned", "-p", "no:cacheprovider",
@@ -213,6 +215,7 @@ def test_report_merge_keeps_runs_of_two_machines(pytester, tmp_path):
     assert merged["counts"]["failed"] == 2 * document["counts"]["failed"] and merged["verdict"] == "fail"
 
 
+@pytest.mark.slow
 def test_an_unknown_class_under_xdist_runs_every_case_instead_of_an_internal_error(pytester):
     # A usage error raised in a worker's collection would end the run as INTERNALERROR (exit 3).
     _project(pytester.path)

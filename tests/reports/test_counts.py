@@ -65,6 +65,7 @@ def project(pytester, monkeypatch):
     return pytester
 
 
+@pytest.mark.slow
 def test_a_cpu_runs_report_counts_what_pytest_counts_and_shows_every_build(project, capsys):
     tested, document, page, body = run_gate(project, capsys)
     # 3 compile items (broken's fails), 9 cases skipped for want of a GPU

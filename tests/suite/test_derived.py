@@ -171,6 +171,7 @@ os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".lock
 """
 
 
+@pytest.mark.slow
 def test_launches_read_the_fake_gpus_facts_and_the_report_records_them(pytester, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     write_suite(pytester.path / "scale", yaml_text=FACTS_YAML.replace("SHARED", "'max_shared_per_block // 2'"))

@@ -65,6 +65,7 @@ def cli(capsys, *args) -> tuple[int, str]:
     return code, captured.out + captured.err
 
 
+@pytest.mark.slow
 def test_cases_generate_draws_each_instantiation_and_check_compiles_each_entry(tmp_path, capsys):
     path = write_gelu(tmp_path / "gelu")
     code, out = cli(capsys, "cases", "generate", path)
@@ -100,6 +101,7 @@ def fake_gpu(folder: Path, shift: str = "") -> None:
     (folder / "conftest.py").write_text(CONFTEST.format(tests=str(Path(__file__).resolve().parents[1]), shift=shift))
 
 
+@pytest.mark.slow
 def test_the_gate_runs_and_reports_each_instantiation(pytester, monkeypatch, capsys):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     path = write_gelu(pytester.path / "gelu")

@@ -45,6 +45,7 @@ def test_check_says_which_cases_a_kernel_skips(tmp_path, capsys):
     assert out.count("skips:") == 1  # scale2 has no requires; perf (cols 256) meets scale2_wide's
 
 
+@pytest.mark.slow
 def test_a_case_that_breaks_a_kernels_requires_is_skipped_for_that_kernel_only(pytester, monkeypatch):
     monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(pytester.path / "compile-cache"))
     write_suite(pytester.path / "scale", yaml_text=REQUIRES_YAML)

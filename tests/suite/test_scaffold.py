@@ -64,6 +64,7 @@ def fill_in(folder: Path) -> None:
     reference.write_text("".join(lines).replace("def saxpy(x, a, n):", "def saxpy(x, y, a, n):") + REFERENCE_BODY)
 
 
+@pytest.mark.slow
 def test_init_check_fill_in_check_and_gate(pytester, capsys):
     folder = pytester.path / "kernels" / "saxpy"
     folder.mkdir(parents=True)

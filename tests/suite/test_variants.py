@@ -64,6 +64,7 @@ def test_a_variant_changes_the_build_and_launch_of_its_classs_cases_only(pyteste
     assert found["big_override"] == ("run", ["-DWIDE=1"], 32)
 
 
+@pytest.mark.slow
 def test_an_approval_pins_the_variants_and_a_changed_variant_is_timed_against_the_approved_one(
         pytester, monkeypatch, capsys):
     suite_path = write_suite(pytester.path / "scale", yaml_text=VARIANT_YAML)

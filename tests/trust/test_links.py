@@ -113,6 +113,7 @@ def test_cudagate_check_refuses_a_link_to_a_folder_in_one_line(tmp_path, capsys,
     assert out.out == ""
 
 
+@pytest.mark.slow
 def test_cudagate_gate_refuses_a_link_to_root_in_the_trusted_suites_at_once(tmp_path):
     repo = Repo(tmp_path)
     (repo.suite_dir / "everything").symlink_to("/")

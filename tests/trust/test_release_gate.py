@@ -115,6 +115,7 @@ def test_release_items_exist_only_in_release_mode(pytester, project):
     assert not any(line.endswith("::release") for line in result.stdout.lines)
 
 
+@pytest.mark.slow
 def test_the_tag_pattern_comes_from_the_settings(pytester, project):
     project.suite("scale")
     commit(project.root, "release", "release-7")
@@ -126,6 +127,7 @@ def test_the_tag_pattern_comes_from_the_settings(pytester, project):
     result.stdout.fnmatch_lines(["release reference release-7 (commit *, the newest tag matching 'release-[*]' before HEAD)"])
 
 
+@pytest.mark.slow
 def test_a_release_tags_setting_that_is_not_a_pattern_is_refused(pytester, project):
     (project.root / "pyproject.toml").write_text('[tool.cudagate]\nrelease_tags = ["v*"]\n')
     result = pytester.runpytest_subprocess("--cuda-gate", "--cuda-gate-release")
@@ -144,6 +146,7 @@ def test_a_ref_that_does_not_exist_fails_each_kernel_once_and_nothing_else(pytes
     result.stdout.fnmatch_lines(["release reference: NONE: release ref 'v9.9': not a commit*"])
 
 
+@pytest.mark.slow
 def test_an_unsigned_ledger_at_the_ref_is_named(pytester, project):
     project.suite("scale")
     project.suite("other")
@@ -159,6 +162,7 @@ def test_an_unsigned_ledger_at_the_ref_is_named(pytester, project):
     assert result.parseoutcomes()["failed"] == 1
 
 
+@pytest.mark.slow
 def test_a_ledger_tampered_at_the_ref_is_named(pytester, project):
     project.suite("scale")
     project.edit_ledger("scale", lambda raw: raw["approvals"]["scale2"].update(approved_by="mallory"))
@@ -170,6 +174,7 @@ def test_a_ledger_tampered_at_the_ref_is_named(pytester, project):
                                  "release cannot be used as a reference"])
 
 
+@pytest.mark.slow
 def test_a_key_revoked_since_the_release_no_longer_vouches_for_it(pytester, project, tmp_path):
     released(project, "scale")
     (project.root / ".cudagate/trusted_keys/alice.pub").unlink()
@@ -182,6 +187,7 @@ def test_a_key_revoked_since_the_release_no_longer_vouches_for_it(pytester, proj
                                  "(signer alice), which is not trusted*"])
 
 
+@pytest.mark.slow
 def test_a_pinned_source_missing_at_the_ref_is_named(pytester, project):
     project.suite("scale")
     project.suite("other")
@@ -198,6 +204,7 @@ def test_a_pinned_source_missing_at_the_ref_is_named(pytester, project):
     result.stdout.fnmatch_lines(["*kernels/other/cudagate.yaml::scale2::release PASSED*"])
 
 
+@pytest.mark.slow
 def test_a_shallow_clone_says_to_fetch_tags(pytester, tmp_path, monkeypatch):
     origin = Project(tmp_path / "origin", tmp_path)
     released(origin, "scale")
@@ -210,6 +217,7 @@ def test_a_shallow_clone_says_to_fetch_tags(pytester, tmp_path, monkeypatch):
                                  "`actions/checkout` with `fetch-depth: 0`"])
 
 
+@pytest.mark.slow
 def test_a_kernel_new_since_the_release_and_a_first_release_warn(pytester, project):
     project.suite("scale")
     commit(project.root, "first release", "v1.0.0")
@@ -224,6 +232,7 @@ def test_a_kernel_new_since_the_release_and_a_first_release_warn(pytester, proje
     assert result.ret == pytest.ExitCode.OK
 
 
+@pytest.mark.slow
 def test_cudagate_gate_passes_the_bare_flag_without_swallowing_a_path(pytester, project):
     released(project, "scale")
     assert split_args(["--cuda-gate-release", "kernels/scale"]) == (["--cuda-gate-release="], ["kernels/scale"])

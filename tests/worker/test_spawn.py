@@ -130,6 +130,7 @@ def test_no_worker_where_no_item_runs(project, args):
     assert not [e for e in events if e.split()[0] in ("spawn", "hello")]
 
 
+@pytest.mark.slow
 def test_under_xdist_each_worker_spawns_on_its_own_card_and_the_controller_none(project):
     pytest.importorskip("xdist")
     result, events = gate(project, "--cuda-gate", "-n", "2")
@@ -140,9 +141,10 @@ def test_under_xdist_each_worker_spawns_on_its_own_card_and_the_controller_none(
 
 @pytest.mark.parametrize("mode, require, expected, ret", [
     ("nogpu", (), "SKIPPED [[]2[]] *no CUDA device (stub)*", pytest.ExitCode.OK),
-    ("nogpu", ("--cuda-gate-require-gpu",), "*no CUDA device (stub) (--cuda-gate-require-gpu is set)*",
-     pytest.ExitCode.TESTS_FAILED),
-    ("silent", (), "SKIPPED [[]2[]] *no CUDA device: the harness worker did not start*", pytest.ExitCode.OK),
+    pytest.param("nogpu", ("--cuda-gate-require-gpu",), "*no CUDA device (stub) (--cuda-gate-require-gpu is set)*",
+                 pytest.ExitCode.TESTS_FAILED, marks=pytest.mark.slow),
+    pytest.param("silent", (), "SKIPPED [[]2[]] *no CUDA device: the harness worker did not start*", pytest.ExitCode.OK,
+                 marks=pytest.mark.slow),
 ])
 def test_a_worker_without_a_gpu_ends_as_it_always_did(project, monkeypatch, mode, require, expected, ret):
     monkeypatch.setenv("STUB_MODE", mode)
@@ -154,9 +156,9 @@ def test_a_worker_without_a_gpu_ends_as_it_always_did(project, monkeypatch, mode
 
 @pytest.mark.parametrize("end_at, pyproject, ret", [
     ("", "[tool.cudagate]\ntimeout_s = \"soon\"\n", pytest.ExitCode.USAGE_ERROR),
-    ("configure", "", pytest.ExitCode.INTERRUPTED),
+    pytest.param("configure", "", pytest.ExitCode.INTERRUPTED, marks=pytest.mark.slow),
     ("interrupt", "", pytest.ExitCode.INTERRUPTED),
-    ("internal", "", pytest.ExitCode.INTERNAL_ERROR),
+    pytest.param("internal", "", pytest.ExitCode.INTERNAL_ERROR, marks=pytest.mark.slow),
 ], ids=["usage-error", "ctrl-c-in-configure", "ctrl-c-in-collection", "internalerror"])
 def test_nothing_is_left_running_when_pytest_ends_early(project, monkeypatch, end_at, pyproject, ret):
     monkeypatch.setenv("END_AT", end_at)
@@ -168,6 +170,7 @@ def test_nothing_is_left_running_when_pytest_ends_early(project, monkeypatch, en
     assert not [e for e in events if e.startswith("alive")], events
 
 
+@pytest.mark.slow
 def test_worker_wait_is_what_the_first_item_waits(project, monkeypatch):
     """A worker 3 s from its hello: configure and collection take well under a second of it, the rest
     is the first item's wait."""

@@ -24,7 +24,9 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--
          "--disable-sync", "--no-first-run", "--disable-quic"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
+# A browser starts in seconds and renders the optimize report in tens: CI runs these, the fast run does not.
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")]
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,21 @@
 """The one serializer of report objects: a dataclass is written field by field, in the order its
 fields are declared, so a new report field is one line in its dataclass (and one in the schema).
 
-Two views of one object:
+Two views of one object, each with its way back:
 
-* :func:`to_json`, the report's (``report.json`` items, the optimize pack's cases): each field under
+* :func:`to_json`, the report's (``report.json``, the optimize pack's cases): each field under
   its name unless :func:`json_field` says otherwise (another key, left out, left out at its
   default, converted first), with the values the class marks :func:`derived` (a headline, a status)
   placed after the field they name. Non-finite floats are written as the strings ``"nan"``,
   ``"inf"``, ``"-inf"``: JSON has none, yet a relative norm can be infinite and a wrong output NaN.
-* :func:`from_json`, its inverse: a report.json's objects back into the same dataclasses (fields by
-  key, the text floats back to floats, each ``convert`` undone by its ``revert``). A derived value is
-  kept as the file says it, not recomputed: it was worked out from the object's hidden state (raw
+  :func:`from_json` reads such a document back into the same dataclasses (fields by key, the text
+  floats back to floats, each ``convert`` undone by its ``revert``; a value they cannot hold is a
+  :class:`ReadError` naming its path), so that writing it again gives the same JSON. A derived value
+  is kept as the file says it, not recomputed: it was worked out from the object's hidden state (raw
   samples, a scale rule, a failure's kind), which the file does not hold, and a report from an older
-  cudagate says what that version said. Hidden fields are at their defaults (None where there is none).
+  cudagate says what that version said; :func:`replace` keeps it through a change. Hidden fields are
+  at their defaults (None where there is none), and keys no field names are written back as read.
+  :func:`per_run_keys` lists the keys whose fields are declared to differ between two runs.
 * :func:`to_wire` / :func:`from_wire`, the object itself, every field by name, for an object that
   crosses a process boundary (a pytest-xdist worker hands its outcomes to the controller, whose
   reports are then built from the very outcomes a ``-n 0`` run holds). Dataclasses are rebuilt from
@@ -24,7 +27,6 @@ Standard library only, in the bottom layer: every package may declare its report
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import json
 import math
@@ -32,7 +34,7 @@ import types
 import typing
 from collections.abc import Callable
 from enum import Enum
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 
 _SPEC = "cudagate.json"
@@ -78,7 +80,7 @@ def derived(key: str | None = None, *, after: str | None = None, per_run: str | 
     def mark(function: Callable) -> Callable:
         name = key or function.__name__
 
-        @functools.wraps(function)
+        @wraps(function)
         def value(self: Any) -> Any:
             read = self.__dict__.get(_READ)
             return read[0][name] if read is not None and name in read[0] else function(self)
@@ -110,6 +112,10 @@ def _plan(cls: type) -> tuple[tuple[str, str, Any], ...]:
     if extra:
         raise TypeError(f"{cls.__name__}: derived values placed after no field: {sorted(extra)}")
     return tuple(plan)
+
+
+def _getter(member: Any) -> Any:
+    return member.fget if isinstance(member, property) else member
 
 
 def _spec(f: dataclasses.Field) -> _Spec:
@@ -166,7 +172,6 @@ class ReadError(ValueError):
 
     def __init__(self, where: str, problem: str) -> None:
         super().__init__(f"{where}: {problem}" if where else problem)
-        self.where, self.problem = where, problem
 
 
 _FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -214,14 +219,12 @@ def _read(hint: Any, value: Any, where: str) -> Any:
     return value
 
 
-def _written(cls: type) -> tuple[set[str], set[str]]:
+@lru_cache(maxsize=None)  # asked once per item of a report
+def _written(cls: type) -> tuple[frozenset[str], frozenset[str]]:
     """The keys :func:`to_json` always writes of a ``cls``, and every key it may write."""
-    always, every = set(), set()
-    for key, _, how in _plan(cls):
-        every.add(key)
-        if isinstance(how, str) or not how[0].omit_default:
-            always.add(key)
-    return always, every
+    plan = _plan(cls)
+    return (frozenset(key for key, _, how in plan if isinstance(how, str) or not how[0].omit_default),
+            frozenset(key for key, _, _ in plan))
 
 
 def _shape(options: list[type], value: Any, where: str) -> type:
@@ -246,9 +249,7 @@ def _read_object(cls: type, data: Any, where: str) -> Any:
         at = f"{where}.{key}" if where else key
         if isinstance(how, str):
             if key in data:
-                member = getattr(cls, name)
-                getter = member.fget if isinstance(member, property) else member
-                kept[key] = _read(typing.get_type_hints(getter).get("return", Any), data[key], at)
+                kept[key] = _read(_returns(cls, name), data[key], at)
             continue
         spec, f = how
         if key not in data:
@@ -292,8 +293,7 @@ def per_run_keys(cls: type) -> dict[str, str]:
         seen.add(hint)
         for key, name, how in _plan(hint):
             if isinstance(how, str):
-                member = getattr(hint, name)
-                mark = getattr(member.fget if isinstance(member, property) else member, _DERIVED)
+                mark = getattr(_getter(getattr(hint, name)), _DERIVED)
                 if mark[3]:
                     found[key] = mark[3]
             else:
@@ -324,6 +324,12 @@ def _wire(value: Any) -> Any:
 @lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
+
+
+@lru_cache(maxsize=None)
+def _returns(cls: type, name: str) -> Any:
+    """The type a derived value ``name`` of ``cls`` returns."""
+    return typing.get_type_hints(_getter(getattr(cls, name))).get("return", Any)
 
 
 def _build(hint: Any, value: Any) -> Any:

@@ -5,7 +5,7 @@ gate cases are both :func:`pytest_cudagate.boundary.wire.to_json` of a :class:`C
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from pytest_cudagate.judge.correctness import CaseVerdict

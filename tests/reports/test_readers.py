@@ -5,7 +5,6 @@ writes with, in one line naming the file and the field."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

@@ -5,11 +5,12 @@
 For a change that must change no verdict (a refactor, a faster path): the same examples gated by the
 code before and after, with one ``--cuda-gate-fresh-seed``, so every input, output and correctness
 figure is the same. Every item is compared field by field, and so are the report's ``verdict`` and
-``counts``. A difference is a **time** only where a time may differ: anything under an item's
-``phases``, ``worker_s``, ``head_start_s``, ``samples_ms``, ``latency`` and ``library`` (measured
-latencies and their intervals, rounds, verdict words aside: a ``verdict`` field anywhere must match),
-``correctness.median_ms``, and the words of ``warning``, ``headline`` and ``message`` once every number
-in them is masked (a run level's "+0.4%"); a measured field one side lacks (a time the older code did
+``counts``. A difference is a **time** only where a time may differ, as the report's fields declare it
+(``per_run`` in :mod:`pytest_cudagate.reports.model` and the objects it holds): anything under an
+item's ``phases``, ``worker_s``, ``head_start_s``, ``samples_ms``, ``latency`` and ``library``
+(measured latencies and their intervals, rounds, verdict words aside: a ``verdict`` field anywhere must
+match), ``correctness.median_ms``, and the words of ``warning``, ``headline`` and ``message`` once every
+number in them is masked (a run level's "+0.4%"); a measured field one side lacks (a time the older code did
 not record, such as ``head_start_s``) counts as a time too. Everything else (a verdict, a status, a count of wrong
 elements, a request field, a key one side lacks) is a **difference**, listed by item and path. The
 run-folder names in request paths (``cudagate-run-<pid>-<random>``) and each report's own folder (the
@@ -26,13 +27,17 @@ import sys
 from pathlib import Path
 
 from evidence_header import with_header
+from pytest_cudagate.boundary.wire import FIGURES, TIME, per_run_keys
+from pytest_cudagate.reports.model import Report
 
 RUN_FOLDER = re.compile(r"cudagate-run-\d+-\w+")
 # the --cuda-gate-report folder of a reproduce command's request (shell-quoted where it holds a space)
 REPORT_FOLDER = re.compile(r"(?:'[^'\n]*/|[^\s\"']*/)?requests/([^/\s\"']+\.json)'?")
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-TIMED = {"phases", "worker_s", "head_start_s", "samples_ms", "latency", "library", "median_ms"}  # measured: may differ
-WORDED = {"warning", "headline", "message"}  # may quote a measured figure
+# What the report's own declarations say may differ between two runs (json_field's and derived's per_run).
+PER_RUN = per_run_keys(Report)
+TIMED = {key for key, how in PER_RUN.items() if how == TIME}  # measured: may differ
+WORDED = {key for key, how in PER_RUN.items() if how == FIGURES}  # may quote a measured figure
 
 
 def masked(text: str) -> str:

@@ -24,7 +24,9 @@ from pytest_cudagate.worker.requests import case_spec, kernel_spec, run_request
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.suite.model import Suite
 from pytest_cudagate.judge.correctness import CaseVerdict
-from pytest_cudagate.reports.document import build_report
+from pytest_cudagate.boundary.wire import from_json, to_json
+from pytest_cudagate.reports.document import Built, build_report
+from pytest_cudagate.reports.model import Report
 from pytest_cudagate.reports.locate import from_items
 
 CASES = """\
@@ -188,8 +190,15 @@ def scenario_for(suite: Suite, *, fingerprint: Fingerprint | None = None, option
 
 
 def built_report(scenario: Scenario, report_dir: Path | None = None, *, root: Path | None = None, exitstatus: int = 1):
-    """The report document (and request files) the pytest hook would build for ``scenario``."""
-    return build_report(scenario.outcomes, scenario.skipped, index=from_items(scenario.items()),
+    """The report (and request files) the pytest hook would build for ``scenario``, its document as
+    report.json holds it (JSON: a test edits it as a hand-edited file would be)."""
+    built = build_report(scenario.outcomes, scenario.skipped, index=from_items(scenario.items()),
                         fingerprint=scenario.fingerprint, options=scenario.options, trust=scenario.trust,
                         root=root or scenario.suite.root.parent, exitstatus=exitstatus,
                         report_dir=str(report_dir) if report_dir else None)
+    return Built(to_json(built.document), built.requests)
+
+
+def as_report(document: dict) -> Report:
+    """A report document (JSON, as a test edited it) as the objects the renderers take."""
+    return from_json(Report, document)

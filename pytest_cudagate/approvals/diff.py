@@ -67,11 +67,10 @@ def _latency_lines(report: Path, suite: Suite, kernel: str) -> list[str]:
     from pytest_cudagate.reports.writer import read_report  # only with --report
 
     lines = []
-    for item in read_report(report)["items"]:  # another job's artifact: read and checked as every reader does
-        latency = item.get("latency") or {}
-        estimate = latency.get("estimate")
-        if item["suite"] != suite.name or item["kernel"] != kernel or not estimate:
+    for item in read_report(report).items:  # another job's artifact: read and checked as every reader does
+        estimate = item.latency and item.latency.estimate
+        if item.suite != suite.name or item.kernel != kernel or not estimate:
             continue
-        lines.append(f"  latency {item['case']}: {(estimate['ratio'] - 1) * 100:+.1f}% "
-                     f"{interval(estimate, confidence=False)} {latency['verdict']}")
+        lines.append(f"  latency {item.case}: {(estimate.ratio - 1) * 100:+.1f}% "
+                     f"{interval(estimate, confidence=False)} {item.latency.verdict.value}")
     return lines or [f"  latency: no timed case of {kernel} in {report}"]

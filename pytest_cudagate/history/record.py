@@ -15,7 +15,7 @@ from pytest_cudagate.history.commit import Approvals
 from pytest_cudagate.history.model import FRACTION, LATENCY_US, RATIO, Result, Run
 from pytest_cudagate.judge.stats import run_level
 from pytest_cudagate.reports.fmt import as_float
-from pytest_cudagate.reports.writer import read_report
+from pytest_cudagate.reports.writer import read_document
 
 _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1, or a SHA-256 repository's
 
@@ -116,7 +116,7 @@ def _commit(path: Path, runs: list[dict]) -> tuple[str | None, str | None]:
 
 def read_measured(report: Path) -> Measured:
     """The timed cases of the report folder (or report.json) ``report``; a bad report is one line."""
-    document = read_report(report)
+    document = read_document(report)
     path = Path(report) / "report.json" if Path(report).is_dir() else Path(report)
     sha, ref = _commit(path, document["runs"])
     runs, results = [], []

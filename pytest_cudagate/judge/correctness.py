@@ -11,7 +11,7 @@ import numpy as np
 from pytest_cudagate.host.cpu import cores
 from pytest_cudagate.judge.elementwise import OutputCheck, check_output
 from pytest_cudagate.suite.model import DEFAULT_CHECKS, Checks, Tolerance
-from pytest_cudagate.boundary.wire import derived, json_field
+from pytest_cudagate.boundary.wire import TIME, derived, json_field
 
 _ERROR_TITLES = {
     "fault": "the kernel faulted",
@@ -39,7 +39,7 @@ class CaseVerdict:
     comparisons: list[OutputCheck] = field(default_factory=list)
 
     @property
-    @derived(after="error_kind")
+    @derived(after="error_kind", per_run=TIME)
     def median_ms(self) -> float | None:
         return float(np.median(self.samples_ms)) if self.samples_ms else None
 

@@ -26,7 +26,7 @@ class LibraryResult:
     adapter: str
     label: str  # the library's name in reports, e.g. "cuBLAS SGEMM"
     # Why there is no ratio (not found, mapping, wrong output); empty (null in the report) when there is one.
-    error: str = json_field(default="", convert=lambda error: error or None)
+    error: str = json_field(default="", convert=lambda error: error or None, revert=lambda error: error or "")
     estimate: stats.RatioEstimate | None = None  # current / library, paired per round
     library: stats.SampleSummary | None = None
     current: stats.SampleSummary | None = None

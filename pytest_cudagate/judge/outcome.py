@@ -5,13 +5,13 @@ gate cases are both :func:`pytest_cudagate.boundary.wire.to_json` of a :class:`C
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from pytest_cudagate.judge.correctness import CaseVerdict
 from pytest_cudagate.judge.latency import LatencyResult
 from pytest_cudagate.judge.library import LibraryResult
-from pytest_cudagate.boundary.wire import derived, json_field
+from pytest_cudagate.boundary.wire import FIGURES, TIME, derived, json_field
 
 
 class Failure(Enum):
@@ -33,18 +33,21 @@ class CaseOutcome:
     case: str
     kind: str
     shape_class: str = json_field(key="class", default="default")  # the case's `class:` in the suite
-    message: str = ""
-    warning: str | None = None
+    message: str = json_field(default="", per_run=FIGURES)  # its words may quote a measured figure
+    warning: str | None = json_field(default=None, per_run=FIGURES)
     # Relaxed or skipped checks: shown with the outcome, each once.
     notes: list[str] = json_field(default_factory=list, convert=lambda notes: list(dict.fromkeys(notes)))
     correctness: CaseVerdict | None = None
-    latency: LatencyResult | None = None
-    worker_s: float = 0.0  # time the worker spent on this case: allocation, validation, warm-up, timing
-    phases: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (pytest_cudagate.phases)
+    latency: LatencyResult | None = json_field(default=None, per_run=TIME)
+    # time the worker spent on this case: allocation, validation, warm-up, timing
+    worker_s: float = json_field(default=0.0, per_run=TIME)
+    # wall seconds by phase (pytest_cudagate.phases)
+    phases: dict[str, float] = json_field(default_factory=dict, per_run=TIME)
     # Its run was begun and sent to the worker this long before its item started, while the case before
     # was judged (Gate.expect); that case's item lent it the main-thread part of the begin (lent_s).
-    head_start_s: float = json_field(default=0.0, convert=lambda s: round(s, 6))
-    library: LibraryResult | None = None  # the kernel's library baseline on this case: informational only
+    head_start_s: float = json_field(default=0.0, convert=lambda s: round(s, 6), per_run=TIME)
+    # the kernel's library baseline on this case: informational only
+    library: LibraryResult | None = json_field(default=None, per_run=TIME)
     failed: bool = json_field(hidden=True, default=False)  # written as status and passed
     requests: list[dict] = json_field(hidden=True, default_factory=list)  # saved beside the report instead
     lent_s: float = json_field(hidden=True, default=0.0)
@@ -64,6 +67,7 @@ class CaseOutcome:
     def passed(self) -> bool:
         return not self.failed
 
+    @property
     @derived(after="shape_class")
     def category(self) -> str | None:
         """What kind of problem the outcome has, for the failures table."""
@@ -75,7 +79,8 @@ class CaseOutcome:
             return self.correctness.error_kind or "correctness"
         return f"latency {self.latency.verdict.value}" if self.latency is not None else "error"
 
-    @derived(after="shape_class")
+    @property
+    @derived(after="shape_class", per_run=FIGURES)
     def headline(self) -> str:
         """One line saying what happened, for tables: the first wrong output or the latency verdict."""
         verdict = self.correctness
@@ -90,8 +95,9 @@ class CaseOutcome:
             return text.splitlines()[0]
         return "correct" if verdict is not None and verdict.passed else ""
 
-    @derived("samples_ms", after="latency")
-    def samples(self) -> dict[str, list[float]]:
+    @property
+    @derived(after="latency", per_run=TIME)
+    def samples_ms(self) -> dict[str, list[float]]:
         if self.latency is not None and self.latency.samples:
             return samples_json(self.latency.samples)
         if self.correctness is not None and self.correctness.samples_ms:

@@ -105,8 +105,8 @@ class RatioEstimate:
     """
 
     ratio: float
-    low: float = json_field(convert=_bounded)  # an unbounded end is written as null
-    high: float = json_field(convert=_bounded)
+    low: float = json_field(convert=_bounded, revert=lambda low: 0.0 if low is None else low)  # unbounded: null
+    high: float = json_field(convert=_bounded, revert=lambda high: math.inf if high is None else high)
     confidence: float
     n: int  # pairs (paired) or the smaller per-side count (unpaired)
     method: str

@@ -14,8 +14,13 @@ import subprocess
 from bisect import bisect_left, bisect_right
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_cudagate import __version__
+from pytest_cudagate.boundary.wire import to_json
+
+if TYPE_CHECKING:
+    from pytest_cudagate.reports.model import Item, Report, SkippedItem
 
 FORMAT_VERSION = "5.1.0"  # the pytest-benchmark JSON layout this mirrors
 
@@ -54,22 +59,23 @@ def stats(samples_s: list[float]) -> dict:
     }
 
 
-def _entry(doc: dict, item: dict, role: str, samples_ms: list[float]) -> dict:
-    run = doc["runs"][item["run"]]
-    fp = run.get("fingerprint") or {}
-    lat = item.get("latency") or {}
-    name = f"{item['kernel']}[{item['case']}]" + ("" if role == "current" else f"@{role}")
-    params = {"kernel": item["kernel"], "case": item["case"], "version": role, "fingerprint": fp.get("key")}
+def _entry(doc: Report, item: Item | SkippedItem, role: str, samples_ms: list[float]) -> dict:
+    run = doc.runs[item.run]
+    fp = run.fingerprint
+    lat = item.latency
+    est = to_json(lat and lat.estimate) or {}  # as report.json holds it: an unbounded end is null
+    name = f"{item.kernel}[{item.case}]" + ("" if role == "current" else f"@{role}")
+    params = {"kernel": item.kernel, "case": item.case, "version": role, "fingerprint": fp and fp.key}
     return {
-        "group": f"{item['suite']}::{item['case']}" + (f" ({fp['key'][:8]})" if len(doc["runs"]) > 1 and fp else ""),
-        "name": name, "fullname": item["nodeid"] + ("" if role == "current" else f"@{role}"),
-        "params": params, "param": f"{item['kernel']}-{item['case']}-{role}",
-        "extra_info": {"latency_verdict": lat.get("verdict"), "ratio": (lat.get("estimate") or {}).get("ratio"),
-                       "interval": [(lat.get("estimate") or {}).get("low"), (lat.get("estimate") or {}).get("high")],
-                       "threshold": lat.get("threshold"), "fingerprint": fp.get("description"),
-                       "status": item["status"], "unit_note": "seconds per kernel launch (CUDA events)"},
+        "group": f"{item.suite}::{item.case}" + (f" ({fp.key[:8]})" if len(doc.runs) > 1 and fp else ""),
+        "name": name, "fullname": item.nodeid + ("" if role == "current" else f"@{role}"),
+        "params": params, "param": f"{item.kernel}-{item.case}-{role}",
+        "extra_info": {"latency_verdict": lat and lat.verdict.value, "ratio": est.get("ratio"),
+                       "interval": [est.get("low"), est.get("high")],
+                       "threshold": lat and lat.threshold, "fingerprint": fp and fp.description,
+                       "status": item.status, "unit_note": "seconds per kernel launch (CUDA events)"},
         "options": {"disable_gc": False, "timer": "cuda_event", "min_rounds": len(samples_ms),
-                    "max_time": (run.get("options") or {}).get("budget_s"), "min_time": 0, "warmup": True},
+                    "max_time": run.options.get("budget_s"), "min_time": 0, "warmup": True},
         "stats": stats([x / 1000 for x in samples_ms]),
     }
 
@@ -90,21 +96,21 @@ def commit_info(root: Path | None) -> dict:
             or git("rev-parse", "--abbrev-ref", "HEAD") or "(unknown)"}
 
 
-def machine_info(doc: dict) -> dict:
+def machine_info(doc: Report) -> dict:
     return {"node": platform.node(), "processor": platform.processor(), "machine": platform.machine(),
             "python_compiler": platform.python_compiler(), "python_implementation": platform.python_implementation(),
             "python_implementation_version": platform.python_version(), "python_version": platform.python_version(),
             "python_build": list(platform.python_build()), "release": platform.release(), "system": platform.system(),
             "cpu": {"arch": platform.machine(), "brand_raw": platform.processor()},
-            "gpus": [r["fingerprint"] for r in doc["runs"] if r.get("fingerprint")], "cudagate_version": __version__}
+            "gpus": [to_json(r.fingerprint) for r in doc.runs if r.fingerprint], "cudagate_version": __version__}
 
 
-def benchmark_document(doc: dict, root: Path | None = None) -> dict:
+def benchmark_document(doc: Report, root: Path | None = None) -> dict:
     """One benchmark per timed item (the current kernel) and one for the approved kernel beside it."""
     benchmarks = []
-    for item in doc["items"]:
+    for item in doc.items:
         for role in ("current", "approved"):
-            samples = (item.get("samples_ms") or {}).get(role)
+            samples = item.samples_ms.get(role)
             if samples:
                 benchmarks.append(_entry(doc, item, role, samples))
     return {"machine_info": machine_info(doc), "commit_info": commit_info(root), "benchmarks": benchmarks,

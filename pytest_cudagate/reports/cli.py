@@ -15,7 +15,8 @@ from pytest_cudagate.host.paths import display_path
 from pytest_cudagate.reports import comment, fmt, github
 from pytest_cudagate.reports.merge import merge_reports
 from pytest_cudagate.host.scrub import Scrubber
-from pytest_cudagate.reports.writer import REPORT_HTML, read_report, write_report
+from pytest_cudagate.boundary.wire import to_json
+from pytest_cudagate.reports.writer import REPORT_HTML, read_report, typed, write_report
 
 EXIT_FAILED = 1
 
@@ -25,15 +26,15 @@ def cmd_merge(args: argparse.Namespace) -> int:
     built = merge_reports([Path(p) for p in args.reports], out_dir)
     scrubber = Scrubber()
     path = write_report(out_dir, built, scrubber)
-    document = scrubber.data(built.document)
-    print(f"merged {len(args.reports)} report(s), {len(document['runs'])} run(s): "
-          f"{document['verdict'].upper()} ({fmt.counts_line(document['counts'])})")
+    document = typed(scrubber.data(to_json(built.document)), path)  # scrubbed as report.json is
+    print(f"merged {len(args.reports)} report(s), {len(document.runs)} run(s): "
+          f"{document.verdict.upper()} ({fmt.counts_line(document.counts)})")
     print(f"wrote {display_path(path)} and {display_path(out_dir / REPORT_HTML)}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if github.in_actions() and summary:
         with open(summary, "a", encoding="utf-8") as handle:
             handle.write(scrubber.text(github.summary_markdown(document)))
-    return EXIT_FAILED if args.check and document["verdict"] == "fail" else 0
+    return EXIT_FAILED if args.check and document.verdict == "fail" else 0
 
 
 def cmd_comment(args: argparse.Namespace) -> int:
@@ -46,7 +47,7 @@ def cmd_comment(args: argparse.Namespace) -> int:
         sys.stdout.write(body)
         return 0
     output.write_text(out, body, "comment")
-    print(f"wrote {display_path(out)}: {len(document['items'])} case(s), {len(body):,} characters")
+    print(f"wrote {display_path(out)}: {len(document.items)} case(s), {len(body):,} characters")
     return 0
 
 

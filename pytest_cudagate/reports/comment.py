@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_cudagate import __version__
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.reports import escape, fmt
+
+if TYPE_CHECKING:
+    from pytest_cudagate.judge.latency import LatencyResult, RunSpreadJudgement
+    from pytest_cudagate.judge.stats import RatioEstimate
+    from pytest_cudagate.reports.model import Item, Report, Run, SkippedItem
 
 COMMENT_LIMIT = 65_536  # GitHub refuses a longer comment body (counted here in UTF-16 units: never more)
 MARKER = "cudagate-comment"
@@ -67,51 +73,52 @@ def _units(value: str) -> int:
     return len(value.encode("utf-16-le")) // 2
 
 
-def _estimates(latency: dict) -> list[tuple[str, dict]]:
+def _estimates(latency: LatencyResult | None) -> list[tuple[str, RatioEstimate | RunSpreadJudgement]]:
     """The comparisons to show, each with its ratio and interval: against the approved version (or, for
     a kernel identical to it, its approval runs) and, in release mode, against the release."""
     found = []
-    for label, result in (("", latency), ("release ", latency.get("release") or {})):
-        estimate = result.get("estimate") or result.get("run_spread")
+    for label, result in (("", latency), ("release ", latency and latency.release)):
+        estimate = result and (result.estimate or result.run_spread)
         if estimate:
             found.append((label, estimate))
     return found
 
 
-def _group(item: dict) -> str:
-    latency = item.get("latency") or {}
-    verdicts = {latency.get("verdict"), (latency.get("release") or {}).get("verdict")}
-    if item["status"] == "failed" or "regressed" in verdicts:
+def _group(item: Item | SkippedItem) -> str:
+    latency = item.latency
+    verdicts = {latency and latency.verdict.value, latency and latency.release and latency.release.verdict.value}
+    if item.status == "failed" or "regressed" in verdicts:
         return FAILED
     if "improved" in verdicts:
         return IMPROVED
-    return {"warning": WARNED, "skipped": SKIPPED}.get(item["status"], UNCHANGED)
+    return {"warning": WARNED, "skipped": SKIPPED}.get(item.status, UNCHANGED)
 
 
-def _gpu(run: dict) -> str:
-    fingerprint = run.get("fingerprint")
+def _gpu(run: Run) -> str:
+    fingerprint = run.fingerprint
     if not fingerprint:
         return "no GPU"
-    name = fingerprint["fields"].get("gpu_name")
-    return escape.markdown(name if isinstance(name, str) else fingerprint["description"], 40)
+    name = fingerprint.fields.get("gpu_name")
+    return escape.markdown(name if isinstance(name, str) else fingerprint.description, 40)
 
 
-def _entry(index: int, item: dict, runs: list[dict]) -> Entry:
+def _entry(index: int, item: Item | SkippedItem, runs: list[Run]) -> Entry:
     group = _group(item)
-    latency = item.get("latency") or {}
+    latency = item.latency
     estimates = _estimates(latency)
-    ratio = estimates[0][1]["ratio"] if estimates else 1.0
-    what = item.get("category") or ("latency improved" if group == IMPROVED else item["status"])
+    ratio = estimates[0][1].ratio if estimates else 1.0
+    what = item.category or ("latency improved" if group == IMPROVED else item.status)
     result = escape.markdown(f"{_ICONS[group]} {what}".strip(), 40)
-    medians = [(latency.get(side) or {}).get("median") for side in ("approved", "current")]
+    medians = [summary.median if latency and (summary := getattr(latency, side)) else None
+               for side in ("approved", "current")]
     cells = [f"**{result}**" if group == FAILED else result,
-             escape.markdown(fmt.item_title(item), NAME_CHARS), escape.markdown(item["suite"], NAME_CHARS),
-             *([_gpu(runs[item["run"]])] if len(runs) > 1 else []),
+             escape.markdown(fmt.item_title(item), NAME_CHARS), escape.markdown(item.suite, NAME_CHARS),
+             *([_gpu(runs[item.run])] if len(runs) > 1 else []),
              # numbers alone (the schema holds them numbers): nothing to escape
              f"{fmt.us(medians[0])} → {fmt.us(medians[1])}" if any(m is not None for m in medians) else "–",
              "<br>".join(f"{label}{fmt.ratio(e)} {fmt.interval(e)}" for label, e in estimates) or "–",
              "<br>".join(f"{label}{fmt.change(e)}" for label, e in estimates) or "–",
-             escape.markdown(item.get("headline"), DETAIL_CHARS)]
+             escape.markdown(item.headline, DETAIL_CHARS)]
     # Regressions, largest first, before the other failures; improvements, largest first.
     order = {FAILED: (not estimates, -ratio), IMPROVED: (ratio,)}.get(group, ())
     return Entry(group, (*order, index), tuple(cells))
@@ -147,36 +154,36 @@ def _section(title: str, folded: bool, rows: list[tuple[str, ...]], header: list
     return "\n".join(lines + closing)
 
 
-def _builds(runs: list[dict]) -> tuple[list[str], list[tuple[str, ...]]]:
+def _builds(runs: list[Run]) -> tuple[list[str], list[tuple[str, ...]]]:
     """The compile facts as a table: one row per build and entry (the entry named where a kernel has
     several), a GPU column where there are several runs."""
     several = len(runs) > 1
     header = ["kernel", *(["GPU"] if several else []), "arch", "registers", "spills (store / load)", "static shared",
               "compiler", "compile"]
-    facts = [(run, f) for run in runs for f in run.get("compiles") or []]
+    facts = [(run, f) for run in runs for f in run.compiles]
     entries: dict[tuple, int] = {}
     for run, f in facts:
-        key = (id(run), f["suite"], f["kernel"], f["variant"])
+        key = (id(run), f.suite, f.kernel, f.variant)
         entries[key] = entries.get(key, 0) + 1
     rows = []
     for run, f in facts:
-        name = " · ".join(filter(None, (f["suite"], f["kernel"], f["variant"] and f"class {f['variant']}",
-                                        f["entry"] if entries[(id(run), f["suite"], f["kernel"], f["variant"])] > 1 else None)))
-        spills = ("–" if f["spill_store_bytes"] is None and f["spill_load_bytes"] is None
-                  else f"{fmt.sig(f['spill_store_bytes'], 9)} / {fmt.sig(f['spill_load_bytes'], 9)} B")
-        rows.append((escape.markdown(name, NAME_CHARS), *([_gpu(run)] if several else []), escape.markdown(f["arch"], 20),
-                     fmt.sig(f["registers"], 9), spills,
-                     "–" if f["shared_static_bytes"] is None else f"{f['shared_static_bytes']} B",
-                     escape.markdown(f["compiler"] or "–", 40),
-                     fmt.compile_time(f["compile_s"]) if f["ok"] else "**failed**"))
+        name = " · ".join(filter(None, (f.suite, f.kernel, f.variant and f"class {f.variant}",
+                                        f.entry if entries[(id(run), f.suite, f.kernel, f.variant)] > 1 else None)))
+        spills = ("–" if f.spill_store_bytes is None and f.spill_load_bytes is None
+                  else f"{fmt.sig(f.spill_store_bytes, 9)} / {fmt.sig(f.spill_load_bytes, 9)} B")
+        rows.append((escape.markdown(name, NAME_CHARS), *([_gpu(run)] if several else []), escape.markdown(f.arch, 20),
+                     fmt.sig(f.registers, 9), spills,
+                     "–" if f.shared_static_bytes is None else f"{f.shared_static_bytes} B",
+                     escape.markdown(f.compiler or "–", 40),
+                     fmt.compile_time(f.compile_s) if f.ok else "**failed**"))
     return header, rows
 
 
-def _runs_lines(runs: list[dict]) -> list[str]:
+def _runs_lines(runs: list[Run]) -> list[str]:
     lines = []
     for number, run in enumerate(runs[:MAX_RUNS_SHOWN], 1):
-        fingerprint = run.get("fingerprint")
-        where = (f"{escape.markdown(fingerprint['description'], 200)} (`{fingerprint['key']}`)" if fingerprint
+        fingerprint = run.fingerprint
+        where = (f"{escape.markdown(fingerprint.description, 200)} (`{fingerprint.key}`)" if fingerprint
                  else "no GPU on this runner: nothing was measured")
         lines.append(f"- {'run ' + str(number) + ': ' if len(runs) > 1 else ''}{where}")
     if len(runs) > MAX_RUNS_SHOWN:
@@ -184,21 +191,21 @@ def _runs_lines(runs: list[dict]) -> list[str]:
     return lines
 
 
-def render(document: dict, *, report_url: str | None = None, comment_id: str | None = None) -> str:
+def render(document: Report, *, report_url: str | None = None, comment_id: str | None = None) -> str:
     """The comment for a report document (as :func:`read` returns it): marker, verdict, then regressions
     and failures, improvements, warnings, and the unchanged cases folded; within GitHub's limit."""
     first = marker(comment_id)
     link = _link(report_url)
-    verdict = fmt.VERDICT_WORD[document["verdict"]]
+    verdict = fmt.VERDICT_WORD[document.verdict]
     icon = {"FAIL": "❌", "WARN": "⚠️", "PASS": "✅"}[verdict]
-    head = [first, f"### {icon} cudagate {verdict}: {fmt.counts_line(document['counts'])}", "",
-            *_runs_lines(document["runs"]), "", link, ""]
+    head = [first, f"### {icon} cudagate {verdict}: {fmt.counts_line(document.counts)}", "",
+            *_runs_lines(document.runs), "", link, ""]
     foot = [f"<sub>cudagate {__version__}: later runs of this pull request update this comment. The gate job's "
                 "check is what blocks a merge.</sub>", ""]
-    runs = document["runs"]
+    runs = document.runs
     header = ["result", "kernel × case", "suite", *(["GPU"] if len(runs) > 1 else []), "latency (approved → current)",
               "ratio [interval]", "change", "detail"]
-    entries = [_entry(i, item, runs) for i, item in enumerate(document["items"])]
+    entries = [_entry(i, item, runs) for i, item in enumerate(document.items)]
     budget = COMMENT_LIMIT - sum(_units(line) + 1 for line in head + foot)
     sections = []
     for group in GROUPS:

@@ -1,5 +1,6 @@
-"""Build the report document from one gate run: verdict and counts, the run (fingerprint,
-options), the suites (signature status) and one entry per kernel × case with the evidence."""
+"""Build the report document (:class:`~pytest_cudagate.reports.model.Report`) from one gate run: the
+run (fingerprint, options), the suites (signature status) and one item per kernel × case with the
+evidence; its verdict and counts follow from them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pytest_cudagate.host.paths import command
 from pytest_cudagate.judge.outcome import CaseOutcome
 from pytest_cudagate.reports.hashes import case_hashes, relative
 from pytest_cudagate.reports.locate import ItemInfo, Key, from_requests
+from pytest_cudagate.reports.model import (REPORT_FORMAT, REPORT_VERSION, STATUS_ORDER, Fingerprint, Item, Report, Run,
+                                           SkippedItem, Suite, regressed)
 from pytest_cudagate.reports.replay_requests import request_name, runnable, with_checks
 from pytest_cudagate.suite.model import DEFAULT_CLASS
 from pytest_cudagate.boundary.wire import to_json
@@ -24,16 +27,13 @@ from pytest_cudagate.boundary.wire import to_json
 if TYPE_CHECKING:
     from pytest_cudagate.worker.build import BuildFacts
 
-REPORT_FORMAT = "cudagate-report"
-REPORT_VERSION = 1
-STATUS_ORDER = ("failed", "warning", "passed", "skipped")
-
 
 @dataclass
 class Built:
-    """A report document and the request files that go beside it (``requests/NAME``)."""
+    """A report document and the request files that go beside it (``requests/NAME``); the document
+    may be given as its JSON form (:func:`~pytest_cudagate.boundary.wire.to_json` keeps that as it is)."""
 
-    document: dict
+    document: Report
     requests: dict[str, dict] = field(default_factory=dict)
 
 
@@ -41,36 +41,9 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def summarize(items: list[dict], runs: list[dict]) -> tuple[str, dict[str, int]]:
-    """Overall verdict and counts. failed, errors, passed and skipped are pytest's for the gate's items
-    (compile and release items too), summed over the runs: a run that holds no pytest counts (a report
-    built from outcomes alone) counts its items. warning (cases that passed with a warning, among the
-    passed) and regressed count items. A case not replayed was not judged, so it cannot make a PASS;
-    neither can a run that judged nothing."""
-    counts = {"failed": 0, "errors": 0, "passed": 0, "skipped": 0}
-    for number, run in enumerate(runs):
-        tested = run.get("pytest_counts")
-        if tested is None:
-            mine = [i["status"] for i in items if i["run"] == number]
-            tested = {"failed": mine.count("failed"), "passed": mine.count("passed") + mine.count("warning"),
-                      "skipped": mine.count("skipped")}
-        for name in counts:
-            counts[name] += tested.get(name, 0)
-    counts["total"] = sum(counts.values())
-    counts["warning"] = sum(1 for i in items if i["status"] == "warning")
-    counts["regressed"] = sum(1 for i in items if (i.get("latency") or {}).get("verdict") == "regressed")
-    failed = counts["failed"] or counts["errors"] or any(i["status"] == "failed" for i in items)
-    unjudged = counts["warning"] or counts["skipped"] or not items
-    verdict = "fail" if failed else ("warn" if unjudged else "pass")
-    return verdict, counts
-
-
-def sort_items(items: list[dict]) -> list[dict]:
+def sort_items(items: list[Item | SkippedItem]) -> list[Item | SkippedItem]:
     """Failures first (latency regressions among them), then warnings, passes, skips."""
-    def key(i: dict):
-        regressed = (i.get("latency") or {}).get("verdict") == "regressed"
-        return STATUS_ORDER.index(i["status"]), not regressed, i["suite"], i["kernel"], i["case"], i["run"]
-    return sorted(items, key=key)
+    return sorted(items, key=lambda i: (STATUS_ORDER.index(i.status), not regressed(i), i.suite, i.kernel, i.case, i.run))
 
 
 def gate_flags(options: Mapping[str, Any]) -> list[str]:
@@ -107,8 +80,14 @@ def reproduce(nodeid: str, options: Mapping[str, Any], report_dir: str | None, r
     return commands
 
 
+def _locations(info: ItemInfo, root: Path | None) -> dict[str, Any]:
+    return {"suite_path": relative(info.suite_path, root) if info.suite_path else None,
+            "source": relative(info.source, root) if info.source else None,
+            "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root)}
+
+
 def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, options: Mapping[str, Any],
-                  report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> dict:
+                  report_dir: str | None, tag: str, requests_out: dict[str, dict]) -> Item:
     names: list[str] = []
     number = -1
     # A generated case's arrays live only as long as the run: a saved request would point at nothing
@@ -119,59 +98,43 @@ def _outcome_item(o: CaseOutcome, info: ItemInfo, run: int, root: Path | None, o
         name = request_name(o.suite, o.kernel, o.case, tag, number, role)
         requests_out[name] = with_checks(request, info.suite, info.program)
         names.append(f"requests/{name}")
-    return {
-        "nodeid": info.nodeid, **to_json(o), "run": run,
-        "suite_path": relative(info.suite_path, root) if info.suite_path else None,
-        "source": relative(info.source, root) if info.source else None,
-        "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
-        "requests": names,
-        "reproduce": reproduce(info.nodeid, options, report_dir, names),
-    }
+    return Item.of(o, nodeid=info.nodeid, run=run, **_locations(info, root), request_files=names,
+                   reproduce=reproduce(info.nodeid, options, report_dir, names))
 
 
 def _skipped_item(entry: tuple[str, str, str, str], info: ItemInfo, run: int, root: Path | None,
-                  options: Mapping[str, Any]) -> dict:
+                  options: Mapping[str, Any]) -> SkippedItem:
     suite, kernel, case, kind = entry
-    return {
-        "nodeid": info.nodeid, "suite": suite, "kernel": kernel, "case": case, "kind": kind,
-        "class": getattr(info.case, "shape_class", DEFAULT_CLASS), "status": "skipped", "category": None, "run": run, "headline": "not replayed: no CUDA device",
-        "message": "not replayed: no CUDA device", "warning": None,
-        "suite_path": relative(info.suite_path, root) if info.suite_path else None,
-        "source": relative(info.source, root) if info.source else None,
-        "correctness": None, "latency": None, "samples_ms": {},
-        "inputs": case_hashes(info.files, info.suite_path.parent if info.suite_path else root),
-        "requests": [], "reproduce": reproduce(info.nodeid, options, None, []),
-    }
+    return SkippedItem(info.nodeid, suite, kernel, case, kind, getattr(info.case, "shape_class", DEFAULT_CLASS),
+                       run=run, headline="not replayed: no CUDA device", message="not replayed: no CUDA device",
+                       **_locations(info, root), reproduce=reproduce(info.nodeid, options, None, []))
 
 
-def suites_section(items: Iterable[dict], trust: Mapping[str | os.PathLike, str], root: Path | None) -> list[dict]:
+def suites_section(items: Iterable[Item | SkippedItem], trust: Mapping[str | os.PathLike, str],
+                   root: Path | None) -> list[Suite]:
     """One entry per suite file seen, with the signature status the runtime reported for it."""
     statuses = {relative(Path(path), root): str(status) for path, status in trust.items()}
-    suites: dict[str, dict] = {}
+    suites: dict[str, Suite] = {}
     for item in items:
-        path = item.get("suite_path") or item["suite"]
-        suites.setdefault(path, {"name": item["suite"], "path": path, "signature": statuses.get(path)})
+        path = item.suite_path or item.suite
+        suites.setdefault(path, Suite(item.suite, path, statuses.get(path)))
     for path, status in statuses.items():
-        suites.setdefault(path, {"name": Path(path).parent.name or path, "path": path, "signature": status})
-    return sorted(suites.values(), key=lambda s: s["path"])
+        suites.setdefault(path, Suite(Path(path).parent.name or path, path, status))
+    return sorted(suites.values(), key=lambda s: s.path)
 
 
 def run_entry(fingerprint: Any, options: Mapping[str, Any], exitstatus: int | None, report_dir: str | None,
-              tested: Mapping[str, int] | None = None, compiles: Iterable[BuildFacts] = ()) -> dict:
+              tested: Mapping[str, int] | None = None, compiles: Iterable[BuildFacts] = ()) -> Run:
     github = None
     if os.environ.get("GITHUB_ACTIONS") == "true":
         github = {k: os.environ.get(v) for k, v in (("repository", "GITHUB_REPOSITORY"), ("run_id", "GITHUB_RUN_ID"),
                                                     ("job", "GITHUB_JOB"), ("ref", "GITHUB_REF"), ("sha", "GITHUB_SHA"),
                                                     ("server_url", "GITHUB_SERVER_URL"), ("runner", "RUNNER_NAME"))}
-    return {
-        "fingerprint": None if fingerprint is None else {
-            "key": fingerprint.key(), "description": fingerprint.describe(), "fields": to_json(fingerprint)},
-        "host": platform.node(), "created": now(), "tool_version": __version__, "exitstatus": exitstatus,
-        "options": dict(options), "report_dir": report_dir, "github": github,
-        **({"pytest_counts": {name: int(tested.get(name, 0)) for name in ("failed", "errors", "passed", "skipped")}}
-           if tested is not None else {}),
-        "compiles": [to_json(facts) for facts in compiles],
-    }
+    return Run(
+        None if fingerprint is None else Fingerprint(fingerprint.key(), fingerprint.describe(), to_json(fingerprint)),
+        platform.node(), now(), __version__, exitstatus, dict(options), report_dir, github,
+        None if tested is None else {name: int(tested.get(name, 0)) for name in ("failed", "errors", "passed", "skipped")},
+        list(compiles))
 
 
 def options_json(options: GateOptions | None, trusted_ref: str | None = None, pull_request: int | None = None) -> dict:
@@ -196,7 +159,7 @@ def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, 
     opts = {**options_json(options, trusted_ref, pull_request), **(selection or {})}
     tag = fingerprint.key()[:8] if fingerprint is not None else "nogpu"
     requests: dict[str, dict] = {}
-    items = []
+    items: list[Item | SkippedItem] = []
     for o in outcomes:
         key = (o.suite, o.kernel, o.case)
         info = index.get(key) or from_requests(key, o.requests, root)
@@ -208,8 +171,5 @@ def build_report(outcomes: list[CaseOutcome], skipped: Iterable[tuple[str, str, 
                           suites_section(items, trust or {}, root)), requests)
 
 
-def assemble(runs: list[dict], items: list[dict], suites: list[dict]) -> dict:
-    items = sort_items(items)
-    verdict, counts = summarize(items, runs)
-    return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "created": now(), "tool_version": __version__,
-            "verdict": verdict, "counts": counts, "runs": runs, "suites": suites, "items": items}
+def assemble(runs: list[Run], items: list[Item | SkippedItem], suites: list[Suite]) -> Report:
+    return Report(REPORT_FORMAT, REPORT_VERSION, now(), __version__, runs, suites, sort_items(items))

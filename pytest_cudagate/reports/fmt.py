@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_cudagate.judge.stats import RatioEstimate
+    from pytest_cudagate.reports.model import Counts, Item, SkippedItem
 
 VERDICT_WORD = {"fail": "FAIL", "warn": "WARN", "pass": "PASS"}
 
@@ -32,38 +36,42 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{number:.{digits}g}"
 
 
-def ratio(estimate: dict | None) -> str:
+def ratio(estimate: RatioEstimate | None) -> str:
     if not estimate:
         return "–"
-    return f"{estimate['ratio']:.3f}"
+    return f"{estimate.ratio:.3f}"
 
 
-def interval(estimate: dict | None, confidence: bool = True) -> str:
+def _bounded(end: float) -> bool:
+    return math.isfinite(end) and end > 0
+
+
+def interval(estimate: RatioEstimate | None, confidence: bool = True) -> str:
     """``[low, high]`` with its confidence; an unbounded end (too few samples) shows as such."""
     if not estimate:
         return "–"
-    low = f"{estimate['low']:.3f}" if estimate.get("low") is not None else "0"
-    high = f"{estimate['high']:.3f}" if estimate.get("high") is not None else "∞"
-    return f"[{low}, {high}]" + (f" at {estimate.get('confidence', 0):.0%}" if confidence else "")
+    low = f"{estimate.low:.3f}" if _bounded(estimate.low) else "0"
+    high = f"{estimate.high:.3f}" if _bounded(estimate.high) else "∞"
+    return f"[{low}, {high}]" + (f" at {estimate.confidence:.0%}" if confidence else "")
 
 
-def change(estimate: dict | None) -> str:
+def change(estimate: RatioEstimate | None) -> str:
     if not estimate:
         return "–"
-    pct = (estimate["ratio"] - 1) * 100
+    pct = (estimate.ratio - 1) * 100
     return f"{pct:+.1f}% ({'slower' if pct >= 0 else 'faster'})"
 
 
-def counts_line(counts: dict[str, int]) -> str:
+def counts_line(counts: Counts) -> str:
     """The gate's items as pytest's summary line counts them (failed and passed always, the rest where
     any), then the cases among the passed that warned and the latency regressions."""
-    parts = [f"{counts.get('failed', 0)} failed", f"{counts.get('passed', 0)} passed"]
-    if counts.get("warning"):
-        parts[-1] += f" ({counts['warning']} with a warning)"
-    parts += [f"{counts[name]} {name}" for name in ("skipped", "errors") if counts.get(name)]
-    line = " · ".join(parts) + f" of {counts.get('total', 0)}"
-    if counts.get("regressed"):
-        line += f" ({counts['regressed']} latency regression{'s' if counts['regressed'] != 1 else ''})"
+    parts = [f"{counts.failed} failed", f"{counts.passed} passed"]
+    if counts.warning:
+        parts[-1] += f" ({counts.warning} with a warning)"
+    parts += [f"{getattr(counts, name)} {name}" for name in ("skipped", "errors") if getattr(counts, name)]
+    line = " · ".join(parts) + f" of {counts.total}"
+    if counts.regressed:
+        line += f" ({counts.regressed} latency regression{'s' if counts.regressed != 1 else ''})"
     return line
 
 
@@ -76,5 +84,5 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def item_title(item: dict) -> str:
-    return f"{item['kernel']} × {item['case']}"
+def item_title(item: Item | SkippedItem) -> str:
+    return f"{item.kernel} × {item.case}"

@@ -19,9 +19,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from pytest_cudagate.reports import escape, fmt
+
+if TYPE_CHECKING:
+    from pytest_cudagate.reports.model import Report
 
 SUMMARY_ROW_LIMIT = 200  # GitHub caps a step summary at 1 MiB; a huge table helps nobody anyway
 
@@ -102,47 +105,48 @@ def annotation_path(source: str | None, root: Path | None, workspace: str | None
         return source
 
 
-def workflow_annotations(doc: dict, root: Path | None = None, workspace: str | None = None) -> list[str]:
+def workflow_annotations(doc: Report, root: Path | None = None, workspace: str | None = None) -> list[str]:
     """``::error`` for each failed item, ``::warning`` for inconclusive/incomparable/unstable ones."""
     lines = []
-    for item in doc["items"]:
-        if item["status"] not in ("failed", "warning"):
+    for item in doc.items:
+        if item.status not in ("failed", "warning"):
             continue
-        kind = "error" if item["status"] == "failed" else "warning"
-        what = item.get("category") or item["status"]
+        kind = "error" if item.status == "failed" else "warning"
+        what = item.category or item.status
         title = f"cudagate: {fmt.item_title(item)} {'failed' if kind == 'error' else 'warning'} ({what})"
-        message = (item.get("message") or item.get("warning") or what).strip()
-        message += f"\nnode {item['nodeid']}\nreproduce: {(item.get('reproduce') or [''])[0]}"
-        path = annotation_path(item.get("source") or item.get("suite_path"), root, workspace)
+        message = (item.message or item.warning or what).strip()
+        message += f"\nnode {item.nodeid}\nreproduce: {(item.reproduce or [''])[0]}"
+        path = annotation_path(item.source or item.suite_path, root, workspace)
         lines.append(command(kind, message, file=path, line=1 if path else None, title=title))
     return lines
 
 
-def summary_markdown(doc: dict) -> str:
-    verdict = fmt.VERDICT_WORD[doc["verdict"]]
+def summary_markdown(doc: Report) -> str:
+    verdict = fmt.VERDICT_WORD[doc.verdict]
     icon = {"FAIL": "❌", "WARN": "⚠️", "PASS": "✅"}[verdict]
-    lines = [f"## {icon} cudagate {verdict}: {fmt.counts_line(doc['counts'])}", ""]
-    for run in doc["runs"]:
-        fp = run.get("fingerprint")
+    lines = [f"## {icon} cudagate {verdict}: {fmt.counts_line(doc.counts)}", ""]
+    for run in doc.runs:
+        fp = run.fingerprint
         # the key: 16 hex digits by the schema
-        lines.append(f"- GPU: `{fp['key']}` {escape.markdown(fp['description'])}" if fp
+        lines.append(f"- GPU: `{fp.key}` {escape.markdown(fp.description)}" if fp
                      else "- no GPU on this runner: nothing was measured")
     lines += ["", "| result | kernel × case | suite | problem | approved | current | ratio [interval] | latency | detail |",
               "| --- | --- | --- | --- | ---: | ---: | --- | --- | --- |"]
-    shown = doc["items"][:SUMMARY_ROW_LIMIT]
+    shown = doc.items[:SUMMARY_ROW_LIMIT]
     for item in shown:
-        lat = item.get("latency") or {}
-        est = lat.get("estimate")
-        current = (lat.get("current") or {}).get("median") or (item.get("correctness") or {}).get("median_ms")
+        lat = item.latency
+        est = lat and lat.estimate
+        current = ((lat.current.median if lat and lat.current else None)
+                   or (item.correctness.median_ms if item.correctness else None))
         ratio = f"{fmt.ratio(est)} {fmt.interval(est)}" if est else "–"
-        detail = item.get("headline") or ""
-        status = f"**{item['status'].upper()}**" if item["status"] == "failed" else item["status"]
-        cells = [status, fmt.item_title(item), item["suite"], item.get("category") or item["kind"],
-                 fmt.us((lat.get("approved") or {}).get("median")), fmt.us(current), ratio,
-                 lat.get("verdict", "–")]
+        detail = item.headline or ""
+        status = f"**{item.status.upper()}**" if item.status == "failed" else item.status
+        cells = [status, fmt.item_title(item), item.suite, item.category or item.kind,
+                 fmt.us(lat.approved.median if lat and lat.approved else None), fmt.us(current), ratio,
+                 lat.verdict.value if lat else "–"]
         lines.append("| " + " | ".join([*map(escape.markdown, cells), escape.markdown(detail, 140)]) + " |")
-    if len(doc["items"]) > len(shown):
-        lines.append(f"\n…and {len(doc['items']) - len(shown)} more: see the HTML report artifact.")
+    if len(doc.items) > len(shown):
+        lines.append(f"\n…and {len(doc.items) - len(shown)} more: see the HTML report artifact.")
     lines += ["", "Full evidence (plots, error figures, telemetry, reproduction commands): the `report.html` artifact.", ""]
     return "\n".join(lines)
 

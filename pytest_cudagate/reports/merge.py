@@ -12,7 +12,9 @@ from pathlib import Path
 from pytest_cudagate.boundary import MAX_REQUEST_BYTES, load_json
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import display_path
+from pytest_cudagate.boundary.wire import replace
 from pytest_cudagate.reports.document import Built, assemble, reproduce
+from pytest_cudagate.reports.model import Item, Run, SkippedItem, Suite
 from pytest_cudagate.reports.writer import REQUESTS_DIR, one_line, read_report
 from pytest_cudagate.boundary.schema import validate
 
@@ -32,40 +34,39 @@ def _load_request(folder: Path, name: str) -> dict:
     return request
 
 
-def _merge_suites(suites: list[dict]) -> list[dict]:
-    merged: dict[str, dict] = {}
+def _merge_suites(suites: list[Suite]) -> list[Suite]:
+    merged: dict[str, Suite] = {}
     for suite in suites:
-        entry = merged.setdefault(suite["path"], {**suite, "signature": None})
-        status = suite.get("signature")
-        if status and status not in (entry["signature"] or "").split(" | "):
-            entry["signature"] = f"{entry['signature']} | {status}" if entry["signature"] else status
-    return sorted(merged.values(), key=lambda s: s["path"])
+        entry = merged.setdefault(suite.path, replace(suite, signature=None))
+        status = suite.signature
+        if status and status not in (entry.signature or "").split(" | "):
+            entry.signature = f"{entry.signature} | {status}" if entry.signature else status
+    return sorted(merged.values(), key=lambda s: s.path)
 
 
 def merge_reports(folders: list[Path], out_dir: Path) -> Built:
     if not folders:
         raise CudagateError("report merge: name at least one report folder")
-    runs: list[dict] = []
-    items: list[dict] = []
-    suites: list[dict] = []
+    runs: list[Run] = []
+    items: list[Item | SkippedItem] = []
+    suites: list[Suite] = []
     requests: dict[str, dict] = {}
     target = display_path(out_dir)
     for folder in map(Path, folders):
         document = read_report(folder)
         folder = folder if folder.is_dir() else folder.parent
         offset = len(runs)
-        runs += document["runs"]
-        suites += document["suites"]
-        for item in document["items"]:
-            item = {**item, "run": item["run"] + offset}
+        runs += document.runs
+        suites += document.suites
+        for item in document.items:
             names = []
-            for relative in item.get("requests") or []:
+            for relative in item.request_files:
                 request = _load_request(folder, relative)
                 name = Path(relative).name
                 if name in requests and requests[name] != request:
                     name = f"run{offset + 1}-{name}"
                 requests[name] = request
                 names.append(f"{REQUESTS_DIR}/{name}")
-            options = runs[item["run"]].get("options") or {}
-            items.append({**item, "requests": names, "reproduce": reproduce(item["nodeid"], options, target, names)})
+            items.append(replace(item, run=item.run + offset, request_files=names,
+                                 reproduce=reproduce(item.nodeid, runs[item.run + offset].options, target, names)))
     return Built(assemble(runs, items, _merge_suites(suites)), requests)

@@ -21,6 +21,7 @@ from pytest_cudagate.reports.locate import from_items
 # --cuda-gate-benchmark-json or GitHub Actions never loads them.
 if TYPE_CHECKING:
     from pytest_cudagate.reports.document import Built
+    from pytest_cudagate.reports.model import Report
     from pytest_cudagate.host.scrub import Scrubber
 
 _DONE = pytest.StashKey[bool]()
@@ -54,7 +55,7 @@ def _say(config: pytest.Config, line: str) -> None:
         print(line, file=sys.stdout, flush=True)
 
 
-def _publish_to_github(config: pytest.Config, document: dict, scrubber: Scrubber) -> None:
+def _publish_to_github(config: pytest.Config, document: Report, scrubber: Scrubber) -> None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as handle:
@@ -77,13 +78,18 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
     problems: list[str] = []
     with phases.run_phase("report_build"):
         from pytest_cudagate.host.scrub import Scrubber
-        from pytest_cudagate.reports.writer import REPORT_HTML, check, dumps, read_report, write_report, write_text
+        from pytest_cudagate.boundary.wire import to_json
+        from pytest_cudagate.reports.writer import (REPORT_HTML, REPORT_JSON, check, dumps, read_document, typed,
+                                                    write_report, write_text)
 
         scrubber = Scrubber()
         built = build(config, runtime, exitstatus, report_dir)
+        data = to_json(built.document)
         if report_dir:
-            built.document, problems = extensions.update_report(config, built.document, check)
-        document = scrubber.data(built.document)
+            changed, problems = extensions.update_report(config, data, check)
+            if changed is not data:  # a plugin's fields
+                built.document = typed(changed, Path(report_dir) / REPORT_JSON)
+        document = typed(scrubber.data(to_json(built.document)), Path(report_dir or ".") / REPORT_JSON)
     clock = phases.RUN.get()
     try:
         if report_dir:
@@ -92,7 +98,7 @@ def session_finish(config: pytest.Config, runtime: Any, exitstatus: int) -> None
             writers, refused = extensions.report_writers(config)
             problems += refused
             if writers:  # given the report as written, its run's phases included
-                problems += extensions.run_writers(writers, read_report(path), Path(report_dir))
+                problems += extensions.run_writers(writers, read_document(path), Path(report_dir))
         if benchmark_file:
             with phases.run_phase("benchmark_json"):
                 from pytest_cudagate.reports.benchmark_json import benchmark_document

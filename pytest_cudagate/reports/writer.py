@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_cudagate.boundary import load_json
+from pytest_cudagate.boundary.wire import ReadError, from_json, to_json
 from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host import output
 from pytest_cudagate.phases import RunClock, run_phase
@@ -21,6 +22,7 @@ from pytest_cudagate.host.scrub import Scrubber
 
 if TYPE_CHECKING:
     from pytest_cudagate.reports.document import Built
+    from pytest_cudagate.reports.model import Report
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -61,7 +63,7 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
     everything before it (the HTML included)."""
     scrubber = scrubber or Scrubber()
     out_dir = Path(out_dir)
-    document = scrubber.data(built.document)
+    document = scrubber.data(to_json(built.document))
     requests_dir = out_dir / REQUESTS_DIR
     # Before anything is written: a link, device or file where a folder goes writes nothing.
     output.check_folder(out_dir, "report")
@@ -76,7 +78,14 @@ def write_report(out_dir: Path, built: Built, scrubber: Scrubber | None = None,
     with run_phase("report_html"):
         from pytest_cudagate.reports.html_page import render  # the page and its plots: only where one is written
 
-        html = render(document)
+        from pytest_cudagate.reports.model import Report
+
+        try:
+            report = from_json(Report, document)
+        except ReadError as exc:
+            check(document, out_dir / REPORT_JSON)  # what the schema says of it comes first
+            raise FileError(out_dir / REPORT_JSON, [str(exc)]) from None
+        html = render(report)
     with run_phase("report_json"):
         if clock is not None:
             busy = clock.cases_busy()
@@ -143,10 +152,34 @@ def check(document: dict, path: Path) -> None:
         raise FileError(path, found)
 
 
-def read_report(path: Path) -> dict:
+def read_report(path: Path) -> Report:
+    """A report.json (or the folder holding one) as :func:`read_document` reads it, as typed objects."""
+    path = Path(path)
+    return typed(read_document(path), path / REPORT_JSON if _is_dir(path) else path)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long, a loop of links: read_document has said so already
+        return False
+
+
+def typed(document: dict, path: Path) -> Report:
+    """A :func:`check`-ed report document as its objects; what they cannot hold (what the schema does
+    not say, e.g. an interval of ratio 0) is one line naming the file and the field."""
+    from pytest_cudagate.reports.model import Report
+
+    try:
+        return from_json(Report, document)
+    except ReadError as exc:
+        raise CudagateError(f"{path}: {exc}; use the report.json a gate run or `cudagate report merge` wrote") from None
+
+
+def read_document(path: Path) -> dict:
     """A report.json (or the folder holding one), read within the boundary's rules (another job's
-    artifact: any size, depth or kind of file) and :func:`check`-ed; a bad one is one line naming the
-    file and the first field at fault."""
+    artifact: any size, depth or kind of file) and :func:`check`-ed, as JSON (a plugin's report writer
+    is given this); a bad one is one line naming the file and the first field at fault."""
     path = Path(path)
     try:
         if path.is_dir():

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from test_attacks import SECRET, Repo
 from pytest_cudagate import boundary
 from pytest_cudagate.cli import main
@@ -213,7 +213,7 @@ def test_the_walk_enters_no_link_and_refuses_past_its_entry_bound(tmp_path):
 def test_the_job_summary_shows_markup_from_names_and_messages_as_text(tmp_path):
     document = Scrubber({}).data(built_report(build_scenario(tmp_path / "scale")).document)
     document["items"][0]["headline"] = "<img src=x onerror=alert(1)> [click](https://evil.example) `code` | cell"
-    row = next(line for line in github.summary_markdown(document).splitlines() if "click" in line)
+    row = next(line for line in github.summary_markdown(as_report(document)).splitlines() if "click" in line)
     # the zero-width space after "https:" keeps GitHub from linking the bare URL
     assert r"\<img src=x onerror=alert(1)\> \[click\](https:" + "\u200b" + r"//evil.example) \`code\` \| cell" in row, row
     assert row.count(" | ") == 8, row  # no new column either
@@ -249,7 +249,7 @@ def test_the_reproduce_command_of_a_trusted_gate_runs_the_gate_not_the_checkouts
         [i["reproduce"][0] for i in document["items"]]
     item = document["items"][0]
     item.update(status="failed", category="correctness", message="wrong")  # as a GPU run could end
-    assert f"reproduce: cudagate gate --trusted-ref {repo.base} -- " in github.workflow_annotations(document)[0]
+    assert f"reproduce: cudagate gate --trusted-ref {repo.base} -- " in github.workflow_annotations(as_report(document))[0]
     # the command, run as printed in the checkout, gates that case without the checkout's conftest.py
     args = shlex.split(item["reproduce"][0])
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "CUDAGATE_", "GITHUB_"))}

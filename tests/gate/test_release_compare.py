@@ -4,7 +4,6 @@ at a release, with the real worker, gate and judge (fake_worker's FakeDevice, no
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from helpers import SUITE_YAML, write_suite
 from fake_worker import FakeKernel, FakeWorker
 
 from pytest_cudagate.boundary import schema
+from pytest_cudagate.boundary.wire import to_json
 from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.errors import CudagateError
 from pytest_cudagate.gate import Gate, GateOptions
@@ -141,7 +141,7 @@ def test_no_usable_release_warns_in_the_case_and_times_nothing_more(suite, ledge
 def test_the_report_json_carries_the_release_verdict(suite, ledger, tmp_path):
     outcome = replay(suite, ledger, released(ledger, entry="fast"), tmp_path,
                      kernels={"scale2": timed(0.0), "fast": timed(-0.001)})
-    document = build_report([outcome], [], index={}, fingerprint=None, root=tmp_path).document
+    document = to_json(build_report([outcome], [], index={}, fingerprint=None, root=tmp_path).document)
     assert schema.problems(document, "report") == []
     item = document["items"][0]
     assert item["latency"]["release"]["verdict"] == "regressed"

@@ -125,7 +125,7 @@ def test_the_report_produces_every_field_of_its_schema_and_no_other(tmp_path):
         clock.add(phase, 0.001)
     clock.worker(0.5, 0.25)
     clock.case_ran(0.0, 1.0)
-    built.document["extra"] = {"ci": "a plugin's field"}  # as pytest_cudagate_update_report adds it
+    built.document.extra = {"ci": "a plugin's field"}  # as pytest_cudagate_update_report adds it
     write_report(tmp_path / "out", built, clock=clock)
     fields = _Fields(schema)
     fields.walk(schema, read_report(tmp_path / "out"), "report")

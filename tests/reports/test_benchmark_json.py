@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from pytest_cudagate.reports.benchmark_json import benchmark_document
 
 pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is not installed (pip install -e '.[test]')")
@@ -19,7 +19,7 @@ def saved(tmp_path_factory):
     base = tmp_path_factory.mktemp("bench")
     document = built_report(build_scenario(base / "scale")).document
     path = base / "0001_cudagate.json"
-    path.write_text(json.dumps(benchmark_document(document, base)))
+    path.write_text(json.dumps(benchmark_document(as_report(document), base)))
     return document, path
 
 

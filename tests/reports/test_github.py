@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from pytest_cudagate.reports import escape, github
 from pytest_cudagate.host.scrub import Scrubber
 
@@ -25,7 +25,7 @@ def test_escaping_follows_the_runner_rules():
 
 
 def test_annotations_point_at_the_kernel_source(document):
-    lines = github.workflow_annotations(document)
+    lines = github.workflow_annotations(as_report(document))
     errors = [line for line in lines if line.startswith("::error ")]
     warnings = [line for line in lines if line.startswith("::warning ")]
     assert len(errors) == 2 and len(warnings) == 2 and len(lines) == 4
@@ -45,7 +45,7 @@ def test_annotation_paths_are_relative_to_the_workspace(tmp_path):
 
 
 def test_job_summary_lists_failures_first(document):
-    text = github.summary_markdown(document)
+    text = github.summary_markdown(as_report(document))
     assert text.startswith("## ❌ cudagate FAIL: 2 failed · 3 passed (2 with a warning) · 1 skipped of 6")
     rows = [line for line in text.splitlines() if line.startswith("| ") and "kernel × case" not in line
             and not line.startswith("| ---")]

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import cudagate_schemas
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from test_attacks_output import RUNNER_COMMANDS, _parse
 from test_history import Project
 from test_release import commit
@@ -276,7 +276,7 @@ def test_the_markdown_links_and_mentions_nothing(rendered, writer):
 
 def test_each_annotation_is_one_command_of_the_gates_own(fixture_report):
     document, _ = filled(fixture_report, hostile=True)
-    lines = github.workflow_annotations(document.document)
+    lines = github.workflow_annotations(as_report(document.document))
     assert len(lines) == 4  # two failed items, two warnings
     for line in lines:
         assert line.isprintable() and "\n" not in line and "\r" not in line, repr(line)

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from pytest_cudagate.reports.html_item import MAX_PLOTS
 from pytest_cudagate.reports.html_page import render
 from pytest_cudagate.reports.plots import COLORS, timing_svg
@@ -228,7 +228,7 @@ def test_a_page_of_many_cases_draws_the_first_ones_plots_and_says_where_the_rest
     timed = next(i for i in document["items"] if i["samples_ms"])
     document["items"] = [{**copy.deepcopy(timed), "case": f"c{n}", "nodeid": f"{timed['nodeid']}{n}"}
                          for n in range(MAX_PLOTS + 3)]
-    page = render(document)
+    page = render(as_report(document))
     assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="plot"') == MAX_PLOTS
     assert page.count("timing plot left out: the page draws the first 500 cases; report.json holds every sample") == 3
     assert page.rindex("<svg") < page.index('id="item-501"')  # the first cases in the page's order have them

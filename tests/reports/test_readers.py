@@ -5,7 +5,6 @@ writes with, in one line naming the file and the field."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,8 @@ from test_history import Project
 from test_release import commit
 from pytest_cudagate.trust.approvals import Ledger, approval_for
 from pytest_cudagate.errors import FileError
-from pytest_cudagate.reports.writer import REPORT_JSON, write_report
+from pytest_cudagate.boundary.wire import to_json
+from pytest_cudagate.reports.writer import REPORT_JSON, dumps, read_report, write_report
 
 WRONG = "items[0].latency.estimate: low 1.3 is above high 1.1"
 
@@ -62,3 +62,36 @@ def test_the_gate_writes_no_report_its_readers_would_refuse(tmp_path):
     with pytest.raises(FileError, match="latency.estimate: low 1.3 is above high 1.1"):
         write_report(tmp_path / "report", built)
     assert not (tmp_path / "report").exists()
+
+
+def test_a_report_read_back_and_written_again_is_the_same_file(tmp_path, capsys):
+    """Issue 45: the renderers take report.json as its objects (wire.from_json), and to_json of what was
+    read is the document read, key order included: `report merge` of one report writes the same items."""
+    scenario = build_scenario(tmp_path / "scale")
+    written = write_report(tmp_path / "report", built_report(scenario, tmp_path / "report"))
+    report = read_report(tmp_path / "report")
+    assert [(i.nodeid, i.status) for i in report.items] == [(i["nodeid"], i["status"])
+                                                           for i in json.loads(written.read_text())["items"]]
+    assert dumps(to_json(report)) == written.read_text(encoding="utf-8")
+    assert cli(capsys, "report", "merge", tmp_path / "merged", tmp_path / "report")[0] == 0
+    merged, alone = (json.loads(p.read_text(encoding="utf-8")) for p in (tmp_path / "merged" / REPORT_JSON, written))
+    for item in merged["items"] + alone["items"]:
+        item["reproduce"] = [line.replace(str(tmp_path / "merged"), "OUT") for line in item["reproduce"]]
+        item["reproduce"] = [line.replace(str(tmp_path / "report"), "OUT") for line in item["reproduce"]]
+    assert [json.dumps(i) for i in merged["items"]] == [json.dumps(i) for i in alone["items"]]
+
+
+def test_what_the_report_objects_cannot_hold_is_one_line_naming_the_file_and_field(tmp_path, capsys):
+    """A summary the schema allows (n and median) but the objects cannot hold (a SampleSummary has
+    every statistic): one line, the file and the field, never a traceback; nothing is written."""
+    built = built_report(build_scenario(tmp_path / "scale"))
+    write_report(tmp_path / "report", built)
+    document = json.loads((tmp_path / "report" / REPORT_JSON).read_text())
+    timed = next(n for n, i in enumerate(document["items"]) if (i["latency"] or {}).get("approved"))
+    del document["items"][timed]["latency"]["approved"]["mean"]
+    (tmp_path / "report" / REPORT_JSON).write_text(json.dumps(document))
+    for command in (["report", "comment", tmp_path / "report"], ["report", "merge", tmp_path / "merged", tmp_path / "report"]):
+        out = refused(cli(capsys, *command), f"{tmp_path / 'report' / REPORT_JSON}: items[{timed}].latency.approved.mean: "
+                                            "is missing; use the report.json a gate run or `cudagate report merge` wrote")
+        assert len(out.strip().splitlines()) == 1, out
+    assert not (tmp_path / "merged").exists()

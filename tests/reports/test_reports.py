@@ -13,7 +13,8 @@ from report_fixtures import build_scenario, built_report, h100
 from pytest_cudagate.reports import cli as report_cli
 from pytest_cudagate.reports.hashes import file_sha256
 from pytest_cudagate.reports.merge import merge_reports
-from pytest_cudagate.reports.writer import read_report, write_report
+from pytest_cudagate.boundary.wire import to_json
+from pytest_cudagate.reports.writer import read_document, write_report
 from pytest_cudagate.boundary.schema import problems
 import argparse
 from pytest_cudagate.errors import CudagateError
@@ -46,7 +47,7 @@ def item(document: dict, case: str) -> dict:
 def test_report_json_validates_and_broken_ones_do_not(written):
     _, report_dir, document = written
     assert problems(document, "report") == []
-    assert read_report(report_dir)["verdict"] == "fail"
+    assert read_document(report_dir)["verdict"] == "fail"
     broken = []
     for mutate in (lambda d: d.pop("verdict"), lambda d: d["items"][0].update(status="sort of"),
                    lambda d: d["items"][0]["correctness"].update(passed="yes"),
@@ -142,7 +143,7 @@ def test_a_report_without_a_gpu(tmp_path):
     scenario.outcomes, scenario.fingerprint = [], None
     scenario.skipped = [(scenario.suite.name, "scale2", c.name, c.kind) for c in scenario.suite.cases]
     write_report(tmp_path / "out", built_report(scenario, exitstatus=0))
-    document = read_report(tmp_path / "out")
+    document = read_document(tmp_path / "out")
     assert document["verdict"] == "warn" and document["runs"][0]["fingerprint"] is None
     assert "no GPU" in (tmp_path / "out" / "report.html").read_text()
 
@@ -153,7 +154,7 @@ def test_merge_two_fingerprints(tmp_path):
     write_report(tmp_path / "h100", built_report(second, tmp_path / "h100"))
     out = tmp_path / "merged"
     write_report(out, merge_reports([tmp_path / "h200", tmp_path / "h100"], out))
-    merged = read_report(out)
+    merged = read_document(out)
     keys = [r["fingerprint"]["key"] for r in merged["runs"]]
     assert keys == [first.fingerprint.key(), second.fingerprint.key()] and keys[0] != keys[1]
     assert merged["counts"]["total"] == 12 and merged["counts"]["failed"] == 4 and merged["verdict"] == "fail"
@@ -211,7 +212,7 @@ def test_faults_compile_errors_and_unstable_timings_render(tmp_path):
                            correctness=scenario.outcomes[0].correctness, warning="latency unstable: the GPU was disturbed")
     scenario.outcomes, scenario.skipped = [fault, broken, unstable], []
     write_report(tmp_path / "out", built_report(scenario))
-    document = read_report(tmp_path / "out")
+    document = read_document(tmp_path / "out")
     assert [(i["case"], i["status"], i["category"]) for i in document["items"]] == [
         ("edge", "failed", "compile"), ("small", "failed", "fault"), ("perf", "warning", "latency unstable")]
     page = (tmp_path / "out" / "report.html").read_text()
@@ -228,7 +229,7 @@ def test_the_failures_category_is_the_failure_named_where_it_was_found_never_the
                        message="case data does not match the signature:\n  - x: 3 values, the signature wants 4")
     scenario.outcomes, scenario.skipped = [hang, data], []
     write_report(tmp_path / "out", built_report(scenario))
-    assert [(i["case"], i["category"]) for i in read_report(tmp_path / "out")["items"]] == [
+    assert [(i["case"], i["category"]) for i in read_document(tmp_path / "out")["items"]] == [
         ("edge", "error"), ("small", "case data")]
 
 
@@ -236,7 +237,7 @@ def test_an_empty_gate_is_not_a_pass(tmp_path):
     scenario = build_scenario(tmp_path / "scale")
     scenario.outcomes, scenario.skipped = [], []
     write_report(tmp_path / "out", built_report(scenario, exitstatus=5))
-    assert read_report(tmp_path / "out")["verdict"] == "warn"
+    assert read_document(tmp_path / "out")["verdict"] == "warn"
     assert "No case was collected" in (tmp_path / "out" / "report.html").read_text()
 
 
@@ -245,13 +246,13 @@ def test_all_passing_is_a_pass(tmp_path):
     scenario.outcomes, scenario.skipped = scenario.outcomes[:1], []
     write_report(tmp_path / "out", built_report(scenario, exitstatus=0))
     page = (tmp_path / "out" / "report.html").read_text()
-    assert read_report(tmp_path / "out")["verdict"] == "pass" and ">PASS<" in page
+    assert read_document(tmp_path / "out")["verdict"] == "pass" and ">PASS<" in page
     assert "None: every replayed case passed." in page
 
 
 def test_without_collected_items_the_requests_locate_each_case(tmp_path):
     scenario = build_scenario(tmp_path / "scale")
-    document = build_report(scenario.outcomes, [], index={}, fingerprint=scenario.fingerprint, root=tmp_path).document
+    document = to_json(build_report(scenario.outcomes, [], index={}, fingerprint=scenario.fingerprint, root=tmp_path).document)
     edge = item(document, "edge")
     assert edge["nodeid"] == "scale/cudagate.yaml::scale2::edge" and edge["source"] == "scale/scale.cu"
     assert set(edge["inputs"]) == {"cases/edge/x.npy", "cases/edge/expected/y.npy"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from report_fixtures import build_scenario, built_report
+from report_fixtures import as_report, build_scenario, built_report
 from pytest_cudagate.cli import main
 from pytest_cudagate.reports.benchmark_json import benchmark_document
 from pytest_cudagate.host.scrub import MASK, Scrubber
@@ -127,7 +127,7 @@ def test_scrubbing_reaches_requests_benchmark_and_every_text(tmp_path, secret_en
     scrubber = Scrubber()
     built = built_report(scenario)
     write_report(tmp_path / "out", built, scrubber)
-    (tmp_path / "bench.json").write_text(scrubber.text(json.dumps(benchmark_document(scrubber.data(built.document)))))
+    (tmp_path / "bench.json").write_text(scrubber.text(json.dumps(benchmark_document(as_report(scrubber.data(built.document))))))
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()] + [tmp_path / "bench.json"]
     assert_no_secret(written)
     request = json.loads(next((tmp_path / "out" / "requests").glob("*small*")).read_text())

@@ -7,7 +7,11 @@ its case data is generated without a GPU; its kernel compiles with the NVRTC fro
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
+
 from pytest_cudagate.defences.expected import generate
+from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.loader import load_suite
 
 SUITE_YAML = """\
@@ -84,6 +88,22 @@ def line_of(text: str, needle: str) -> int:
         if needle in line:
             return number
     raise AssertionError(f"{needle!r} not in the text")
+
+
+def load_text(tmp_path: Path, text: str):
+    """Write the scale suite's files with ``text`` as its yaml (no case data) and load it."""
+    path = write_suite(tmp_path / "s", yaml_text=text, data=False)
+    return load_suite(path)
+
+
+def problems_of(tmp_path: Path, text: str) -> tuple[FileError, str]:
+    """The error loading ``text`` (as :func:`load_text`) raises, and its message, which names the file first."""
+    with pytest.raises(FileError) as excinfo:
+        load_text(tmp_path, text)
+    error = excinfo.value
+    assert error.path.endswith("cudagate.yaml")
+    assert str(error).startswith(error.path + ":\n")
+    return error, str(error)
 
 
 TESTS = Path(__file__).resolve().parent  # the support modules (fake_worker, stub_worker, ...) and data folders

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from cudagate_harness.protocol import numpy_dtype, unit_roundoff
+from cudagate_harness.protocol import DTYPES, numpy_dtype, unit_roundoff
 
 from pytest_cudagate.suite import device
 from pytest_cudagate.suite.expr import ExprError, evaluate, parse, parse_condition
 from pytest_cudagate.suite.instantiate import label
 from pytest_cudagate.suite.steps import CopyStep, LibraryStep, MemsetStep, element_bits, from_record
 from pytest_cudagate.boundary.wire import json_field
+
+INT_DTYPES = tuple(name for name in DTYPES if numpy_dtype(name).kind in "iu")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from pytest_cudagate.errors import CudagateError, FileError
 from pytest_cudagate.host.paths import command, display_path
 from pytest_cudagate.suite.declarations import Declaration, declarations, normal_type
 from pytest_cudagate.suite.includes import IncludeError, local_headers
-from pytest_cudagate.suite.loader import INT_DTYPES, SUITE_FILENAME
+from pytest_cudagate.suite.loader import SUITE_FILENAME
+from pytest_cudagate.suite.model import INT_DTYPES
 from pytest_cudagate.suite.placeholders import STUB_RAISE, todo
 
 REFERENCE_FILENAME = "reference.py"

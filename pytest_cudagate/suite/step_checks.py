@@ -1,14 +1,18 @@
-"""What the suite loader checks of a memset, copy or library step, and of a scratch buffer's ``init:``.
+"""What the suite loader checks of a kernel's ``steps:`` (a launch, memset, copy or library step each),
+and of a scratch buffer's ``init:``.
 
-Each problem is one line on the loader's checker (file, line, field and fix); the loader calls these
-from its own pass over a kernel's ``steps:`` (suite/loader.py).
+Each problem is one line on the loader's checker (file, line, field and fix: suite/checker.py); the
+kernel's other fields are checked in suite/check_kernels.py.
 """
 
 from __future__ import annotations
 
+import re
+
 from cudagate_harness.library import ADAPTERS, StepAdapter, known
 
 from pytest_cudagate.suite.expr import ExprError
+from pytest_cudagate.suite.model import Step
 from pytest_cudagate.suite.steps import CopyStep, LibraryStep, MemsetStep, element_bits
 
 OTHER_STEPS = ("memset", "copy", "library")
@@ -30,6 +34,62 @@ def init_value(checker, raw: dict, parts: list):
     if problem:
         checker.add(parts + ["init"], problem)
     return value
+
+
+def kernel_steps(checker, raw: dict, parts: list, scalars: set[str], name: str, signature: tuple,
+                 text: str | None) -> list:
+    """A kernel's ``steps:`` (or its one launch with ``args:``): each launch step an entry the source
+    defines (``text``: the source and its headers, None where they cannot be read), the signature's
+    parameters it takes (each once), and a launch whose expressions resolve; every output and scratch
+    buffer taken by some step."""
+    params = {p.name: p for p in signature}
+    steps = []
+    if "steps" in raw and "args" in raw:
+        checker.add(parts + ["args"], "a kernel of steps names its parameters per step; move `args` into its steps")
+    # A one-launch kernel with `args` is its one step: its entry, args and launch sit where a step's do.
+    listed = ([(parts + ["steps", i], raw_step) for i, raw_step in enumerate(raw["steps"])] if "steps" in raw else
+              [(parts, {"entry": raw.get("entry", name), "args": raw["args"], "launch": raw["launch"]})])
+    for where, raw_step in listed:
+        if "entry" not in raw_step or any(k in raw_step for k in OTHER_STEPS):
+            step = other_step(checker, raw_step, where, params, scalars)
+            if step is not None:
+                steps.append(step)
+            continue
+        if "launch" not in raw_step:
+            checker.add(where, "a launch step needs `launch: {grid: [...], block: [...]}`")
+            continue
+        entry = raw_step["entry"]
+        base = entry.split("<", 1)[0].strip()
+        if text is not None and not re.search(rf"\b{re.escape(base)}\b", text):
+            checker.add(where + ["entry"], f"{entry!r} is not defined in {raw['source']} (nor in the headers it "
+                                           "includes); name a __global__ function of the kernel's source")
+        args = tuple(raw_step.get("args", [p.name for p in signature]))
+        for j, arg in enumerate(args):
+            if arg not in params:
+                checker.add(where + ["args", j], f"{arg!r} is not a parameter of the signature (parameters: "
+                                                 f"{', '.join(params)})")
+        for arg in sorted({a for a in args if args.count(a) > 1}):
+            checker.add(where + ["args"], f"{arg!r} is named twice; a step takes each parameter once")
+        steps.append(Step(entry, args, checker.launch(raw_step["launch"], where + ["launch"], scalars)))
+    taken = {a for step in steps for a in step.params}
+    written = {a for step in steps for a in step.writes}
+    if "steps" in raw and len(steps) == len(listed) and not any(isinstance(step, Step) for step in steps):
+        checker.add(parts + ["steps"], f"no step launches an entry of {raw['source']}: the operation gated is the "
+                                       "kernel's; add its launch step (`- entry: NAME`)")
+    # An output left out of `outputs:` may be written by none (it is not judged); so may the scratch
+    # of a one-launch kernel with `args` (a fused version needs no workspace).
+    for param in signature if len(steps) == len(listed) else ():  # (a refused step has said why)
+        if ((param.is_scratch and "steps" in raw or param.is_output and "outputs" not in raw)
+                and param.name not in (taken if param.is_scratch else written)):
+            if "steps" in raw:
+                checker.add(parts + ["steps"], f"{'scratch' if param.is_scratch else 'output'} buffer {param.name!r} "
+                                               f"is {'taken' if param.is_scratch else 'written'} by no step; add it "
+                                               "to the `args` of the step that writes it (a memset, copy or library "
+                                               "call into it counts)")
+            else:
+                checker.add(parts + ["args"], f"output buffer {param.name!r} is not in `args`, so it is never written; "
+                                              "add it, or name the outputs the kernel is judged on in `outputs:`")
+    return steps
 
 
 def other_step(checker, raw: dict, where: list, params: dict, scalars: set[str]):

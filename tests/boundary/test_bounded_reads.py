@@ -30,7 +30,8 @@ from pytest_cudagate.optimize.proposers.autotune import AutotuneProposer
 from pytest_cudagate.reports.writer import write_report
 from pytest_cudagate.boundary import MAX_SOURCE_BYTES
 from pytest_cudagate.suite.includes import MAX_HEADER_BYTES, MAX_HEADERS
-from pytest_cudagate.suite.loader import MAX_TUNABLE_VALUES, MAX_TUNABLES, load_suite
+from pytest_cudagate.suite.check_kernels import MAX_TUNABLE_VALUES, MAX_TUNABLES
+from pytest_cudagate.suite.loader import load_suite
 
 CHILD_MEMORY = 2 * 1024**3
 

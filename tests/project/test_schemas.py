@@ -21,7 +21,8 @@ from pytest_cudagate.errors import FileError
 from pytest_cudagate.reports.document import build_report
 from pytest_cudagate.reports.locate import from_items
 from pytest_cudagate.reports.writer import read_report, write_report
-from pytest_cudagate.suite.loader import INT_DTYPES, load_suite
+from pytest_cudagate.suite.loader import load_suite
+from pytest_cudagate.suite.model import INT_DTYPES
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 

@@ -1,31 +1,14 @@
-"""Loading cudagate.yaml: the examples load, and every kind of mistake is reported usefully."""
+"""Loading cudagate.yaml (suite/loader.py): the examples load, the file is read, parsed and held to the
+schema, and suites are discovered. What each part of the file must hold is tested in the files of its
+checks (test_check_*.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from cudagate_harness.protocol import DTYPES
 
-from helpers import EXAMPLES, SUITE_YAML, line_of, replace_once, write_suite
+from helpers import EXAMPLES, SUITE_YAML, line_of, load_text, problems_of, replace_once, write_suite
 from pytest_cudagate.errors import FileError
 from pytest_cudagate.suite.loader import SUITE_FILENAME, discover, load_suite
-
-
-def load_text(tmp_path: Path, text: str):
-    """Write the scale suite's files with ``text`` as its yaml (no case data) and load it."""
-    path = write_suite(tmp_path / "s", yaml_text=text, data=False)
-    return load_suite(path)
-
-
-def problems_of(tmp_path: Path, text: str) -> tuple[FileError, str]:
-    with pytest.raises(FileError) as excinfo:
-        load_text(tmp_path, text)
-    error = excinfo.value
-    assert error.path.endswith(SUITE_FILENAME)
-    assert str(error).startswith(error.path + ":\n")  # the message names the file first
-    return error, str(error)
-
 
 # -- the examples ---------------------------------------------------------------------------------
 
@@ -158,23 +141,6 @@ def test_buffer_without_intent(tmp_path):
     assert "intent: in|out|inout" in message
 
 
-def test_unknown_dtype(tmp_path):
-    """The schema takes any name; the loader refuses one not in DTYPES, listing them (the one list)."""
-    text = replace_once(SUITE_YAML, "{name: cols, scalar: int32}", "{name: cols, scalar: int31}")
-    _, message = problems_of(tmp_path, text)
-    assert (f"line {line_of(text, 'name: cols')}: signature[3].scalar: 'int31' is not a dtype cudagate knows; "
-            f"write one of {', '.join(DTYPES)}") in message
-
-
-def test_size_expression_with_an_unknown_name(tmp_path):
-    text = replace_once(SUITE_YAML, "{name: x, buffer: float32, intent: in, size: rows*cols,",
-                        "{name: x, buffer: float32, intent: in, size: rows*colz,")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'colz')}: signature[0].size:" in message
-    assert "'rows*colz' uses colz" in message
-    assert "scalars: cols, rows" in message
-
-
 def test_bad_expression_syntax(tmp_path):
     text = replace_once(SUITE_YAML, "grid: [rows]", 'grid: ["rows +"]')
     _, message = problems_of(tmp_path, text)
@@ -189,156 +155,11 @@ def test_forbidden_expression(tmp_path):
     assert "only cdiv/min/max/ceil/floor calls are allowed" in message
 
 
-def test_duplicate_case_names(tmp_path):
-    text = replace_once(SUITE_YAML, "{name: perf,", "{name: small,")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'kind: performance')}: cases[1].name: case name 'small' is used twice" in message
-
-
-def test_duplicate_kernel_names(tmp_path):
-    text = replace_once(SUITE_YAML, "cases:\n", "  - name: scale2\n    source: scale.cu\n"
-                                               "    launch: {grid: [rows], block: [64]}\ncases:\n")
-    _, message = problems_of(tmp_path, text)
-    second = [n for n, line in enumerate(text.splitlines(), 1) if "name: scale2" in line][1]
-    assert f"line {second}: kernels[1].name: kernel name 'scale2' is used twice" in message
-
-
-def test_duplicate_param_names(tmp_path):
-    text = replace_once(SUITE_YAML, "{name: cols, scalar: int32}", "{name: rows, scalar: int64}")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'scalar: int64')}: signature[3].name: parameter name 'rows' is used twice" in message
-
-
-def test_a_suite_needs_a_performance_case(tmp_path):
-    text = replace_once(SUITE_YAML, "kind: performance", "kind: correctness")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'name: small')}: cases: at least one non-holdout case needs kind: performance" in message
-
-
-def test_a_holdout_performance_case_does_not_count(tmp_path):
-    text = replace_once(SUITE_YAML, "kind: performance,", "kind: performance, holdout: true,")
-    _, message = problems_of(tmp_path, text)
-    assert "needs kind: performance" in message
-
-
-def test_a_suite_needs_an_output(tmp_path):
-    text = replace_once(SUITE_YAML, "intent: out", "intent: in")
-    _, message = problems_of(tmp_path, text)
-    assert "no buffer has intent out or inout" in message
-
-
-def test_tolerance_for_a_non_output(tmp_path):
-    text = replace_once(SUITE_YAML, "  y: {atol: 1.0e-6, rtol: 1.0e-5}\n",
-                        "  y: {atol: 1.0e-6, rtol: 1.0e-5}\n  x: {atol: 1.0}\n")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'x: {atol: 1.0}')}: tolerance.x: 'x' is not an output buffer (outputs: y)" in message
-
-
-def test_output_without_tolerance(tmp_path):
-    text = SUITE_YAML.replace("  y: {atol: 1.0e-6, rtol: 1.0e-5}\n", "  x: {atol: 1.0}\n")
-    _, message = problems_of(tmp_path, text)
-    assert "tolerance: output 'y' has no tolerance; add `y: {atol: ..., rtol: ...}`" in message
-    assert f"line {line_of(text, 'x: {atol: 1.0}')}: tolerance" in message
-
-
-def test_inputs_for_a_non_input(tmp_path):
-    text = SUITE_YAML + "inputs:\n  y: {distribution: normal}\n"
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'distribution: normal')}: inputs.y: 'y' is not an input buffer (inputs: x)" in message
-
-
-def test_launch_override_for_an_unknown_case(tmp_path):
-    text = replace_once(SUITE_YAML, "    launch: {grid: [rows], block: [128]}\n",
-                        "    launch: {grid: [rows], block: [128]}\n    launch_overrides:\n"
-                        "      nosuch: {grid: [1], block: [32]}\n")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'nosuch')}: kernels[0].launch_overrides.nosuch: no case named 'nosuch' (cases: perf, small)" in message
-
-
-def test_missing_kernel_source(tmp_path):
-    text = replace_once(SUITE_YAML, "source: scale.cu", "source: nothere.cu")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'nothere.cu')}: kernels[0].source: file 'nothere.cu' not found next to the suite" in message
-
-
-def test_missing_python_reference(tmp_path):
-    text = replace_once(SUITE_YAML, "python: reference.py:", "python: nope.py:")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'nope.py')}: reference.python: file 'nope.py' not found" in message
-
-
 def test_reference_with_both_python_and_source(tmp_path):
     text = replace_once(SUITE_YAML, "  python: reference.py:scale_rows\n",
                         "  python: reference.py:scale_rows\n  source: scale.cu\n")
     _, message = problems_of(tmp_path, text)
     assert "reference: expected the reference is either" in message
-
-
-def test_int_scalar_given_a_fraction(tmp_path):
-    text = replace_once(SUITE_YAML, "rows: 3,", "rows: 2.5,")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'rows: 2.5')}: cases[0].scalars.rows: rows is int32, so its value must be a whole number, not 2.5" in message
-
-
-def test_float_scalar_accepts_a_fraction(tmp_path):
-    text = replace_once(SUITE_YAML, "{name: cols, scalar: int32}", "{name: cols, scalar: int32}\n  - {name: alpha, scalar: float32}")
-    text = text.replace("cols: 50}", "cols: 50, alpha: 2.5}").replace("cols: 256}", "cols: 256, alpha: 1}")
-    suite = load_text(tmp_path, text)
-    assert suite.case("small").scalars["alpha"] == 2.5
-
-
-def test_case_missing_a_scalar_and_giving_an_unknown_one(tmp_path):
-    text = replace_once(SUITE_YAML, "scalars: {rows: 3, cols: 50}", "scalars: {rows: 3, colz: 50}")
-    _, message = problems_of(tmp_path, text)
-    assert "cases[0].scalars: scalar 'cols' has no value in case 'small'" in message
-    assert "cases[0].scalars.colz: 'colz' is not a scalar parameter of the signature" in message
-
-
-def test_int_scalar_out_of_range(tmp_path):
-    text = replace_once(SUITE_YAML, "cols: 256}", "cols: 3000000000}")
-    _, message = problems_of(tmp_path, text)
-    assert "cases[1].scalars.cols" in message
-
-
-def test_shape_and_size_disagree(tmp_path):
-    text = replace_once(SUITE_YAML, "size: rows*cols, shape: [rows, cols]}\n  - {name: y",
-                        "size: rows*cols+1, shape: [rows, cols]}\n  - {name: y")
-    _, message = problems_of(tmp_path, text)
-    assert f"line {line_of(text, 'name: small')}: cases[0]: buffer 'x': shape [3, 50] holds 150 elements but size gives 151" in message
-    assert "cases[1]: buffer 'x': shape [64, 256] holds 16384 elements but size gives 16385" in message
-
-
-def test_negative_size(tmp_path):
-    text = SUITE_YAML.replace("size: rows*cols,", "size: rows*cols - 200,").replace("shape: [rows, cols]", "shape: [rows]")
-    _, message = problems_of(tmp_path, text)
-    assert "buffer 'x' gets a negative size (-50) in case 'small'" in message
-
-
-def test_zero_grid_dimension(tmp_path):
-    text = replace_once(SUITE_YAML, "rows: 3,", "rows: 0,")
-    _, message = problems_of(tmp_path, text)
-    assert (f"line {line_of(text, 'rows: 0')}: cases[0]: scale2 launch in case 'small': "
-            "grid.x = 0 is outside 1..2147483647") in message
-    assert "cases[1]" not in message
-
-
-def test_launch_expression_failing_for_one_case(tmp_path):
-    text = replace_once(SUITE_YAML, "block: [128]", 'block: ["256 // (cols - 50)"]')
-    _, message = problems_of(tmp_path, text)
-    assert "cases[0]: scale2 launch in case 'small'" in message
-    assert "division by zero" in message
-
-
-def test_several_problems_are_reported_together(tmp_path):
-    text = replace_once(SUITE_YAML, "kind: performance", "kind: correctness")
-    text = replace_once(text, "source: scale.cu", "source: nothere.cu")
-    text = replace_once(text, "rows: 3,", "rows: 2.5,")
-    error, message = problems_of(tmp_path, text)
-    assert len(error.problems) == 3
-    assert "needs kind: performance" in message
-    assert "nothere.cu" in message
-    assert "whole number" in message
-    assert all(p.startswith("line ") for p in error.problems)
 
 
 def test_several_schema_problems_are_reported_together(tmp_path):

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 
 from cudagate_harness.digest import buffer_key  # noqa: E402
 from cudagate_harness.driver import Device  # noqa: E402
+from cudagate_harness.messages import Case, Kernel, Param, from_json  # noqa: E402
 from cudagate_harness.protocol import POISON_FIRST  # noqa: E402
 from cudagate_harness.runner import CaseRun, Launchable, rotation_copies  # noqa: E402
 from cudagate_harness.worker import Worker  # noqa: E402
@@ -39,12 +40,12 @@ extern "C" __global__ void scale2(const float* x, float* y, int n)
     if (i < n) y[i] = 2.0f * x[i];
 }
 """
-SIGNATURE = [{"name": "x", "kind": "buffer", "dtype": "float32", "intent": "in"},
-             {"name": "y", "kind": "buffer", "dtype": "float32", "intent": "out"},
-             {"name": "n", "kind": "scalar", "dtype": "int32"}]
+SIGNATURE = (Param(name="x", kind="buffer", dtype="float32", intent="in"),
+             Param(name="y", kind="buffer", dtype="float32", intent="out"),
+             Param(name="n", kind="scalar", dtype="int32"))
 
 
-def timed_loop(worker: Worker, kernel: Launchable, case: dict, base: Path, rounds: int, digests: bool) -> tuple[float, dict]:
+def timed_loop(worker: Worker, kernel: Launchable, case: Case, base: Path, rounds: int, digests: bool) -> tuple[float, dict]:
     """Seconds per timed launch of ``rounds`` cold rounds, and the digests' record."""
     device = worker.device
     copies = rotation_copies(SIGNATURE, case, None)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = Device(0)
     worker = Worker(device, lambda message: None, iter(()))
-    result, function = worker.function_for({"source": SOURCE, "entry": "scale2"}, device.arch)
+    result, function = worker.function_for(Kernel(entry="scale2", source=SOURCE), device.arch)
     if function is None:
         print(result.log)
         return 1
@@ -105,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         base = Path(tmp)
         for n in (int(s) for s in args.sizes.split(",")):
             np.save(base / f"x{n}.npy", np.random.default_rng(n).standard_normal(n).astype(np.float32))
-            case = {"name": f"n{n}", "buffers": {"x": {"count": n, "input": f"x{n}.npy"}, "y": {"count": n}},
-                    "scalars": {"n": n}}
-            kernel = Launchable(function, (-(-n // 256), 1, 1), (256, 1, 1), 0)
+            launch = {"grid": [-(-n // 256), 1, 1], "block": [256, 1, 1]}
+            case = from_json(Case, {"name": f"n{n}", "buffers": {"x": {"count": n, "input": f"x{n}.npy"}, "y": {"count": n}},
+                                    "scalars": {"n": n}, "launch": launch})
+            kernel = Launchable.operation({"scale2": function}, case.launch)
             off, on, checked = [], [], {}
             for _ in range(args.repeats):
                 off.append(timed_loop(worker, kernel, case, base, args.rounds, False)[0])

@@ -23,6 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "harness"))
 
 from cudagate_harness.driver import Device  # noqa: E402
+from cudagate_harness.messages import Kernel  # noqa: E402
 from cudagate_harness.runner import HELD_LAUNCHES  # noqa: E402
 from cudagate_harness.worker import Worker  # noqa: E402
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if not worker.held:
         print("this driver cannot hold a stream (no stream memory operations): nothing to measure")
         return 1
-    _, function = worker.function_for({"source": EMPTY, "entry": "cudagate_probe"}, device.arch)
+    _, function = worker.function_for(Kernel(entry="cudagate_probe", source=EMPTY), device.arch)
     pointers = [np.zeros(1, np.uint64) for _ in range(3)] + [np.zeros(1, np.int32)]
     params = np.array([p.ctypes.data for p in pointers], np.uint64)
     print(f"{worker.info['name']}, {device.arch}; the harness holds at most {HELD_LAUNCHES} launches per hold\n")

@@ -25,6 +25,7 @@ import numpy as np
 from cudagate_harness import digest
 from cudagate_harness.compiler import check_options
 from cudagate_harness.driver import CudaError
+from cudagate_harness.messages import Kernel as HarnessKernel, to_json
 from cudagate_harness.protocol import numpy_dtype
 from cudagate_harness.worker import Worker
 from pytest_cudagate import session
@@ -308,10 +309,10 @@ def make_worker(kernels: Kernels, device: FakeDevice | None = None, emit=None, s
                digest.ENTRY: digest_kernel()}
 
     class FakeDeviceWorker(Worker):
-        def function_for(self, kernel: dict, arch: str):
-            check_options(kernel.get("options", []))  # compile_kernel's refusals, without NVRTC
-            entry = kernel["entry"]
-            function = builtin.get(entry) or (kernels(kernel) if callable(kernels) else kernels[entry])
+        def function_for(self, kernel: HarnessKernel, arch: str):
+            check_options(list(kernel.options))  # compile_kernel's refusals, without NVRTC
+            entry = kernel.entry
+            function = builtin.get(entry) or (kernels(to_json(kernel)) if callable(kernels) else kernels[entry])
             return FakeCompileResult(entry, arch), function
 
         def state(self) -> dict:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .messages import LibrarySpec
 from .protocol import numpy_dtype
 
 INT32_MAX = 2**31 - 1
@@ -382,16 +383,16 @@ def lookup(name: str) -> Adapter | StepAdapter | str | None:
     return ADAPTERS[name]
 
 
-def bind(spec: Mapping, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:
+def bind(spec: LibrarySpec, device, loaded: dict[str, LibraryBaseline | str]) -> LibraryLaunch | str:
     """A request's ``library`` field bound to its adapter, loaded once per worker into ``loaded``
     (the baseline, or why it is unavailable); a string says why there is no baseline."""
-    name = str(spec.get("adapter"))
+    name = str(spec.adapter)
     adapter = lookup(name)
     if isinstance(adapter, str):
         return adapter
     if not isinstance(adapter, Adapter):
         return f"unknown library baseline adapter {name!r} (known: {', '.join(known(Adapter))})"
-    args = dict(spec.get("args") or {})
+    args = dict(spec.args)
     missing = [role for role in adapter.roles if role not in args]
     if missing:
         return f"library baseline {name}: args name no parameter for {', '.join(missing)}"

@@ -4,7 +4,8 @@ A request asks the worker to ``compile`` a kernel or to ``run`` it on a list of 
 answers each ``run`` request with one ``compile`` line, one ``case`` line per case, in order, and
 a ``done`` line, so that a client that loses the worker mid-request keeps every case already
 answered. Large arrays travel as ``.npy`` files, never inline. ``schemas/harness-request`` and
-``schemas/harness-response`` are the formal contract.
+``schemas/harness-response`` are the formal contract; :mod:`.messages` holds the request and each
+kind of reply line as dataclasses.
 """
 
 from __future__ import annotations
@@ -67,17 +68,6 @@ CANARY = 0xA5
 # poison of that launch (NaN for float32 on launch 1, 3.4e38 on launch 2), so a kernel that reads
 # shared memory it never wrote gets different garbage each time instead of benign leftovers.
 SCRUB_WORDS = {POISON_FIRST: 0xFFFFFFFF, POISON_SECOND: 0x7F7F7F7F}
-
-# What a request may switch off (``checks`` in a request; every one is on when absent). second_launch:
-# validation launch 2 (determinism, unwritten elements); off only for a trusted reference's runs.
-WORKER_CHECKS = {"guards": True, "scrub_shared": True, "timed_outputs": True, "second_launch": True}
-
-
-def worker_checks(request: dict) -> dict:
-    """The request's worker-side checks, defaults filled in."""
-    given = request.get("checks") or {}
-    return {name: bool(given.get(name, default)) for name, default in WORKER_CHECKS.items()}
-
 
 # A request's ``timeout_s``: how long its client waits for each answer line (the gate's: the case
 # timeout) before it kills the worker. The request's compiles stop ANSWER_S before that (at half of
@@ -202,10 +192,3 @@ BUFFER_BYTES_MAX = 2**37  # one buffer; an H200 holds 141 GB
 CASES_MAX = 4096
 # Case and parameter names become file names under the output folder: no '/', no leading '.'.
 SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
-
-
-def padded_count(spec: dict) -> int:
-    """The elements a case's buffer takes on the device: its ``count``, or with a ``layout`` [rows,
-    cols, ld] (a row-major buffer whose rows sit ``ld`` elements apart) rows × ld, padding included."""
-    layout = spec.get("layout")
-    return int(layout[0]) * int(layout[2]) if layout else int(spec["count"])

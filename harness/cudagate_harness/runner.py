@@ -45,11 +45,12 @@ from .digest import Digester, buffer_key
 from .driver import CudaError, Device, check
 from .library import LibraryCallError, LibraryLaunch
 from .stopping import Settle, next_rounds
+from .messages import (ABSENT, DEFAULT_PAD_MAX, Case, CaseError, CaseReply, Checks, FreshSet, Launch, LaunchStep, Param, Step,
+                       Timing)
 from .protocol import (CANARY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, POISON_TIMED, all_bytes, element_words, numpy_dtype,
-                       padded_count, unwritten_mask)
+                       unwritten_mask)
 
 MAX_EVENTS_IN_FLIGHT = 256  # stays well under the ~1,100-command stream queue limit
-DEFAULT_PAD_MAX = 3
 # Launches enqueued behind one hold: the driver's queue takes about a thousand before cuLaunchKernel
 # blocks the host, which, with the stream waiting for that host, never returns (an H200 blocked at
 # 1024 held launches of a 4-parameter kernel; benchmarks/hold_queue.py). A longer hot batch is timed
@@ -71,11 +72,11 @@ def launch_groups(batch: int, held: bool, copies: int = 1) -> list[int]:
     return [min(most, batch - first) for first in range(0, batch, most)]
 
 
-def rotation_copies(signature: list[dict], case: dict, requested: int | None, batch: int = 1) -> int:
+def rotation_copies(signature: tuple[Param, ...], case: Case, requested: int | None, batch: int = 1) -> int:
     """How many buffer copies timed launches rotate through: ``requested``, or as many as fit; with
     ``batch`` > 1, enough for each launch of an event pair to have its own, as far as they fit."""
-    sizes = {p["name"]: numpy_dtype(p["dtype"]).itemsize for p in signature if p["kind"] == "buffer"}
-    nbytes = sum(sizes[name] * padded_count(spec) for name, spec in case["buffers"].items() if name in sizes)
+    sizes = {p.name: numpy_dtype(p.dtype).itemsize for p in signature if p.kind == "buffer"}
+    nbytes = sum(sizes[name] * spec.padded_count for name, spec in case.buffers.items() if name in sizes)
     fit = max(1, ROTATION_BYTES // max(nbytes, 1))
     copies = int(requested) if requested else min(MAX_COPIES, fit)
     return max(1, copies, min(HELD_LAUNCHES, batch, fit) if batch > 1 else 1)
@@ -240,20 +241,20 @@ class Launchable:
     later: tuple[Launchable, ...] = ()
 
     @classmethod
-    def of(cls, function, launch: dict) -> Launchable:
-        return cls(function, tuple(int(v) for v in launch["grid"]), tuple(int(v) for v in launch["block"]),
-                   int(launch.get("shared_bytes", 0)))
+    def of(cls, function, launch: Launch | LaunchStep) -> Launchable:
+        return cls(function, tuple(int(v) for v in launch.grid), tuple(int(v) for v in launch.block),
+                   int(launch.shared_bytes))
 
     @classmethod
-    def operation(cls, functions: dict[str, object], launch: dict | list[dict],
-                  other: Callable[[dict], object] | None = None) -> Launchable | Operation:
+    def operation(cls, functions: dict[str, object], launch: Launch | tuple[Step, ...],
+                  other: Callable[[object], object] | None = None) -> Launchable | Operation:
         """A case's launch (:data:`~cudagate_harness.protocol` form): one launch of the kernel's entry
         (``functions`` holds one), or its steps, each of the function of its entry; ``other`` makes
         a step that is no launch (a memset, copy or library call: :func:`cudagate_harness.steps.build`)."""
-        if isinstance(launch, dict):
+        if isinstance(launch, Launch):
             (function,) = functions.values()
             return cls.of(function, launch)
-        steps = [replace(cls.of(functions[step["entry"]], step), args=tuple(step["args"])) if "entry" in step
+        steps = [replace(cls.of(functions[step.entry], step), args=tuple(step.args)) if isinstance(step, LaunchStep)
                  else other(step) for step in launch]
         if not all(isinstance(step, Launchable) for step in steps):
             return Operation(tuple(steps))
@@ -283,7 +284,7 @@ class Operation:
         return tuple(step for step in self.sequence if isinstance(step, Launchable))
 
 
-def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: dict, slot: int = 0,
+def pack_arguments(signature: tuple[Param, ...], buffers: dict[str, Buffer], scalars: dict, slot: int = 0,
                    args: tuple[str, ...] | None = None) -> tuple[np.ndarray, list]:
     """The ``kernelParams`` array: one pointer per parameter (``args``, in their order; default the
     whole signature), each to that parameter's bytes.
@@ -292,63 +293,63 @@ def pack_arguments(signature: list[dict], buffers: dict[str, Buffer], scalars: d
     """
     storage: list[np.ndarray] = []
     if args is not None:
-        named = {param["name"]: param for param in signature}
+        named = {param.name: param for param in signature}
         signature = [named[name] for name in args]
     for param in signature:
-        if param["kind"] == "buffer":
-            storage.append(np.array([buffers[param["name"]].ptrs[slot]], dtype=np.uint64))
+        if param.kind == "buffer":
+            storage.append(np.array([buffers[param.name].ptrs[slot]], dtype=np.uint64))
         else:
-            storage.append(np.array([scalars[param["name"]]], dtype=numpy_dtype(param["dtype"])))
+            storage.append(np.array([scalars[param.name]], dtype=numpy_dtype(param.dtype)))
     return np.array([item.ctypes.data for item in storage], dtype=np.uint64), storage
 
 
-def read_input(case: dict, param: dict, path: Path, count: int) -> np.ndarray:
+def read_input(case: Case, param: Param, path: Path, count: int) -> np.ndarray:
     """An input's data file, checked against the signature's dtype and the case's element count."""
-    dtype = numpy_dtype(param["dtype"])
+    dtype = numpy_dtype(param.dtype)
     try:
         host = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
-        raise CaseInputError(f"case {case['name']!r}: cannot read {path}: {exc}") from None
+        raise CaseInputError(f"case {case.name!r}: cannot read {path}: {exc}") from None
     if host.dtype != dtype:
-        raise CaseInputError(f"case {case['name']!r}: {path} holds {host.dtype}, signature says {param['dtype']}")
+        raise CaseInputError(f"case {case.name!r}: {path} holds {host.dtype}, signature says {param.dtype}")
     if host.size != count:
-        raise CaseInputError(f"case {case['name']!r}: {path} holds {host.size} elements, the size expression gives {count}")
+        raise CaseInputError(f"case {case.name!r}: {path} holds {host.size} elements, the size expression gives {count}")
     return np.ascontiguousarray(host.reshape(-1))
 
 
-def load_buffers(signature: list[dict], case: dict, base: Path) -> dict[str, Buffer]:
+def load_buffers(signature: tuple[Param, ...], case: Case, base: Path) -> dict[str, Buffer]:
     buffers = {}
     for param in signature:
-        if param["kind"] != "buffer":
+        if param.kind != "buffer":
             continue
-        name = param["name"]
-        spec = case["buffers"].get(name)
+        name = param.name
+        spec = case.buffers.get(name)
         if spec is None:
-            raise CaseInputError(f"case {case['name']!r} gives no size for buffer {name!r}")
-        dtype = numpy_dtype(param["dtype"])
-        layout = spec.get("layout")
+            raise CaseInputError(f"case {case.name!r} gives no size for buffer {name!r}")
+        dtype = numpy_dtype(param.dtype)
+        layout = spec.layout
         layout = tuple(int(v) for v in layout) if layout and layout[2] > layout[1] else None  # ld = cols: no padding
-        buf = Buffer(name, dtype, param["intent"], padded_count(spec) if layout else int(spec["count"]), None,
-                     layout=layout, init=param.get("init"))
-        if param["intent"] in ("in", "inout"):
-            if not spec.get("input"):
-                raise CaseInputError(f"case {case['name']!r}: input buffer {name!r} has no data file")
-            buf.host = buf.padded(read_input(case, param, base / spec["input"], int(spec["count"])))
+        buf = Buffer(name, dtype, param.intent, spec.padded_count if layout else int(spec.count), None,
+                     layout=layout, init=param.init)
+        if param.intent in ("in", "inout"):
+            if not spec.input:
+                raise CaseInputError(f"case {case.name!r}: input buffer {name!r} has no data file")
+            buf.host = buf.padded(read_input(case, param, base / spec.input, int(spec.count)))
         buffers[name] = buf
     return buffers
 
 
-def load_fresh_inputs(signature: list[dict], case: dict, spec: dict, base: Path) -> dict[str, np.ndarray]:
-    """The input arrays of one fresh input set (``case["fresh"][i]``), by buffer name."""
+def load_fresh_inputs(signature: tuple[Param, ...], case: Case, spec: FreshSet, base: Path) -> dict[str, np.ndarray]:
+    """The input arrays of one fresh input set (one of ``case.fresh``), by buffer name."""
     arrays = {}
     for param in signature:
-        if param["kind"] != "buffer" or param["intent"] not in ("in", "inout"):
+        if param.kind != "buffer" or param.intent not in ("in", "inout"):
             continue
-        name = param["name"]
-        path = (spec.get("inputs") or {}).get(name)
+        name = param.name
+        path = spec.inputs.get(name)
         if not path:
-            raise CaseInputError(f"case {case['name']!r}: fresh input set {spec.get('label')!r} has no data for {name!r}")
-        arrays[name] = read_input(case, param, base / path, int(case["buffers"][name]["count"]))
+            raise CaseInputError(f"case {case.name!r}: fresh input set {spec.label!r} has no data for {name!r}")
+        arrays[name] = read_input(case, param, base / path, int(case.buffers[name].count))
     return arrays
 
 
@@ -375,7 +376,7 @@ class CaseRun:
     (``None`` when several kernels ran in the phase), and :meth:`findings` hands it to the answer.
     """
 
-    def __init__(self, device: Device, signature: list[dict], case: dict, base: Path,
+    def __init__(self, device: Device, signature: tuple[Param, ...], case: Case, base: Path,
                  flush: Callable[[], None] | None = None, pad: Launchable | None = None, seed: int = 0,
                  copies: int = 1, *, guard: int = GUARD_BYTES, scrub: Callable[[int], None] | None = None,
                  timed_outputs: bool = True, hold: bool = False, digester: Digester | None = None):
@@ -421,7 +422,7 @@ class CaseRun:
 
     @contextmanager
     def phase(self, name: str):
-        """Attribute a CUDA error raised inside to ``name`` (kept by :func:`error_body`)."""
+        """Attribute a CUDA error raised inside to ``name`` (kept by :func:`error_reply`)."""
         try:
             yield
         except CudaError as exc:
@@ -468,7 +469,7 @@ class CaseRun:
         """The packed arguments of a launch taking ``args`` on copy ``slot``, packed once."""
         packed = self.params.get((slot, args))
         if packed is None:
-            packed = self.params[(slot, args)] = pack_arguments(self.signature, self.buffers, self.case["scalars"],
+            packed = self.params[(slot, args)] = pack_arguments(self.signature, self.buffers, self.case.scalars,
                                                                 slot, args)
         return packed[0]
 
@@ -598,7 +599,7 @@ class CaseRun:
 
     def _launch(self, kernel: Launchable | LibraryLaunch, slot: int = 0) -> None:
         if isinstance(kernel, LibraryLaunch):  # enqueued on the same stream, on the same copy of the buffers
-            kernel.enqueue({name: buf.ptrs[slot] for name, buf in self.buffers.items()}, self.case["scalars"])
+            kernel.enqueue({name: buf.ptrs[slot] for name, buf in self.buffers.items()}, self.case.scalars)
             return
         for step in kernel.sequence:
             if isinstance(step, Launchable):
@@ -775,7 +776,7 @@ class CaseRun:
                 kept.extend(new)
         return samples
 
-    def time_library(self, kernel: Launchable, baseline: tuple[str, LibraryLaunch | str, int, Settle | None], timing: dict,
+    def time_library(self, kernel: Launchable, baseline: tuple[str, LibraryLaunch | str, int, Settle | None], timing: Timing,
                      output_dir: Path) -> dict:
         """The library baseline ``(adapter, library, rounds, settle)`` beside ``kernel`` (the current
         kernel, after its own timed launches were checked): one validation launch of the library, then
@@ -796,20 +797,19 @@ class CaseRun:
             entry["error"] = ("not timed: a library baseline needs held launches, and this driver cannot hold a "
                               "stream (no stream memory operations)")
             return entry
-        problem = library if isinstance(library, str) else library.problem(self.buffers, self.case["scalars"])
+        problem = library if isinstance(library, str) else library.problem(self.buffers, self.case.scalars)
         if problem:
             entry["error"] = problem
             return entry
-        cold = timing.get("cache", "cold") == "cold"
+        cold = timing.cold
         try:
             with self.phase("the library baseline's validation launch"):
                 first = self._validation_launch(library, POISON_FIRST)
             with self.phase("the library baseline's warm-up launches"):
                 # No time floor: the kernel's timed launches just ran, so the clocks have ramped.
-                self.warm_up([kernel, library], int(timing["warmup"]))
+                self.warm_up([kernel, library], int(timing.warmup))
             samples = self.time_settled([kernel, library], rounds, settle, ratios, cold=cold,
-                                        pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                        batch=int(timing.get("batch", 1)))
+                                        pad_max=int(timing.pad_max), batch=int(timing.batch))
         except (LibraryCallError, CudaError) as exc:
             if isinstance(exc, CudaError) and exc.sticky:
                 raise
@@ -936,10 +936,10 @@ class CaseRun:
                 synchronize_all(dev)
 
     @_step("fresh_inputs")
-    def fresh_launch(self, kernel: Launchable, spec: dict, base: Path, output_dir: Path, *, index: int = 0,
+    def fresh_launch(self, kernel: Launchable, spec: FreshSet, base: Path, output_dir: Path, *, index: int = 0,
                      prefix: str = "") -> dict:
         """Upload one fresh input set into the first copy's buffers (same addresses) and launch once."""
-        label = str(spec.get("label", "fresh"))
+        label = str(spec.label)
         arrays = load_fresh_inputs(self.signature, self.case, spec, base)
         dev = self.device
         phase = f"fresh inputs ({label})"
@@ -951,14 +951,15 @@ class CaseRun:
             synchronize_all(dev)
             result = self._validation_launch(kernel, POISON_FIRST)
         self.check_guards(phase, who=index, slots=[0])
-        case_dir = output_dir / self.case["name"]
+        case_dir = output_dir / self.case.name
         case_dir.mkdir(parents=True, exist_ok=True)
         entry: dict = {"label": label, "outputs": {}, "inputs_modified": {}}
-        for key in ("atol_scale", "description"):
-            if key in spec:
-                entry[key] = spec[key]
-        if spec.get("expected"):
-            entry["expected"] = {name: str(base / path) for name, path in spec["expected"].items()}
+        if spec.atol_scale is not None:
+            entry["atol_scale"] = spec.atol_scale
+        if spec.description is not None:
+            entry["description"] = spec.description
+        if spec.expected:
+            entry["expected"] = {name: str(base / path) for name, path in spec.expected.items()}
         for name, buf in self.buffers.items():
             if buf.intent == "in":
                 changed = _changed(result[name], arrays[name])
@@ -992,7 +993,7 @@ class CaseRun:
             body["input_writes"] = writes
         record = self.timed.get(index)
         if record is not None:
-            case_dir = output_dir / self.case["name"]
+            case_dir = output_dir / self.case.name
             case_dir.mkdir(parents=True, exist_ok=True)
             outputs = {}
             for name, entry in record["outputs"].items():
@@ -1008,7 +1009,7 @@ class CaseRun:
 
     def outputs(self, first: dict, second: dict, output_dir: Path, prefix: str = "") -> dict:
         """Save outputs and report unwritten elements, launch-to-launch differences, input writes."""
-        case_dir = output_dir / self.case["name"]
+        case_dir = output_dir / self.case.name
         case_dir.mkdir(parents=True, exist_ok=True)
         outputs, inputs_modified = {}, {}
         for name, buf in self.buffers.items():
@@ -1054,21 +1055,20 @@ def _changed(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.count_nonzero(x != y))
 
 
-def error_body(exc: Exception) -> dict:
+def error_reply(exc: Exception) -> CaseReply:
     if isinstance(exc, CaseInputError):
-        return {"status": "error", "error": {"kind": "input", "code": "BAD_CASE_DATA", "message": str(exc)}}
+        return CaseReply(status="error", error=CaseError(kind="input", code="BAD_CASE_DATA", message=str(exc)))
     kind = "fault" if exc.sticky else ("oom" if exc.code == "CUDA_ERROR_OUT_OF_MEMORY" else "launch")
-    error = {"kind": kind, "code": exc.code, "message": str(exc)}
-    if getattr(exc, "phase", None):
-        error["phase"] = exc.phase
-    return {"status": "error", "error": error}
+    return CaseReply(status="error", error=CaseError(kind=kind, code=exc.code, message=str(exc),
+                                                     phase=getattr(exc, "phase", None) or ABSENT))
 
 
-def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path, timing: dict | None,
-             output_dir: Path, flush=None, pad: Launchable | None = None, scrub: Callable[[int], None] | None = None,
-             checks: dict | None = None, library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
+def run_case(device: Device, kernel: Launchable, signature: tuple[Param, ...], case: Case, *, base: Path,
+             timing: Timing | None, output_dir: Path, flush=None, pad: Launchable | None = None,
+             scrub: Callable[[int], None] | None = None, checks: Checks = Checks(),
+             library: tuple[str, LibraryLaunch | str, int, Settle | None] | None = None,
              state: Callable[[bool], dict] | None = None, floor: Callable[[float], float] | None = None,
-             hold: bool = False, digester: Digester | None = None) -> dict:
+             hold: bool = False, digester: Digester | None = None) -> CaseReply:
     """Validate ``kernel`` on one case (and time it if ``timing``); errors become an error body.
 
     ``library``: ``(adapter, baseline or why none, rounds, settle)``, timed beside the kernel after its own
@@ -1083,20 +1083,18 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
     ``hold``: the timed launches are held (:meth:`CaseRun._timed_launch`). ``digester``: every timed
     launch's outputs are digested and compared with validation launch 1's (:mod:`.digest`).
 
-    ``checks`` switches worker-side defences off (see :data:`~cudagate_harness.protocol.WORKER_CHECKS`);
+    ``checks`` switches worker-side defences off (see :class:`~cudagate_harness.messages.Checks`);
     a case with ``sanitize: true`` gets one plain launch (no poison, guards or scrub) for
     compute-sanitizer to watch.
     """
     start = time.perf_counter()
-    checks = checks or {}
-    sanitize = bool(case.get("sanitize"))
+    sanitize = bool(case.sanitize)
     try:
-        copies = (rotation_copies(signature, case, timing.get("rotate"), int(timing.get("batch", 1)))
-                  if timing and not sanitize else 1)
-        guard = GUARD_BYTES if checks.get("guards", True) and not sanitize else 0
-        with CaseRun(device, signature, case, base, flush, pad, seed=int((timing or {}).get("seed", 0)),
-                     copies=copies, guard=guard, timed_outputs=checks.get("timed_outputs", True),
-                     scrub=scrub if checks.get("scrub_shared", True) and not sanitize else None, hold=hold,
+        copies = rotation_copies(signature, case, timing.rotate, int(timing.batch)) if timing and not sanitize else 1
+        guard = GUARD_BYTES if checks.guards and not sanitize else 0
+        with CaseRun(device, signature, case, base, flush, pad, seed=int(timing.seed) if timing else 0,
+                     copies=copies, guard=guard, timed_outputs=checks.timed_outputs,
+                     scrub=scrub if checks.scrub_shared and not sanitize else None, hold=hold,
                      digester=digester if timing and not sanitize else None) as run:
             run.prepare(kernel)
             if sanitize:
@@ -1110,36 +1108,33 @@ def run_case(device: Device, kernel: Launchable, signature, case, *, base: Path,
                 run.check_guards("validation launch 1")
                 body = {"status": "ok"}
                 if timing:
-                    asked = float(timing.get("warmup_ms", 0))
+                    asked = float(timing.warmup_ms)
                     warmup_ms = floor(asked) if floor is not None else asked
                     with run.phase("the warm-up launches"):
-                        run.warm_up([kernel], int(timing["warmup"]), warmup_ms)
-                    samples = run.time_settled([kernel], int(timing["repeat"]), Settle.from_json(timing.get("settle")),
-                                               own, cold=timing.get("cache", "cold") == "cold",
-                                               pad_max=int(timing.get("pad_max", DEFAULT_PAD_MAX)),
-                                               batch=int(timing.get("batch", 1)))
+                        run.warm_up([kernel], int(timing.warmup), warmup_ms)
+                    samples = run.time_settled([kernel], int(timing.repeat), timing.settle, own, cold=timing.cold,
+                                               pad_max=int(timing.pad_max), batch=int(timing.batch))
                     after = {"state": state(warmup_ms > 0)} if state is not None else {}
                     run.check_timed(0, first)
                     run.check_guards("the timed launches")
                     run.check_inputs("the timed launches")
-                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing["warmup"]), "warmup_ms": warmup_ms,
-                                      "repeat": len(samples[0]), "cache": timing.get("cache", "cold"), "held": hold,
+                    body["timing"] = {"samples_ms": samples[0], "warmup": int(timing.warmup), "warmup_ms": warmup_ms,
+                                      "repeat": len(samples[0]), "cache": timing.cache, "held": hold,
                                       **after}
                     if library is not None:
                         body["library"] = run.time_library(kernel, library, timing, output_dir)
-                if checks.get("second_launch", True):
+                if checks.second_launch:
                     with run.phase("validation launch 2"):
                         second = run.validation_launch(kernel, POISON_SECOND)
                     run.check_guards("validation launch 2")
                 else:  # a trusted reference computing expected outputs: one launch is enough
                     second = first
                 body.update(run.outputs(first, second, output_dir))
-                fresh = [run.fresh_launch(kernel, spec, base, output_dir) for spec in case.get("fresh") or []]
+                fresh = [run.fresh_launch(kernel, spec, base, output_dir) for spec in case.fresh]
                 if fresh:
                     body["fresh"] = fresh
                 body.update(run.findings(0, output_dir))
+        reply = CaseReply(**body)
     except (CaseInputError, CudaError) as exc:
-        body = error_body(exc)
-    body["case"] = case["name"]
-    body["seconds"] = time.perf_counter() - start
-    return body
+        reply = error_reply(exc)
+    return replace(reply, case=case.name, seconds=time.perf_counter() - start)

@@ -25,6 +25,7 @@ import numpy as np
 
 from .driver import CudaError
 from .library import ADAPTERS, LibraryCallError, LibraryUnavailable, StepAdapter, known, lookup
+from .messages import CopyStep, LibraryStep, MemsetStep
 from .protocol import dtype_name, numpy_dtype
 
 KINDS = ("memset", "copy", "library")
@@ -157,11 +158,10 @@ class LibraryCall:
             raise CudaError("LIBRARY_CALL_FAILED", f"library step {self.adapter}", str(exc)) from None
 
 
-def build(step: dict, loaded: dict):
+def build(step: MemsetStep | CopyStep | LibraryStep, loaded: dict):
     """The runnable form of a non-launch step of a request :func:`step_problems` accepted."""
-    kind = kind_of(step)
-    if kind == "memset":
-        return Memset(step["memset"]["buffer"], step["memset"]["bits"])
-    if kind == "copy":
-        return Copy(step["copy"]["from"], step["copy"]["to"], step["copy"]["count"])
-    return LibraryCall(step["library"], dict(step["args"]), dict(step["options"]), loaded)
+    if isinstance(step, MemsetStep):
+        return Memset(step.memset.buffer, step.memset.bits)
+    if isinstance(step, CopyStep):
+        return Copy(step.copy.from_, step.copy.to, step.copy.count)
+    return LibraryCall(step.library, dict(step.args), dict(step.options), loaded)

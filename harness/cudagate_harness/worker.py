@@ -11,7 +11,6 @@ client side; the worker only measures.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -23,11 +22,13 @@ import numpy as np
 from . import PROTOCOL_VERSION, digest, library, steps, telemetry
 from .compiler import CompileLimits, CompileOptionError, compile_kernel, nvrtc_version
 from .driver import CudaError, Device
-from .protocol import (EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds,
-                       request_timeout_s, worker_checks)
+from dataclasses import replace
+
+from .messages import (ABSENT, CaseReply, Checks, Chunk, CompileReply, Done, ErrorReply, Hello, Kernel, Request, from_json,
+                       to_json)
+from .protocol import EXIT_STICKY, GUARD_BYTES, POISON_FIRST, POISON_SECOND, SCRUB_WORDS, compile_seconds, request_timeout_s
 from .request_checks import request_problems
-from .runner import (DEFAULT_PAD_MAX, SIGNED, CaseInputError, CaseRun, Launchable, error_body, load_fresh_inputs,
-                     rotation_copies, run_case)
+from .runner import SIGNED, CaseInputError, CaseRun, Launchable, error_reply, load_fresh_inputs, rotation_copies, run_case
 from .stopping import Settle
 
 PAD_SOURCE = 'extern "C" __global__ void cudagate_pad() {}'
@@ -78,16 +79,19 @@ class Worker:
         self._timed_at: float | None = None  # when this worker's last timed launches ended
         self._ramped_mhz: int | None = None  # SM clock right after timed launches whose warm-up had its floor
 
-    def library_for(self, request: dict) -> tuple[str, object, int, Settle | None] | None:
+    def send(self, reply) -> None:
+        """Write one reply line: the one place a reply dataclass becomes JSON."""
+        self.emit(to_json(reply))
+
+    def library_for(self, request: Request) -> tuple[str, object, int, Settle | None] | None:
         """The request's library baseline as ``(adapter, LibraryLaunch or why none, rounds, settle)``;
         None when it names none."""
-        spec = request.get("library")
-        if not spec:
+        spec = request.library
+        if spec is None:
             return None
-        return (str(spec.get("adapter")), library.bind(spec, self.device, self.libraries), int(spec["rounds"]),
-                Settle.from_json(spec.get("settle")))
+        return str(spec.adapter), library.bind(spec, self.device, self.libraries), int(spec.rounds), spec.settle
 
-    def operation(self, functions: dict, launch: dict | list):
+    def operation(self, functions: dict, launch):
         """A case's launch, its memset, copy and library steps included (libraries loaded once per worker)."""
         return Launchable.operation(functions, launch, lambda step: steps.build(step, self.libraries))
 
@@ -100,14 +104,14 @@ class Worker:
 
     def pad(self) -> Launchable:
         if self._pad is None:
-            result, function = self.function_for({"source": PAD_SOURCE, "entry": "cudagate_pad"}, self.device.arch)
+            result, function = self.function_for(Kernel(entry="cudagate_pad", source=PAD_SOURCE), self.device.arch)
             self._pad = Launchable(function, (1, 1, 1), (1, 1, 1), 0)
         return self._pad
 
     def digester(self) -> digest.Digester:
         """The timed launches' output digest (:mod:`.digest`), compiled once per worker."""
         if self._digester is None:
-            result, function = self.function_for({"source": digest.SOURCE, "entry": digest.ENTRY}, self.device.arch)
+            result, function = self.function_for(Kernel(entry=digest.ENTRY, source=digest.SOURCE), self.device.arch)
             if function is None:
                 raise CudaError("COMPILE_FAILED", "the output digest kernel", result.log)
             self._digester = digest.Digester(self.device, function, int(self.info.get("sm_count") or 1))
@@ -117,7 +121,7 @@ class Worker:
         """A callable that scrubs every SM's shared memory with a poison's pattern, or None."""
         if self._scrub is None:
             try:
-                result, function = self.function_for({"source": SCRUB_SOURCE, "entry": "cudagate_scrub"}, self.device.arch)
+                result, function = self.function_for(Kernel(entry="cudagate_scrub", source=SCRUB_SOURCE), self.device.arch)
                 if function is None:
                     raise RuntimeError(result.log)
                 nbytes = int(self.info.get("max_shared_per_block_optin") or 48 * 1024)
@@ -171,19 +175,17 @@ class Worker:
         """The SM clock now (MHz), one NVML query; None without NVML."""
         return telemetry.sm_clock_mhz(self.device.ordinal, self.info["pci_bus_id"])
 
-    def function_for(self, kernel: dict, arch: str):
+    def function_for(self, kernel: Kernel, arch: str):
         # Every case of a compare request names the approved kernel again: compile each exact input
         # set once per worker (the on-disk cache would still read and hash the cubin every time).
-        memo = json.dumps([kernel["source"], kernel["entry"], arch, kernel.get("source_name", "kernel.cu"),
-                           kernel.get("options", []), kernel.get("headers", {}), kernel.get("compiler", "auto")],
-                          sort_keys=True)
+        memo = json.dumps([kernel.source, kernel.entry, arch, kernel.source_name, list(kernel.options), kernel.headers,
+                           kernel.compiler], sort_keys=True)
         if memo in self._compiled:
             result, function = self._compiled[memo]
-            return dataclasses.replace(result, cache_hit=True, seconds=0.0), function
-        result = compile_kernel(kernel["source"], entry=kernel["entry"], arch=arch,
-                                source_name=kernel.get("source_name", "kernel.cu"),
-                                options=kernel.get("options", []), headers=kernel.get("headers", {}),
-                                limits=self.compile_limits, compiler=kernel.get("compiler", "auto"))
+            return replace(result, cache_hit=True, seconds=0.0), function
+        result = compile_kernel(kernel.source, entry=kernel.entry, arch=arch, source_name=kernel.source_name,
+                                options=list(kernel.options), headers=dict(kernel.headers), limits=self.compile_limits,
+                                compiler=kernel.compiler)
         if not result.ok:
             return result, None
         if result.key not in self.modules:
@@ -191,27 +193,28 @@ class Worker:
         self._compiled[memo] = (result, self.modules[result.key][1])
         return result, self.modules[result.key][1]
 
-    def compiled(self, rid, kernel: dict, arch: str | None, role: str | None = None) -> dict | None:
+    def compiled(self, rid, kernel: Kernel, arch: str | None, role: str | None = None) -> dict | None:
         """Compile and load ``kernel``, emitting its compile line: its functions by entry (every entry
         of a kernel of steps, its first's result in the line), or None on failure."""
-        arch = arch or self.device.arch + kernel.get("arch_suffix", "")
-        extra = {"role": role} if role else {}
+        arch = arch or self.device.arch + kernel.arch_suffix
+        role = role or ABSENT
         functions, shown = {}, None
         try:
-            for entry in kernel.get("entries") or [kernel["entry"]]:
-                result, function = self.function_for({**kernel, "entry": entry}, arch)
+            for entry in kernel.entries or (kernel.entry,):
+                result, function = self.function_for(replace(kernel, entry=entry), arch)
                 if shown is None or function is None:  # the first entry's line, or the one that failed
                     shown = result
                 if function is None:
                     break
                 functions[entry] = function
         except (CompileOptionError, CudaError) as exc:  # refused option, or a cubin the driver rejects
-            self.emit({"type": "compile", "id": rid, "ok": False, "arch": arch, "log": str(exc), **extra})
+            self.send(CompileReply(id=rid, ok=False, arch=arch, log=str(exc), role=role))
             return None
-        self.emit({"type": "compile", "id": rid, **shown.to_json(), **extra})
+        self.send(CompileReply(id=rid, **shown.to_json(), role=role))
         return functions if shown.ok else None
 
     def handle(self, request: dict) -> None:
+        """Serve one request line's object: checked (a ``run``), then read into a :class:`Request`."""
         rid = request.get("id")
         op = request.get("op")
         # This request's compiles stop in time to be answered before its client's watchdog ends the worker.
@@ -220,46 +223,46 @@ class Worker:
                                if timeout is not None else CompileLimits())
         problems = request_problems(request) if op == "run" else []
         if problems:
-            self.emit({"type": "error", "id": rid, "message": "refused run request: " + "; ".join(problems[:5])})
+            self.send(ErrorReply(id=rid, message="refused run request: " + "; ".join(problems[:5])))
+            return
+        if op not in ("run", "compile", "compare"):
+            self.send(ErrorReply(id=rid, message=f"unknown op {op!r}"))
             return
         try:
             if op == "compare":
-                self.compare(rid, request)
-            elif op in ("run", "compile"):
-                self.run(rid, request, op)
+                self.compare(from_json(Request, request))
             else:
-                self.emit({"type": "error", "id": rid, "message": f"unknown op {op!r}"})
-                return
+                self.run(from_json(Request, request))
         except (KeyError, TypeError, ValueError) as exc:
-            self.emit({"type": "error", "id": rid, "message": f"malformed {op} request: {exc!r}"})
+            self.send(ErrorReply(id=rid, message=f"malformed {op} request: {exc!r}"))
             return
-        self.emit({"type": "done", "id": rid})
+        self.send(Done(id=rid))
 
-    def run(self, rid, request: dict, op: str) -> None:
-        functions = self.compiled(rid, request["kernel"], request.get("arch"))
-        if op != "run" or functions is None:
+    def run(self, request: Request) -> None:
+        functions = self.compiled(request.id, request.kernel, request.arch)
+        if request.op != "run" or functions is None:
             return
-        base = Path(request.get("base_dir", "."))
-        output_dir = Path(request["output_dir"])
-        timing = request.get("timing")
-        pad = self.pad() if timing and timing.get("pad_max", DEFAULT_PAD_MAX) else None
-        checks = worker_checks(request)
-        scrub = self.scrubber() if checks["scrub_shared"] else None
+        base = Path(request.base_dir)
+        output_dir = Path(request.output_dir)
+        timing = request.timing
+        pad = self.pad() if timing and timing.pad_max else None
+        checks = request.checks
+        scrub = self.scrubber() if checks.scrub_shared else None
         baseline = self.library_for(request) if timing else None
-        for case in request["cases"]:
-            body = run_case(self.device, self.operation(functions, case["launch"]), request["signature"], case,
-                            base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
-                            scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
-                            floor=self.warmup_floor_ms, hold=self.held,
-                            digester=self.digester() if timing and checks["timed_outputs"] else None)
-            self._note(body, checks)
-            self.answer(rid, body)
+        for case in request.cases:
+            reply = run_case(self.device, self.operation(functions, case.launch), request.signature, case,
+                             base=base, timing=timing, output_dir=output_dir, flush=self.flush_l2, pad=pad,
+                             scrub=scrub, checks=checks, library=baseline, state=self.timed_state if timing else None,
+                             floor=self.warmup_floor_ms, hold=self.held,
+                             digester=self.digester() if timing and checks.timed_outputs else None)
+            self.answer(request.id, self._note(reply, checks))
 
-    def _note(self, body: dict, checks: dict) -> None:
-        if checks["scrub_shared"] and self.scrub_note and body.get("status") == "ok":
-            body.setdefault("notes", []).append(self.scrub_note)
+    def _note(self, reply: CaseReply, checks: Checks) -> CaseReply:
+        if checks.scrub_shared and self.scrub_note and reply.status == "ok":
+            return replace(reply, notes=[*(reply.notes or []), self.scrub_note])
+        return reply
 
-    def compare(self, rid, request: dict) -> None:
+    def compare(self, request: Request) -> None:
         """Validate both kernels, then time them interleaved, chunk by chunk, until told to stop.
 
         A share of each chunk's rounds (``timing.fresh_share``) runs on the case's fresh input sets
@@ -267,31 +270,30 @@ class Worker:
         is timed on inputs it cannot know too; the chunk says which rounds were fresh. A chunk that
         NVML saw disturbed by the card's own state (a clock event, a clock change, heat) brings on a
         probe (:meth:`_probe`): each kernel alone, to tell which of them causes it."""
-        functions = {}
+        rid, functions = request.id, {}
         for role in ROLES:
-            functions[role] = self.compiled(rid, request["kernels"][role], request.get("arch"), role)
+            functions[role] = self.compiled(rid, getattr(request.kernels, role), request.arch, role)
             if functions[role] is None:
                 return
-        case, timing = request["case"], request["timing"]
-        kernels = [self.operation(functions[role], request["launches"][role]) for role in ROLES]
-        cold = timing.get("cache", "cold") == "cold"
-        batch = int(timing.get("batch", 1))
-        pad_max = int(timing.get("pad_max", DEFAULT_PAD_MAX))
-        checks = worker_checks(request)
-        base = Path(request.get("base_dir", "."))
+        case, timing = request.case, request.timing
+        kernels = [self.operation(functions[role], getattr(request.launches, role)) for role in ROLES]
+        cold = timing.cold
+        batch = int(timing.batch)
+        pad_max = int(timing.pad_max)
+        checks = request.checks
+        base = Path(request.base_dir)
         current = ROLES.index("current")
         baseline = self.library_for(request)
-        timed_sets = [spec for spec in case.get("fresh") or [] if spec.get("timed")]
-        share = float(timing.get("fresh_share", 0.0)) if timed_sets else 0.0
+        timed_sets = [spec for spec in case.fresh if spec.timed]
+        share = float(timing.fresh_share) if timed_sets else 0.0
         start = time.perf_counter()
         prior = self._prior()
         try:
-            with CaseRun(self.device, request["signature"], case, base, self.flush_l2, self.pad(),
-                         seed=int(timing.get("seed", 0)),
-                         copies=rotation_copies(request["signature"], case, timing.get("rotate"), batch),
-                         guard=GUARD_BYTES if checks["guards"] else 0, timed_outputs=checks["timed_outputs"],
-                         scrub=self.scrubber() if checks["scrub_shared"] else None, hold=self.held,
-                         digester=self.digester() if checks["timed_outputs"] else None) as run:
+            with CaseRun(self.device, request.signature, case, base, self.flush_l2, self.pad(),
+                         seed=int(timing.seed), copies=rotation_copies(request.signature, case, timing.rotate, batch),
+                         guard=GUARD_BYTES if checks.guards else 0, timed_outputs=checks.timed_outputs,
+                         scrub=self.scrubber() if checks.scrub_shared else None, hold=self.held,
+                         digester=self.digester() if checks.timed_outputs else None) as run:
                 for kernel in kernels:
                     run.prepare(kernel)
                 firsts = []
@@ -303,8 +305,8 @@ class Worker:
                 # What each kernel's timed launches must write on each input set: launch 1 on it.
                 references = {SIGNED: firsts}
                 for spec in timed_sets:
-                    label = str(spec["label"])
-                    run.add_inputs(label, load_fresh_inputs(request["signature"], case, spec, base))
+                    label = str(spec.label)
+                    run.add_inputs(label, load_fresh_inputs(request.signature, case, spec, base))
                     run.use_inputs(label)
                     references[label] = []
                     for index, kernel in enumerate(kernels):
@@ -316,8 +318,8 @@ class Worker:
                     run.check_inputs(f"the validation launches on fresh inputs ({label})", who=None)
                 run.use_inputs(SIGNED)
                 with run.phase("the warm-up launches"):
-                    floor = self.warmup_floor_ms(float(timing.get("warmup_ms", 0)))
-                    run.warm_up(kernels, int(timing["warmup"]), floor)
+                    floor = self.warmup_floor_ms(float(timing.warmup_ms))
+                    run.warm_up(kernels, int(timing.warmup), floor)
 
                 def checked(what: str) -> None:
                     """What the timed launches on the active input set wrote, and the guards."""
@@ -326,12 +328,12 @@ class Worker:
                         run.check_timed(index, references[run.inputs][index])
                     run.check_guards(what, who=None)
 
-                rounds, number, probes = int(timing.get("chunk", 100)), 0, 0
+                rounds, number, probes = int(timing.chunk), 0, 0
                 while rounds > 0:
                     fresh_rounds = min(rounds - 1, max(1, round(rounds * share))) if share > 0 else 0
                     parts = [(SIGNED, rounds - fresh_rounds)]
                     if fresh_rounds:
-                        parts.append((str(timed_sets[number % len(timed_sets)]["label"]), fresh_rounds))
+                        parts.append((str(timed_sets[number % len(timed_sets)].label), fresh_rounds))
                         if run.inputs != SIGNED:  # the set left in place goes first: one switch a chunk
                             parts.reverse()
                     before = self.state()
@@ -354,48 +356,43 @@ class Worker:
                     after = self.timed_state(floored=floor > 0)
                     # Outside the measured wall time: what the timed launches wrote, and the guards.
                     checked("the interleaved timed launches")
-                    chunk = {"type": "chunk", "id": rid, "approved": samples[0], "current": samples[1],
-                             "first": [ROLES[i] for i in order], "wall_s": wall, "state": after,
-                             "disturbances": telemetry.disturbances(before, after)}
-                    if fresh_rounds:
-                        chunk["fresh"] = fresh
-                    if number == 0:
-                        chunk["prior"] = prior
-                    if probes < MAX_PROBES and telemetry.card_reasons(chunk["disturbances"]):
+                    disturbances, probe = telemetry.disturbances(before, after), ABSENT
+                    if probes < MAX_PROBES and telemetry.card_reasons(disturbances):
                         probes += 1
-                        chunk["probe"] = self._probe(run, kernels, samples)
-                    self.emit(chunk)
+                        probe = self._probe(run, kernels, samples)
+                    self.send(Chunk(id=rid, approved=samples[0], current=samples[1], first=[ROLES[i] for i in order],
+                                    wall_s=wall, state=after, disturbances=disturbances,
+                                    fresh=fresh if fresh_rounds else ABSENT, prior=prior if number == 0 else ABSENT,
+                                    probe=probe))
                     number += 1
                     with run.clock("waiting"):  # the host's decision: its time, not the worker's
                         rounds = self._next_rounds()
                 run.check_inputs("the interleaved timed launches", who=None)
                 run.use_inputs(SIGNED)
                 # After the verdict's rounds, so the library changes neither their samples nor their budget.
-                library_entry = (run.time_library(kernels[current], baseline, timing, Path(request["output_dir"]))
+                library_entry = (run.time_library(kernels[current], baseline, timing, Path(request.output_dir))
                                  if baseline else None)
                 seconds = []
                 for index, kernel in enumerate(kernels):
                     with run.phase(f"validation launch 2 of the {ROLES[index]} kernel"):
                         seconds.append(run.validation_launch(kernel, POISON_SECOND))
                     run.check_guards(f"validation launch 2 of the {ROLES[index]} kernel", who=index)
-                output_dir = Path(request["output_dir"])
+                output_dir = Path(request.output_dir)
                 body = {"status": "ok", **run.outputs(firsts[current], seconds[current], output_dir)}
                 approved = ROLES.index("approved")
                 body["approved"] = run.outputs(firsts[approved], seconds[approved], output_dir, prefix="approved.")
                 fresh_bodies = [run.fresh_launch(kernels[current], spec, base, output_dir, index=current)
-                                for spec in case.get("fresh") or []]
+                                for spec in case.fresh]
                 if fresh_bodies:
                     body["fresh"] = fresh_bodies
                 body.update(run.findings(current, output_dir))
                 body["approved"].update(run.findings(approved, output_dir, prefix="approved."))
                 if library_entry is not None:
                     body["library"] = library_entry
-                self._note(body, checks)
+                reply = self._note(CaseReply(**body), checks)
         except (CaseInputError, CudaError) as exc:
-            body = error_body(exc)
-        body["case"] = case["name"]
-        body["seconds"] = time.perf_counter() - start
-        self.answer(rid, body)
+            reply = error_reply(exc)
+        self.answer(rid, replace(reply, case=case.name, seconds=time.perf_counter() - start))
 
     def _prior(self) -> list[str]:
         """What NVML finds wrong before either kernel runs, once the card has idled up to
@@ -433,10 +430,10 @@ class Worker:
                 return int(reply.get("rounds", 0)) if reply.get("op") == "more" else 0
         return 0
 
-    def answer(self, rid, body: dict) -> None:
-        self.emit({"type": "case", "id": rid, **body})
-        if body.get("error", {}).get("kind") == "fault":
-            self.emit({"type": "done", "id": rid})
+    def answer(self, rid, reply: CaseReply) -> None:
+        self.send(replace(reply, id=rid))
+        if reply.error and reply.error.kind == "fault":
+            self.send(Done(id=rid))
             sys.exit(EXIT_STICKY)
 
 
@@ -466,19 +463,18 @@ def main(lines=None) -> int:
         source = iter(lines if lines is not None else sys.stdin)
         worker = Worker(device, emit, source)
     except Exception as exc:  # no driver, no device, or a broken install: all mean "cannot replay"
-        emit({"type": "hello", "protocol": PROTOCOL_VERSION, "ok": False, "pid": os.getpid(),
-              "error": unavailable_reason(exc)})
+        emit(to_json(Hello(protocol=PROTOCOL_VERSION, ok=False, pid=os.getpid(), error=unavailable_reason(exc))))
         return 0
-    emit({"type": "hello", "protocol": PROTOCOL_VERSION, "ok": True, "pid": os.getpid(), "device": worker.info,
-          "identity": telemetry.device_identity(ordinal, worker.info["pci_bus_id"]),
-          "nvrtc_version": nvrtc_version(), "cuda_bindings_version": _bindings_version(), "timing_hold": worker.held})
+    worker.send(Hello(protocol=PROTOCOL_VERSION, ok=True, pid=os.getpid(), device=worker.info,
+                      identity=telemetry.device_identity(ordinal, worker.info["pci_bus_id"]),
+                      nvrtc_version=nvrtc_version(), cuda_bindings_version=_bindings_version(), timing_hold=worker.held))
     for line in source:
         if not line.strip():
             continue
         try:
             request = json.loads(line)
         except ValueError as exc:
-            emit({"type": "error", "id": None, "message": f"request is not JSON: {exc}"})
+            worker.send(ErrorReply(id=None, message=f"request is not JSON: {exc}"))
             continue
         worker.handle(request)
     return 0

@@ -142,10 +142,14 @@ def test_each_launch_of_a_batch_finds_its_own_poisoned_copy_and_is_digested(scal
 
 
 def test_batches_get_as_many_buffer_copies_as_fit():
+    from cudagate_harness.messages import BufferSpec, Case, Launch, Param
     from cudagate_harness.runner import HELD_LAUNCHES, launch_groups, rotation_copies
 
-    signature = [{"name": "y", "kind": "buffer", "dtype": "float32", "intent": "out"}]
-    small, huge = {"buffers": {"y": {"count": 1024}}}, {"buffers": {"y": {"count": 20 << 20}}}
+    def case(count: int) -> Case:
+        return Case(name="c", scalars={}, buffers={"y": BufferSpec(count=count)}, launch=Launch(grid=(1,) * 3, block=(1,) * 3))
+
+    signature = (Param(name="y", kind="buffer", dtype="float32", intent="out"),)
+    small, huge = case(1024), case(20 << 20)
     assert rotation_copies(signature, small, None, batch=16) == 16
     assert rotation_copies(signature, small, None, batch=500) == HELD_LAUNCHES
     assert rotation_copies(signature, huge, None, batch=16) == 3  # 80 MiB each: three fit the rotation budget

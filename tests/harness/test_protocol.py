@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ import pytest
 
 import cudagate_schemas
 from cudagate_harness.compiler import compile_kernel
+from cudagate_harness.messages import Case, Param, from_json
 from cudagate_harness.protocol import DTYPES, POISON_FIRST, POISON_SECOND, numpy_dtype, unwritten_mask
 from cudagate_harness.runner import CaseInputError, load_buffers, pack_arguments
 from helpers import EXAMPLES, KERNEL_CU
@@ -49,7 +51,7 @@ def test_pack_arguments_points_at_each_parameters_bytes():
     ]
     buffers = {"x": device_buffer(0x7F00_DEAD_BEE0), "y": device_buffer(0xFFFF_FFFF_FFFF_FF00)}
     scalars = {"n": -123456, "big": 2**40 + 3, "mask": 0xFFFF_FFFF, "alpha": 1.5, "beta": np.pi}
-    params, storage = pack_arguments(signature, buffers, scalars)
+    params, storage = pack_arguments(tuple(Param(**p) for p in signature), buffers, scalars)
     assert params.dtype == np.uint64
     assert params.shape == (len(signature),)
     assert len(storage) == len(signature)
@@ -67,7 +69,7 @@ def test_pack_arguments_points_at_each_parameters_bytes():
 
 
 def test_pack_arguments_with_no_parameters():
-    params, storage = pack_arguments([], {}, {})
+    params, storage = pack_arguments((), {}, {})
     assert params.size == 0 and storage == []
 
 
@@ -127,20 +129,20 @@ def test_unwritten_mask_of_a_multi_dimensional_array():
 
 # -- load_buffers ----------------------------------------------------------------------------------
 
-SIGNATURE = [
-    {"name": "x", "kind": "buffer", "dtype": "float32", "intent": "in"},
-    {"name": "acc", "kind": "buffer", "dtype": "int32", "intent": "inout"},
-    {"name": "y", "kind": "buffer", "dtype": "float32", "intent": "out"},
-    {"name": "n", "kind": "scalar", "dtype": "int32"},
-]
+SIGNATURE = (
+    Param(name="x", kind="buffer", dtype="float32", intent="in"),
+    Param(name="acc", kind="buffer", dtype="int32", intent="inout"),
+    Param(name="y", kind="buffer", dtype="float32", intent="out"),
+    Param(name="n", kind="scalar", dtype="int32"),
+)
 
 
 def case_with(tmp_path, x=None, acc=None, count=6):
     np.save(tmp_path / "x.npy", np.arange(6, dtype=np.float32) if x is None else x)
     np.save(tmp_path / "acc.npy", np.arange(6, dtype=np.int32).reshape(2, 3) if acc is None else acc)
-    return {"name": "c1", "scalars": {"n": 6},
-            "buffers": {"x": {"count": count, "input": "x.npy"}, "acc": {"count": count, "input": "acc.npy"},
-                        "y": {"count": count}}}
+    return from_json(Case, {"name": "c1", "scalars": {"n": 6}, "launch": {"grid": [1, 1, 1], "block": [1, 1, 1]},
+                            "buffers": {"x": {"count": count, "input": "x.npy"}, "acc": {"count": count, "input": "acc.npy"},
+                                        "y": {"count": count}}})
 
 
 def test_load_buffers(tmp_path):
@@ -193,11 +195,11 @@ def test_load_buffers_empty_file(tmp_path):
 
 def test_load_buffers_no_size_and_no_file(tmp_path):
     case = case_with(tmp_path)
-    del case["buffers"]["y"]
+    del case.buffers["y"]
     with pytest.raises(CaseInputError, match="gives no size for buffer 'y'"):
         load_buffers(SIGNATURE, case, tmp_path)
     case = case_with(tmp_path)
-    del case["buffers"]["x"]["input"]
+    case.buffers["x"] = replace(case.buffers["x"], input=None)
     with pytest.raises(CaseInputError, match="input buffer 'x' has no data file"):
         load_buffers(SIGNATURE, case, tmp_path)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cudagate_harness import worker as worker_module
+from cudagate_harness.messages import Kernel
 from cudagate_harness.worker import Worker
 
 from helpers import KERNEL_CU
@@ -22,10 +25,10 @@ def test_the_worker_compiles_each_kernel_once_and_says_so(monkeypatch, tmp_path)
     device.load = lambda cubin, name: (object(), f"function {name}")
     lines = []
     worker = Worker(device, lines.append, iter(()))
-    spec = {"source": KERNEL_CU, "entry": "scale2", "source_name": "scale.cu", "options": [], "headers": {}}
+    spec = Kernel(source=KERNEL_CU, entry="scale2", source_name="scale.cu")
     first = worker.compiled(1, spec, "sm_90")
-    again = worker.compiled(2, dict(spec), "sm_90")
-    changed = worker.compiled(3, {**spec, "source": KERNEL_CU + "// changed\n"}, "sm_90")
+    again = worker.compiled(2, replace(spec), "sm_90")
+    changed = worker.compiled(3, replace(spec, source=KERNEL_CU + "// changed\n"), "sm_90")
     assert first == again == changed == {"scale2": "function scale2"}
     assert compiles == ["scale2", "scale2"]  # the unchanged kernel was not compiled (nor read from disk) again
     assert [line["ok"] for line in lines] == [True, True, True]

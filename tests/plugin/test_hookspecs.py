@@ -157,9 +157,10 @@ def test_an_adapter_that_cannot_be_had_is_one_usage_error(pytester, returned, li
 WORKER_BIND = """
 import json
 from cudagate_harness import library
+from cudagate_harness.messages import LibrarySpec
 
 library.read_plugin_adapters()  # as the worker does at its start
-launch = library.bind({"adapter": "house_sgemm", "args": {r: r for r in "abcmnk"}}, None, {})
+launch = library.bind(LibrarySpec(adapter="house_sgemm", rounds=1, args={r: r for r in "abcmnk"}), None, {})
 print(json.dumps(launch if isinstance(launch, str) else launch.adapter.label))
 """
 

@@ -418,7 +418,13 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+# Each is a whole gate run (seconds): the fast run tries one spelling of each kind (a path, a climb, a
+# trigraph, a macro), CI every spelling.
+FAST_VARIANTS = {"etc_passwd", "dot_dot", "trigraph", "macro_built"}
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=() if v in FAST_VARIANTS else pytest.mark.slow)
+                                     for v in sorted(VARIANTS)])
 def test_kernel_text_cannot_read_host_files(repo, variant):
     source = repo.suite_dir / "softmax.cu"
     source.write_text(VARIANTS[variant] + "\n" + source.read_text())
@@ -459,8 +465,8 @@ def test_a_header_symlink_leaving_the_suite_folder_is_refused(repo):
     refused(repo, 'softmax.cu:1: #include "common.cuh" leads to /etc/passwd, outside the suite folder')
 
 
-@pytest.mark.parametrize("option", ["--pre-include=/etc/passwd", "-include", "-I/", "--include-path=/etc",
-                                    "-isystem/etc", "--options-file=/etc/passwd"])
+@pytest.mark.parametrize("option", ["-include", "--options-file=/etc/passwd", *[
+    pytest.param(o, marks=pytest.mark.slow) for o in ("--pre-include=/etc/passwd", "-I/", "--include-path=/etc", "-isystem/etc")]])
 def test_include_options_are_refused(repo, option):
     repo.edit_yaml(lambda raw: raw["kernels"][0].update(options=[option]))
     refused(repo, f"option {option!r} is not allowed: include paths and pre-included files are the harness's")

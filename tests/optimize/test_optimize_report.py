@@ -74,6 +74,8 @@ def autotune_pack(tmp_path: Path):
     return pack, summary, history
 
 
+# Building it runs the whole search (tens of seconds): its tests are slow, and the fast run keeps the
+# small packs' tests below.
 @pytest.fixture(scope="module")
 def long_search(tmp_path_factory):
     return autotune_pack(tmp_path_factory.mktemp("long"))
@@ -123,6 +125,7 @@ def test_a_long_search_reads_as_text_and_tables(long_search):
     assert "BLOCK=256" in html and "grid (rows) · block (256)" in html  # the winner's defines and launch
 
 
+@pytest.mark.slow
 def test_the_gate_row_holds_the_final_gates_verdicts(long_search):
     pack, summary, history = long_search
     best = summary["best"]
@@ -139,6 +142,7 @@ def test_the_gate_row_holds_the_final_gates_verdicts(long_search):
     assert "compute-sanitizer (memcheck, racecheck) on case <code>small</code>: <b>did not run" in gate
 
 
+@pytest.mark.slow
 def test_the_chart_has_one_point_per_round(long_search):
     pack, summary, history = long_search
     html = (pack / "report.html").read_text()
@@ -150,6 +154,7 @@ def test_the_chart_has_one_point_per_round(long_search):
     assert html.count('<circle class="winner"') == 1 and f"gated winner #{summary['best']['attempt']}" in html
 
 
+@pytest.mark.slow
 def test_the_heatmap_stays_legible_for_113_attempts(long_search):
     pack, summary, history = long_search
     columns, rows = summary["rounds"] + 1, len(summary["initial"]["latency_ms"]) + 1  # + the geomean row
@@ -167,6 +172,7 @@ def test_the_heatmap_stays_legible_for_113_attempts(long_search):
     assert width >= columns * MIN_CELL_W and height >= rows * MIN_CELL_H
 
 
+@pytest.mark.slow
 def test_an_older_pack_renders_with_dashes(long_search, tmp_path):
     pack, summary, history = long_search
     old = json.loads(json.dumps(summary))
@@ -228,6 +234,7 @@ def test_the_review_branch_is_in_the_report(tmp_path):
     assert f'commit <code title="{repo.head.commit.hexsha}">' in row and "clean working tree" in row
 
 
+@pytest.mark.slow
 def test_markup_in_a_pack_is_shown_as_text(long_search, tmp_path):
     """A pack is a file anyone can edit and carries model-written text: nothing in it becomes markup,
     and a latency that is not a finite number draws no point rather than breaking the page."""

@@ -204,6 +204,7 @@ def _many(kind: str, count: int):
     return edit
 
 
+@pytest.mark.slow
 def test_a_long_report_is_cut_to_fit_most_important_first(base, tmp_path, capsys):
     markdown = comment(capsys, write(base, tmp_path / "r", _many("passed", 600)), "--report-url", URL)
     assert units(markdown) <= LIMIT

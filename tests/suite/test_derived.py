@@ -166,6 +166,7 @@ def test_check_resolves_device_facts_with_the_stated_stand_in(tmp_path, capsys):
             ) in err, err
 
 
+@pytest.mark.slow
 def test_a_launch_that_fails_on_this_gpus_facts_fails_its_cases_in_one_line(pytester, monkeypatch):
     """`cudagate check` works the launch out with the stand-in's 132 SMs; the fake GPU has 4, where
     `cdiv(rows, sm_count - 4)` divides by zero: each case fails saying so, with no traceback."""

@@ -178,6 +178,7 @@ os.environ["CUDAGATE_LOCK_DIR"] = os.path.join(os.path.dirname(__file__), ".lock
 """
 
 
+@pytest.mark.slow
 def test_a_kernel_is_judged_on_the_outputs_it_names_only(pytester, monkeypatch):
     from pathlib import Path
 

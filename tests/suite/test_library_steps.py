@@ -215,6 +215,7 @@ def test_without_its_memset_the_row_maxima_start_poisoned_and_the_operation_fail
     assert outcome.failed and "out" in outcome.message, outcome.message
 
 
+@pytest.mark.slow
 def test_a_scratch_init_is_set_before_every_launch_timed_ones_too(tmp_path, fake_cublas):
     text = replace_once(replace_once(ATTENTION_YAML, MEMSET, ""), "{name: rowmax, buffer: float32, intent: scratch,",
                         "{name: rowmax, buffer: float32, intent: scratch, init: -inf,")

@@ -1,6 +1,6 @@
 """The worker protocol's messages as typed dataclasses: a request, and each kind of line the worker
 answers with. ``schemas/harness-request`` and ``schemas/harness-response`` are their formal contract;
-tests/harness/test_protocol.py keeps every class's fields and its schema object's properties the same.
+tests/harness/test_messages.py keeps every class's fields and its schema object's properties the same.
 
 A request is turned into a :class:`Request` once, by :func:`from_json`, after
 :func:`~cudagate_harness.request_checks.request_problems` has accepted its dict, so these classes do not

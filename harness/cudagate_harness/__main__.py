@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from . import library
+from .messages import Request, from_json
 from .request_checks import request_problems
 from .worker import main as serve
 
@@ -37,6 +38,11 @@ def run_file(path: str, roots: list[str] = ()) -> int:
         return 2
     base = Path(path).resolve().parent
     problems = request_problems(request, (base, Path.cwd(), *map(Path, roots)))
+    if not problems:
+        try:  # the worker reads it so again; here a malformed one is refused before the GPU is touched
+            from_json(Request, request)
+        except TypeError as exc:
+            problems = [f"malformed request: {exc}"]
     if problems:
         print(f"cudagate_harness: {path}: " + "; ".join(problems[:5]), file=sys.stderr)
         return 2

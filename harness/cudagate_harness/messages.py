@@ -124,8 +124,8 @@ Operation = Union[Launch, tuple[Step, ...]]  # one launch of the whole signature
 
 @dataclass(frozen=True, kw_only=True)
 class FreshSet:
-    label: str
-    inputs: dict[str, str]
+    label: str = "fresh"
+    inputs: dict[str, str] = field(default_factory=dict)  # an input it lacks fails that case alone
     timed: bool = False
     description: str | None = None
     expected: dict[str, str] | None = None
@@ -321,17 +321,24 @@ class ErrorReply:
 def from_json(cls, data):
     """``cls`` from a JSON object: each field from its key, following the field's type into nested
     classes, tuples (from lists), dicts of classes and unions of them (the first whose required keys
-    are all there). An absent key, or null for a field with a default, gives the default; a missing
-    required key or a value of the wrong shape is a TypeError (the worker's malformed request)."""
+    are all there). An absent key, or null for a field with a default, gives the default, and an empty
+    object for an optional class is None (``timing: {}`` is no timing, as a request always meant); a
+    missing or null required key, a number or text of another type, or a value of the wrong shape is a
+    TypeError (the worker's malformed request), raised before anything is compiled or launched."""
     if not isinstance(data, Mapping):
         raise TypeError(f"{cls.__name__}: expected an object, not {type(data).__name__}")
     hints, given = _hints(cls), {}
     for f in fields(cls):
         key = f.name.rstrip("_")
         value = data.get(key)
-        if value is None and (key not in data or _has_default(f)):
+        if value is None and _has_default(f):
             continue
-        given[f.name] = _value(hints[f.name], value)
+        if value is None:
+            raise TypeError(f"{cls.__name__}.{key}: {'null' if key in data else 'missing'}, and it has no default")
+        try:
+            given[f.name] = _value(hints[f.name], value)
+        except TypeError as error:
+            raise TypeError(f"{cls.__name__}.{key}: {error}") from None
     return cls(**given)
 
 
@@ -359,9 +366,18 @@ def _has_default(f) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
+# JSON's types for the plain field types; a bool is no number here.
+_SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+_WANTED = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+
+
 def _value(hint, value):
     if value is None:
         return None
+    if hint in _SCALARS:
+        if not isinstance(value, _SCALARS[hint]) or (hint is not bool and isinstance(value, bool)):
+            raise TypeError(f"{repr(value)[:40]} is not {_WANTED[hint]}")
+        return value
     if is_dataclass(hint):
         return from_json(hint, value)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -375,6 +391,8 @@ def _value(hint, value):
         return {k: _value(args[1], v) for k, v in value.items()}
     if origin in (Union, types.UnionType):
         options = [option for option in args if option is not type(None)]
+        if value == {} and len(options) == 1 and is_dataclass(options[0]):
+            return None
         for option in options:
             if len(options) == 1 or _fits(option, value):
                 return _value(option, value)

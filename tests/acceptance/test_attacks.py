@@ -359,7 +359,6 @@ def test_signing_twice_for_one_pull_request_counts_there(repo):
     assert code == 0, out
 
 
-@pytest.mark.slow
 def test_the_base_state_needs_no_pull_request_and_no_number_keeps_the_chain_rule(repo):
     """A pull request that leaves the signed state as the base's needs no signing; without
     --pull-request (a push, a local run) a state signed for another pull request counts on its chain."""
@@ -371,7 +370,6 @@ def test_the_base_state_needs_no_pull_request_and_no_number_keeps_the_chain_rule
     assert code == 0, out
 
 
-@pytest.mark.slow
 def test_a_suite_new_in_the_pull_request_must_be_signed_for_it(repo):
     """No ledger at the base to equal: the new suite's signed state is a change, so it needs the number."""
     new = repo.path / "softmax2"

@@ -296,7 +296,6 @@ def test_under_a_trusted_ref_the_working_trees_key_and_reference_are_not_trusted
     assert ran.exists()
 
 
-@pytest.mark.slow
 def test_under_a_trusted_ref_a_ledger_signed_by_a_key_added_in_the_range_is_refused(history, workers, capsys):
     """A commit in the range adds a key and re-approves the kernel with it; later commits sign with the
     maintainer's key again. The working tree trusts the added key; the trusted ref does not."""

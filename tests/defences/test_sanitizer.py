@@ -124,7 +124,6 @@ def softmax(launch) -> None:
     launch.array("y", np.float32, rows * cols)[:] = (e / e.sum(axis=1, keepdims=True)).reshape(-1)
 
 
-@pytest.mark.slow
 def test_the_trusted_gate_fails_a_case_without_a_sanitizer_verdict(tmp_path, monkeypatch, capsys):
     repo = Repo(tmp_path)
     repo.commit("pull request: no change")

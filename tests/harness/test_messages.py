@@ -15,7 +15,8 @@ from cudagate_harness import messages
 from cudagate_harness.messages import (ABSENT, CaseError, CaseReply, Chunk, CompileReply, CopyStep, Done, ErrorReply,
                                        Hello, Launch, Launches, LaunchStep, LibraryStep, MemsetStep, Request, from_json, to_json)
 from cudagate_harness.stopping import Settle
-from helpers import EXAMPLES
+from fake_worker import make_worker, scale_kernels
+from helpers import EXAMPLES, write_suite
 from pytest_cudagate.boundary import schema
 from pytest_cudagate.suite.loader import load_suite
 from pytest_cudagate.worker.requests import run_request
@@ -119,6 +120,48 @@ def test_a_request_of_the_wrong_shape_is_a_type_error(raw, says):
     """What the worker answers as a malformed request, never a traceback."""
     with pytest.raises(TypeError, match=says):
         from_json(Request, raw)
+
+
+def perf_request(tmp_path, change) -> dict:
+    """A run request of the scale suite's performance case, timed, as the gate writes it, then changed."""
+    suite = load_suite(write_suite(tmp_path / "scale"))
+    request = json.loads(json.dumps(run_request(suite, suite.kernels[0], [suite.case("perf")],
+                                                output_dir=tmp_path / "out", timing=suite.timing.to_json())))
+    change(request)
+    return {**request, "id": 1}
+
+
+def answers(request: dict) -> list[dict]:
+    lines: list[dict] = []
+    make_worker(scale_kernels(), emit=lines.append).handle(request)
+    return lines
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda r: r["cases"][0].update(buffers=None), "Case.buffers: null, and it has no default"),
+    (lambda r: r["timing"].update(settle={"quantile": "0.5", "within": 0.1}), "Settle.quantile: '0.5' is not a number"),
+    (lambda r: r["timing"].update(warmup=2.5), "Timing.warmup: 2.5 is not a whole number"),
+    (lambda r: r["timing"].update(repeat=True), "Timing.repeat: True is not a whole number"),
+], ids=["buffers null", "settle as text", "warmup 2.5", "repeat true"])
+def test_a_null_or_mistyped_field_is_one_malformed_line_before_anything_runs(tmp_path, change, says):
+    """The request checks let these through (the schema refuses them, and a harness request file is not
+    held to the schema): the worker answers one line, and no case, instead of ending with a traceback."""
+    lines = answers(perf_request(tmp_path, change))
+    assert [line["type"] for line in lines] == ["error"], lines
+    assert lines[0]["message"].startswith("malformed run request: TypeError(") and says in lines[0]["message"]
+
+
+def test_an_empty_timing_is_no_timing_and_a_fresh_set_without_inputs_fails_its_case_alone(tmp_path):
+    """What a request always meant: ``timing: {}`` runs the case untimed; a fresh set whose inputs are
+    null has no data for the case's input, which that case's line says."""
+    lines = answers(perf_request(tmp_path, lambda r: r.update(timing={})))
+    (case,) = [line for line in lines if line["type"] == "case"]
+    assert case["status"] == "ok" and case.get("timing") is None and lines[-1]["type"] == "done"
+    fresh = [{"label": "f", "inputs": None}]
+    lines = answers(perf_request(tmp_path / "b", lambda r: r["cases"][0].update(fresh=fresh)))
+    (case,) = [line for line in lines if line["type"] == "case"]
+    assert case["status"] == "error" and "fresh input set 'f' has no data for 'x'" in case["error"]["message"], case
+    assert lines[-1]["type"] == "done"
 
 
 def test_the_example_suites_requests_are_read_whole(tmp_path):

@@ -146,3 +146,17 @@ def test_imports_point_down_but_for_the_few_listed():
     assert sorted(v for k, v in upward.items() if k not in UPWARD) == []
     assert len(UPWARD) <= 4
     assert sorted(set(UPWARD) - set(upward)) == []  # one moved down is taken off the list
+
+
+def test_the_harness_imports_nothing_of_pytest_cudagate():
+    """The worker runs alone on a runner (``python -m cudagate_harness``): its package stands on numpy,
+    cuda-bindings and the standard library, so its messages keep a reader of their own."""
+    harness = Path(__file__).resolve().parents[2] / "harness" / "cudagate_harness"
+    found = []
+    for path in sorted(harness.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name}:{node.lineno} {name}" for name in names
+                      if name == "pytest_cudagate" or name.startswith("pytest_cudagate.")]
+    assert found == []

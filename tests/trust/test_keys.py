@@ -130,7 +130,6 @@ def _scan(secrets: list[bytes], text: bytes, where: str) -> None:
         assert secret not in text, f"private key material found in {where}"
 
 
-@pytest.mark.slow
 def test_private_key_never_leaks(project, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(project.root)
     captured = []

@@ -146,7 +146,6 @@ def test_a_ref_that_does_not_exist_fails_each_kernel_once_and_nothing_else(pytes
     result.stdout.fnmatch_lines(["release reference: NONE: release ref 'v9.9': not a commit*"])
 
 
-@pytest.mark.slow
 def test_an_unsigned_ledger_at_the_ref_is_named(pytester, project):
     project.suite("scale")
     project.suite("other")
@@ -162,7 +161,6 @@ def test_an_unsigned_ledger_at_the_ref_is_named(pytester, project):
     assert result.parseoutcomes()["failed"] == 1
 
 
-@pytest.mark.slow
 def test_a_ledger_tampered_at_the_ref_is_named(pytester, project):
     project.suite("scale")
     project.edit_ledger("scale", lambda raw: raw["approvals"]["scale2"].update(approved_by="mallory"))
@@ -174,7 +172,6 @@ def test_a_ledger_tampered_at_the_ref_is_named(pytester, project):
                                  "release cannot be used as a reference"])
 
 
-@pytest.mark.slow
 def test_a_key_revoked_since_the_release_no_longer_vouches_for_it(pytester, project, tmp_path):
     released(project, "scale")
     (project.root / ".cudagate/trusted_keys/alice.pub").unlink()

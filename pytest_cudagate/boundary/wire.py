@@ -180,18 +180,20 @@ _FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 def from_json(cls: type, data: Any) -> Any:
     """``data`` (what :func:`to_json` wrote of a ``cls``, e.g. a report.json read with json) as a ``cls``
     again; :func:`to_json` of the result is ``data``. Raises :class:`ReadError` naming the field."""
-    return _read(cls, data, "")
+    return _walk(cls, data, "", _read_object)
 
 
-def _read(hint: Any, value: Any, where: str) -> Any:
+def _walk(hint: Any, value: Any, where: str, object_of: Callable[[type, Any, str], Any]) -> Any:
+    """``value`` read back as ``hint``, following it into unions, lists, tuples, dicts and enums; a
+    dataclass is built by ``object_of(cls, value, where)`` (the report's view, or the wire's)."""
     if value is None or hint is Any:
         return value
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = [h for h in typing.get_args(hint) if h is not type(None)]
         if len(options) > 1 and all(dataclasses.is_dataclass(h) for h in options):
-            return _read(_shape(options, value, where), value, where)
-        return _read(options[0], value, where) if len(options) == 1 else value
+            return _walk(_shape(options, value, where), value, where, object_of)
+        return _walk(options[0], value, where, object_of) if len(options) == 1 else value
     if hint is float:
         if isinstance(value, str) and value in _FLOATS:
             return _FLOATS[value]
@@ -201,21 +203,21 @@ def _read(hint: Any, value: Any, where: str) -> Any:
             raise ReadError(where, f"is {type(value).__name__}, not a list")
         args = typing.get_args(hint)
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            return tuple(_read(h, v, f"{where}[{n}]") for n, (h, v) in enumerate(zip(args, value))) if args else tuple(value)
+            return tuple(_walk(h, v, f"{where}[{n}]", object_of) for n, (h, v) in enumerate(zip(args, value))) if args else tuple(value)
         item = args[0] if args else Any
-        return origin(_read(item, v, f"{where}[{n}]") for n, v in enumerate(value))
+        return origin(_walk(item, v, f"{where}[{n}]", object_of) for n, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise ReadError(where, f"is {type(value).__name__}, not an object")
         item = (typing.get_args(hint) or (Any, Any))[1]
-        return {k: _read(item, v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _walk(item, v, f"{where}.{k}", object_of) for k, v in value.items()}
     if isinstance(hint, type) and issubclass(hint, Enum):
         try:
             return hint(value)
         except ValueError:
             raise ReadError(where, f"{value!r} is not one of {', '.join(repr(m.value) for m in hint)}") from None
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _read_object(hint, value, where)
+        return object_of(hint, value, where)
     return value
 
 
@@ -249,14 +251,14 @@ def _read_object(cls: type, data: Any, where: str) -> Any:
         at = f"{where}.{key}" if where else key
         if isinstance(how, str):
             if key in data:
-                kept[key] = _read(_returns(cls, name), data[key], at)
+                kept[key] = _walk(_returns(cls, name), data[key], at, _read_object)
             continue
         spec, f = how
         if key not in data:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.init:
                 raise ReadError(at, "is missing")
             continue
-        member = _read(hints[name], data[key], at)
+        member = _walk(hints[name], data[key], at, _read_object)
         values[name] = spec.revert(member) if spec.revert is not None else member
     for f in dataclasses.fields(cls):  # the object's own state, which no file holds
         if f.init and f.name not in values and f.default is dataclasses.MISSING \
@@ -332,31 +334,13 @@ def _returns(cls: type, name: str) -> Any:
     return typing.get_type_hints(_getter(getattr(cls, name))).get("return", Any)
 
 
-def _build(hint: Any, value: Any) -> Any:
-    if value is None or hint is Any:
-        return value
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [h for h in typing.get_args(hint) if h is not type(None)]
-        return _build(options[0], value) if len(options) == 1 else value
-    if origin in (list, set, frozenset):
-        (item,) = typing.get_args(hint) or (Any,)
-        return origin(_build(item, v) for v in value)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v) for v in value)
-        return tuple(_build(h, v) for h, v in zip(args, value)) if args else tuple(value)
-    if origin is dict:
-        key, item = typing.get_args(hint) or (Any, Any)
-        return {k: _build(item, v) for k, v in value.items()}
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        return hint(value)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        hints = _hints(hint)
-        return hint(**{f.name: _build(hints[f.name], value[f.name])
-                       for f in dataclasses.fields(hint) if f.init and f.name in value})
-    return value
+def _wire_object(cls: type, data: Any, where: str) -> Any:
+    """A ``cls`` from what :func:`to_wire` wrote: every field by its name."""
+    if not isinstance(data, dict):
+        raise ReadError(where, f"is {type(data).__name__}, not an object")
+    hints = _hints(cls)
+    return cls(**{f.name: _walk(hints[f.name], data[f.name], f"{where}.{f.name}", _wire_object)
+                  for f in dataclasses.fields(cls) if f.init and f.name in data})
 
 
 def to_wire(value: Any) -> str:
@@ -365,4 +349,4 @@ def to_wire(value: Any) -> str:
 
 
 def from_wire(cls: type, text: str) -> Any:
-    return _build(cls, json.loads(text))
+    return _walk(cls, json.loads(text), "", _wire_object)

@@ -9,6 +9,7 @@ Exit codes: 0 all good, 1 a check or replay failed, 2 bad input (the message nam
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Iterable
@@ -35,9 +36,14 @@ def build_parser(wanted: Iterable[str] | None = None) -> argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    program = argv is None  # the process is this command (not a caller passing its arguments)
+    argv = sys.argv[1:] if program else list(argv)
     named = next((arg for arg in argv if not arg.startswith("-")), None)  # the top level has no option taking a value
     args = build_parser([named] if named else []).parse_args(argv)
+    if program:
+        # The command's modules are loaded and stay until the process ends: frozen, they are not walked
+        # again by every later garbage collection (pytest's at its end among them).
+        gc.freeze()
     return run_command(args.func, args)
 
 

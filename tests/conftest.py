@@ -47,10 +47,18 @@ def pytest_runtest_setup(item):
                     pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """The compile and generated-data caches (``$CUDAGATE_CACHE_DIR``) every test of this process shares,
+    as a CI runner keeps them between jobs: a kernel compiles once, not once per test. A test about the
+    caches themselves sets a folder of its own."""
+    return tmp_path_factory.getbasetemp() / "nvrtc-cache"
+
+
 @pytest.fixture(autouse=True)
-def _isolated_compile_cache(tmp_path_factory, monkeypatch):
-    """Keep NVRTC's on-disk cache out of the user's home; shared across tests for speed."""
-    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "nvrtc-cache"))
+def _isolated_compile_cache(shared_cache, monkeypatch):
+    """Keep the on-disk caches out of the user's home."""
+    monkeypatch.setenv("CUDAGATE_CACHE_DIR", str(shared_cache))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import operator
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import jsonschema
 import jsonschema_rs
 
 import cudagate_schemas
 
 from pytest_cudagate.errors import FileError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 
 _BOUNDS = {"minimum": operator.ge, "exclusiveMinimum": operator.gt, "maximum": operator.le,
@@ -40,6 +43,8 @@ def _items_with_shortcut(base):
 
 @lru_cache(maxsize=None)
 def _validator(name: str) -> jsonschema.protocols.Validator:
+    import jsonschema  # ~60 ms: only a refused document needs its words, the compiled validator says "valid"
+
     # The schemas ship with the tool; tests/harness/test_protocol.py checks each against its metaschema (and
     # the installed copy against the repository's), so a run does not pay ~20 ms per schema for it.
     schema = cudagate_schemas.load(name)
@@ -96,8 +101,10 @@ def problems(document, name: str, locate=None) -> list[str]:
 def _closest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
     """Of the alternatives a value matches none of, what is wrong in the one of its own type (a
     launch object's grid, not "is not a list of steps")."""
+    from jsonschema.exceptions import best_match
+
     own_type = [e for e in error.context if not (e.validator == "type" and not e.relative_path)]
-    return jsonschema.exceptions.best_match(own_type or error.context)
+    return best_match(own_type or error.context)
 
 
 def _clip(message: str, limit: int = 300) -> str:

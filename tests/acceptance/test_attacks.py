@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import git
@@ -36,13 +37,38 @@ PASSWD_LINE = "root:x:0:0"
 
 
 class Repo:
-    """A repository with a signed base commit; the test edits files and commits them as the PR."""
+    """A repository with a signed base commit; the test edits files and commits them as the PR.
 
-    def __init__(self, tmp_path: Path):
+    ``cache``: the compile and generated-data cache the gate runs with (``$CUDAGATE_CACHE_DIR``); by
+    default one of its own, empty."""
+
+    _template: tempfile.TemporaryDirectory | None = None  # the signed base, built once per process
+
+    def __init__(self, tmp_path: Path, cache: Path | None = None):
         self.path = tmp_path / "repo"
         self.keys = tmp_path / "keys"
         self.suite_dir = self.path / "softmax"
-        self.cache = tmp_path / "cache"
+        self.cache = cache or tmp_path / "cache"
+        template = Path(self._base_template())
+        # A copy of one base: its keys, signatures and commits are the same in every test; what a test
+        # changes is its own.
+        shutil.copytree(template / "repo", self.path, symlinks=True)
+        shutil.copytree(template / "keys", self.keys)
+        self.git = git.Repo(self.path)
+        self.first, self.base = (template / "commits").read_text().split()
+
+    @classmethod
+    def _base_template(cls) -> str:
+        if cls._template is None:
+            folder = tempfile.TemporaryDirectory(prefix="cudagate-attack-base-")
+            cls._build(Path(folder.name))
+            cls._template = folder
+        return cls._template.name
+
+    @classmethod
+    def _build(cls, root: Path) -> None:
+        self = cls.__new__(cls)
+        self.path, self.keys, self.suite_dir = root / "repo", root / "keys", root / "repo" / "softmax"
         self.git = git.Repo.init(self.path)
         self.git.config_writer().set_value("user", "name", "test").set_value("user", "email", "t@example.com").release()
         shutil.copytree(EXAMPLE, self.suite_dir,
@@ -63,9 +89,10 @@ class Repo:
                                                           git={"commit": None, "dirty": None}, tool_version="test")
         ledger.save()
         self.sign("alice")
-        self.first = self.commit("base: signed suite, ledger sequence 1")
+        first = self.commit("base: signed suite, ledger sequence 1")
         self.sign("alice")  # a second signing: the trusted ledger is at sequence 2
-        self.base = self.commit("base: re-signed, ledger sequence 2")
+        base = self.commit("base: re-signed, ledger sequence 2")
+        (root / "commits").write_text(f"{first} {base}\n")
 
     def suite(self):
         return load_suite(self.suite_dir / "cudagate.yaml")
@@ -100,8 +127,8 @@ class Repo:
 
 
 @pytest.fixture
-def repo(tmp_path) -> Repo:
-    return Repo(tmp_path)
+def repo(tmp_path, shared_cache) -> Repo:
+    return Repo(tmp_path, cache=shared_cache)
 
 
 def refused(repo: Repo, *needles: str, args=(), pull_request: int | None = None) -> str:

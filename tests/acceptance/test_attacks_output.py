@@ -105,8 +105,8 @@ def assert_only_the_gates_commands(log: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-def repo(tmp_path) -> Repo:
-    return Repo(tmp_path)
+def repo(tmp_path, shared_cache) -> Repo:
+    return Repo(tmp_path, cache=shared_cache)
 
 
 def test_a_suite_folder_name_with_newlines_is_refused_as_a_visible_name(repo):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import jsonschema
@@ -42,10 +44,16 @@ def fake_kernel(spec: dict) -> FakeKernel:
 class History:
     """GOOD, then one commit per entry: a kernel version re-approved, or a commit that leaves it alone."""
 
+    _good: tempfile.TemporaryDirectory | None = None  # GOOD, built once per process and copied for each test
+
     def __init__(self, tmp_path: Path):
-        self.project = Project(tmp_path / "repo", tmp_path / "keys")
-        self.project.suite("scale")
-        commit(self.project.root, "GOOD: scale approved")
+        if History._good is None:
+            History._good = tempfile.TemporaryDirectory(prefix="cudagate-bisect-good-")
+            built = Project(Path(History._good.name) / "repo", Path(History._good.name) / "keys")
+            built.suite("scale")
+            commit(built.root, "GOOD: scale approved")
+        shutil.copytree(Path(History._good.name), tmp_path, symlinks=True, dirs_exist_ok=True)
+        self.project = Project.existing(tmp_path / "repo", tmp_path / "keys")
         self.good = self.head()
         self.kernel_commits: list[str] = []
         self.by_label: dict[str, str] = {}

@@ -117,11 +117,23 @@ def packages_only(fresh_headers, monkeypatch, tmp_path):
     _use_packages(monkeypatch, tmp_path)
 
 
-@pytest.fixture(params=["packages", "package-toolkit", pytest.param("toolkit", marks=pytest.mark.skipif(
-    not _has_toolkit(), reason=f"no CUDA toolkit at {MACHINE_TOOLKIT} on this machine"))])
+@pytest.fixture
 def headers_from(request, fresh_headers, monkeypatch, tmp_path):
     HEADER_SOURCES[request.param](monkeypatch, tmp_path)
     return request.param
+
+
+def _matrix(kinds: list[str], quick: str) -> list:
+    """Every kind from every header source. The fast run keeps each kind from the packages (a clean CI
+    machine) and each source for the quick kind; the other pairs are real compiles of seconds, `slow`."""
+    pairs = []
+    for source in HEADER_SOURCES:
+        marks = [pytest.mark.skipif(not _has_toolkit(), reason=f"no CUDA toolkit at {MACHINE_TOOLKIT} on this machine")
+                 ] if source == "toolkit" else []
+        for kind in kinds:
+            slow = [pytest.mark.slow] if source != "packages" and kind != quick else []
+            pairs.append(pytest.param(kind, source, marks=marks + slow, id=f"{source}-{kind}"))
+    return pairs
 
 
 @pytest.fixture
@@ -130,7 +142,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     return tmp_path / "cache" / "nvrtc"
 
 
-@pytest.mark.parametrize("kind", list(KERNELS))
+@pytest.mark.parametrize(("kind", "headers_from"), _matrix(list(KERNELS), quick="bf16"), indirect=["headers_from"])
 def test_a_kernel_using_cuda_headers_compiles_for_sm_90(kind, headers_from, cache):
     source, entry = KERNELS[kind]
     result = compile_kernel(source, entry=entry, arch="sm_90", source_name=f"{kind}.cu")
@@ -208,7 +220,8 @@ NVRTC_STD = {"constants": (CONSTANTS_CU, "clamp_inf"), "C library": (C_LIBRARY_C
              "own definitions": (OWN_DEFINITIONS_CU, "own"), "cub.cuh": (CUB_UMBRELLA_CU, "block_max")}
 
 
-@pytest.mark.parametrize("kind", list(NVRTC_STD))
+@pytest.mark.parametrize(("kind", "headers_from"), _matrix(list(NVRTC_STD), quick="constants"),
+                         indirect=["headers_from"])
 def test_what_nvcc_gets_from_the_host_compiles_under_nvrtc(kind, headers_from, cache):
     """The standard constants without an #include, the C library's headers a kernel file includes, and
     <cub/cub.cuh>'s block and warp primitives: from the packages, a toolkit made of them, and this

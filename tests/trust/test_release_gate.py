@@ -52,6 +52,13 @@ class Project:
         generate_key_pair("alice", private_path=self.key, public_path=root / ".cudagate/trusted_keys/alice.pub")
         git(root, "init", "-q", "-b", "main")
 
+    @classmethod
+    def existing(cls, root: Path, keys: Path) -> Project:
+        """The project already at ``root`` (a copy of one), signed with ``keys``' alice."""
+        project = cls.__new__(cls)
+        project.root, project.key = root, keys / "alice.key"
+        return project
+
     def suite(self, name: str, kernel_source: str | None = None) -> Path:
         folder = self.root / "kernels" / name
         write_suite(folder, **({"kernel_source": kernel_source} if kernel_source else {}))

@@ -286,8 +286,8 @@ def test_the_compile_item_fails_a_cpp_entry_of_another_type(pytester):
 
 @pytest.mark.parametrize("source, line", [
     (THREE, "*- the kernel takes 3 parameters, the signature lists 4 (x, y, rows, cols)"),
-    (LONG_LONG, "*- parameter 4 'cols': the kernel takes 8 bytes (long long, double or a pointer), the signature "
-                "says int32 (4 bytes)"),
+    pytest.param(LONG_LONG, "*- parameter 4 'cols': the kernel takes 8 bytes (long long, double or a pointer), the "
+                            "signature says int32 (4 bytes)", marks=pytest.mark.slow),  # `check` above says it too
 ])
 def test_the_compile_item_fails_a_kernel_whose_parameters_differ(pytester, source, line):
     write_suite(pytester.path, kernel_source=source)

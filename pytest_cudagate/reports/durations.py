@@ -30,7 +30,7 @@ def render_durations(outcomes: Iterable[CaseOutcome], count: int, worker_start_s
 
 RUN_PHASE_WORDS = {
     "startup": "process start to cudagate's configure: interpreter, pytest, plugins, conftests",
-    "configure": "cudagate's configure: its modules (numpy, scipy, jsonschema, ...) and settings",
+    "configure": "cudagate's configure: its modules (numpy, PyYAML, cryptography, ...) and settings",
     "collection": "pytest's collection, suite files aside",
     "suites": "loading suite files: YAML, signature, case data",
     "trust": "signatures, manifest hashes of the case files, approvals ledgers",

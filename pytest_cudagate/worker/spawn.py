@@ -1,6 +1,6 @@
 """The harness worker's process, started at the very start of a ``--cuda-gate`` run so that its CUDA
 start (cuInit, a context, the device description: about 0.7 s on an H200) runs while the plugin
-imports numpy, jsonschema and cryptography and pytest collects, instead of after them.
+imports numpy, PyYAML and cryptography and pytest collects, instead of after them.
 
 Only the process is started here. :func:`pytest_cudagate.session.open_worker` takes it over and,
 as for a worker it starts itself, reads its hello, takes the GPU's lock and the fingerprint.

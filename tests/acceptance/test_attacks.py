@@ -49,7 +49,7 @@ class Repo:
         self.keys = tmp_path / "keys"
         self.suite_dir = self.path / "softmax"
         self.cache = cache or tmp_path / "cache"
-        template = Path(self._base_template())
+        template = Path(self._base_template(tmp_path))
         # A copy of one base: its keys, signatures and commits are the same in every test; what a test
         # changes is its own.
         shutil.copytree(template / "repo", self.path, symlinks=True)
@@ -58,9 +58,10 @@ class Repo:
         self.first, self.base = (template / "commits").read_text().split()
 
     @classmethod
-    def _base_template(cls) -> str:
-        if cls._template is None:
-            folder = tempfile.TemporaryDirectory(prefix="cudagate-attack-base-")
+    def _base_template(cls, tmp_path: Path) -> str:
+        if cls._template is None or not Path(cls._template.name, "commits").is_file():
+            # beside the test's folder (pytest's basetemp): a killed process leaves its keys there, not in /tmp
+            folder = tempfile.TemporaryDirectory(prefix="attack-base-", dir=tmp_path.parent)
             cls._build(Path(folder.name))
             cls._template = folder
         return cls._template.name

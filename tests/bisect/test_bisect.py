@@ -47,11 +47,12 @@ class History:
     _good: tempfile.TemporaryDirectory | None = None  # GOOD, built once per process and copied for each test
 
     def __init__(self, tmp_path: Path):
-        if History._good is None:
-            History._good = tempfile.TemporaryDirectory(prefix="cudagate-bisect-good-")
-            built = Project(Path(History._good.name) / "repo", Path(History._good.name) / "keys")
+        if History._good is None or not Path(History._good.name, "repo").is_dir():
+            good = tempfile.TemporaryDirectory(prefix="bisect-good-", dir=tmp_path.parent)  # pytest's basetemp
+            built = Project(Path(good.name) / "repo", Path(good.name) / "keys")
             built.suite("scale")
             commit(built.root, "GOOD: scale approved")
+            History._good = good
         shutil.copytree(Path(History._good.name), tmp_path, symlinks=True, dirs_exist_ok=True)
         self.project = Project.existing(tmp_path / "repo", tmp_path / "keys")
         self.good = self.head()

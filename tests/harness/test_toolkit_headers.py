@@ -220,7 +220,8 @@ NVRTC_STD = {"constants": (CONSTANTS_CU, "clamp_inf"), "C library": (C_LIBRARY_C
              "own definitions": (OWN_DEFINITIONS_CU, "own"), "cub.cuh": (CUB_UMBRELLA_CU, "block_max")}
 
 
-@pytest.mark.parametrize(("kind", "headers_from"), _matrix(list(NVRTC_STD), quick="constants"),
+# cub.cuh from every source: it reaches include/cccl, where CCCL 3.0 broke it (bf16 never does).
+@pytest.mark.parametrize(("kind", "headers_from"), _matrix(list(NVRTC_STD), quick="cub.cuh"),
                          indirect=["headers_from"])
 def test_what_nvcc_gets_from_the_host_compiles_under_nvrtc(kind, headers_from, cache):
     """The standard constants without an #include, the C library's headers a kernel file includes, and

@@ -28,8 +28,8 @@ def proposer() -> AutotuneProposer:
     return AutotuneProposer(suite, suite.kernel("matmul_f32"), [c for c in suite.cases if not c.holdout])
 
 
-# One proposer for the module: it memoises its candidates and the feasible set (seconds to enumerate), which
-# every parametrisation and its id would otherwise rebuild.
+# One proposer for the module: it memoises its candidates, which every parametrisation and its id would
+# otherwise rebuild, and the feasible set (seconds to enumerate) the space's test reads.
 TUNER = proposer()
 
 

@@ -443,12 +443,14 @@ def two_gpu_page(project, tmp_path) -> tuple[Path, str]:
     return tmp_path / "page" / "history.html", h100_key
 
 
+@pytest.mark.slow  # a browser (tests/README.md); the page itself is checked without one above
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
 def test_chromium_renders_the_history_page(two_gpu_page, tmp_path):
     page, _ = two_gpu_page
     assert_screenshot(page, artifacts(tmp_path) / "history-chromium.png", 2400, tmp_path / "profile")
 
 
+@pytest.mark.slow  # a browser (tests/README.md); the page itself is checked without one above
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (apt-get install -y chromium)")
 def test_the_fingerprint_filter_runs_in_chromium_and_fetches_nothing(two_gpu_page, tmp_path):
     page, key = two_gpu_page
